@@ -1,0 +1,97 @@
+"""Configuration space of an operator: every way to split its iteration space.
+
+A configuration ``C = (c1..cn)`` splits dimension ``i`` of an iteration space
+``D = (D1..Dn)`` into ``ci`` parts; it uses ``prod(C)`` devices.  Following the
+PaSE paper (Elango, IPDPS 2021, section IV) and ``cost-model.md``:
+
+* dimension ``i`` may be split by any divisor ``e`` of ``Di`` that leaves at
+  least ``cutoff`` elements per part (``Di / e >= cutoff``); if no divisor
+  qualifies, only ``1``;
+* a never-split dimension is enumerated as if its size were 1;
+* the configurations are the cartesian product of those per-dimension lists
+  (first dimension varying slowest, each list ascending) restricted to
+  ``prod(C) <= p``;
+* a reshape operator only admits *contiguous* configurations (see
+  :func:`contiguous`).
+
+The functions here do not check that ``space`` describes a real operator; the
+order they return is deterministic and is the order every cost array uses.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = ["divisors", "dimension_splits", "enumerate_configs", "contiguous"]
+
+
+@lru_cache(maxsize=4096)
+def divisors(n: int) -> tuple[int, ...]:
+    """All positive divisors of ``n`` in ascending order."""
+    if n < 1:
+        raise ValueError(f"cannot take the divisors of {n}: sizes must be >= 1")
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
+        i += 1
+    return tuple(small + large[::-1])
+
+
+def dimension_splits(size: int, p: int, cutoff: int) -> tuple[int, ...]:
+    """Ways to split one dimension of ``size``: divisors ``e <= p`` with
+    ``size / e >= cutoff``, or ``(1,)`` when there are none."""
+    splits = tuple(e for e in divisors(size) if e <= p and size >= cutoff * e)
+    return splits or (1,)
+
+
+def contiguous(configs: np.ndarray, space: tuple[int, ...]) -> np.ndarray:
+    """Mask of the configurations a reshape (Ravel/Unravel) admits.
+
+    Leading dimensions that are split completely (``ci == Di``) are skipped;
+    the first one that is not may be split partly; every later dimension must
+    be unsplit.  Then the flattened tensor is split into contiguous blocks.
+    """
+    configs = np.asarray(configs)
+    full = configs == np.asarray(space)  # (K, n)
+    # Position of the first dimension that is not split completely.
+    first_partial = np.where(full.all(axis=1), configs.shape[1], np.argmin(full, axis=1))
+    later = np.arange(configs.shape[1])[None, :] > first_partial[:, None]  # (K, n)
+    return ~np.any(later & (configs != 1), axis=1)  # (K,)
+
+
+def enumerate_configs(
+    space: tuple[int, ...],
+    p: int,
+    cutoff: int,
+    never_split: tuple[int, ...] = (),
+    contiguous_only: bool = False,
+) -> np.ndarray:
+    """All configurations of an iteration space for ``p`` devices, as an
+    ``int64`` array of shape ``(K, len(space))`` in the deterministic order
+    described in the module docstring."""
+    if p < 1:
+        raise ValueError(f"the number of devices p must be >= 1, got {p}")
+    lists = [
+        (1,) if i in never_split else dimension_splits(size, p, cutoff)
+        for i, size in enumerate(space)
+    ]
+    # Grow the product one dimension at a time, pruning partial products > p
+    # so that the intermediate arrays stay small.
+    configs = np.ones((1, 0), dtype=np.int64)
+    used = np.ones(1, dtype=np.int64)
+    for splits in lists:
+        s = np.asarray(splits, dtype=np.int64)
+        prod = used[:, None] * s[None, :]  # (K, len(s))
+        keep = prod <= p
+        rows, cols = np.nonzero(keep)  # row-major: earlier dims vary slowest
+        configs = np.concatenate([configs[rows], s[cols, None]], axis=1)
+        used = prod[rows, cols]
+    if contiguous_only:
+        configs = configs[contiguous(configs, space)]
+    return configs
