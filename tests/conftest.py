@@ -1,0 +1,49 @@
+"""Shared fixtures: the project root on sys.path and the reference numbers."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = Path(__file__).resolve().parent / "data" / "reference"
+sys.path.insert(0, str(ROOT))
+
+GRAPH_NAMES = ("alexnet", "resnet101", "inception3", "rnnlm", "transformer")
+PROCS = (4, 8, 16, 32, 64)
+SETTINGS = [(g, p) for g in GRAPH_NAMES for p in PROCS]
+
+
+@lru_cache(maxsize=None)
+def reference(graph: str, p: int) -> dict:
+    """The original tool's numbers for one graph and device count."""
+    with gzip.open(REFERENCE / f"{graph}_p{p}.json.gz", "rt") as f:
+        return json.load(f)
+
+
+@lru_cache(maxsize=None)
+def built(graph: str, batch: int = 128, width: int | None = None):
+    from graph import build_graph
+
+    return build_graph(graph, batch, width)
+
+
+@lru_cache(maxsize=None)
+def costed(graph: str, p: int):
+    from cost_model import build_costs
+
+    return build_costs(built(graph), p)
+
+
+def rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-300)
+
+
+@pytest.fixture(params=SETTINGS, ids=[f"{g}-p{p}" for g, p in SETTINGS])
+def setting(request):
+    return request.param

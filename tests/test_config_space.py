@@ -1,0 +1,70 @@
+"""config_space.py: enumeration against a brute-force reading of the rules."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from config_space import contiguous, dimension_splits, divisors, enumerate_configs
+
+
+def brute_force(space, p, cutoff, never_split=()):
+    lists = []
+    for i, d in enumerate(space):
+        ok = [e for e in range(1, d + 1) if d % e == 0 and d / e >= cutoff and i not in never_split]
+        lists.append(ok or [1])
+    return [c for c in itertools.product(*lists) if math.prod(c) <= p]
+
+
+class TestDivisors:
+    def test_small(self):
+        assert divisors(1) == (1,)
+        assert divisors(12) == (1, 2, 3, 4, 6, 12)
+        assert divisors(49) == (1, 7, 49)
+        assert divisors(97) == (1, 97)
+
+    def test_rejects_zero(self):
+        with pytest.raises(ValueError, match="sizes must be >= 1"):
+            divisors(0)
+
+    @pytest.mark.parametrize(
+        "size, p, cutoff, expected",
+        [(128, 64, 4, (1, 2, 4, 8, 16, 32)), (3, 64, 4, (1,)), (3, 64, 1, (1, 3)),
+         (27, 64, 4, (1, 3)), (96, 6, 4, (1, 2, 3, 4, 6)), (1, 8, 1, (1,))],
+    )
+    def test_dimension_splits(self, size, p, cutoff, expected):
+        assert dimension_splits(size, p, cutoff) == expected
+
+
+class TestEnumerate:
+    @pytest.mark.parametrize("p", [1, 2, 3, 6, 7, 12, 16, 24, 64, 100])
+    @pytest.mark.parametrize("cutoff", [1, 4])
+    def test_equals_brute_force_in_order(self, p, cutoff):
+        for space, never in [((128, 3, 55, 55, 11, 11, 96), (2, 3)), ((12, 30, 7), ()),
+                             ((2, 256, 24, 2048, 2048), (1,)), ((1, 128, 8, 256, 64), (0,))]:
+            got = enumerate_configs(space, p, cutoff, never)
+            assert [tuple(c) for c in got.tolist()] == brute_force(space, p, cutoff, never)
+            assert got.dtype == np.int64 and got.shape[1] == len(space)
+
+    def test_p1_has_only_the_unsplit_configuration(self):
+        assert enumerate_configs((128, 96, 27, 27), 1, 4).tolist() == [[1, 1, 1, 1]]
+
+    def test_rejects_bad_p(self):
+        with pytest.raises(ValueError, match="p must be >= 1"):
+            enumerate_configs((4, 4), 0, 1)
+
+
+class TestContiguous:
+    def test_mask(self):
+        space = (4, 6, 5)
+        configs = np.array([[1, 1, 1], [2, 1, 1], [4, 1, 1], [4, 2, 1], [4, 6, 5], [2, 2, 1],
+                            [1, 1, 5], [4, 6, 1], [4, 1, 5]])
+        assert contiguous(configs, space).tolist() == [True, True, True, True, True, False, False,
+                                                       True, False]
+
+    def test_reshape_enumeration_keeps_contiguous_only(self):
+        got = enumerate_configs((8, 4, 2), 16, 1, contiguous_only=True).tolist()
+        assert got == [[1, 1, 1], [2, 1, 1], [4, 1, 1], [8, 1, 1], [8, 2, 1]]

@@ -1,0 +1,296 @@
+"""cost_model.py: the reference numbers, and the same formulas at settings the
+reference does not cover (checked against a plain per-configuration reading
+of cost-model.md written here, and against hand-computed values)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from conftest import GRAPH_NAMES, built, costed, reference, rel
+from cost_model import (
+    CostModel,
+    build_costs,
+    check_strategy,
+    edge_costs,
+    evaluate,
+    op_cost_parts,
+    op_costs,
+)
+from graph import build_graph, operators
+
+TOL = 1e-9
+
+
+# -- the reference: 5 graphs x p = 4..64 ---------------------------------------
+
+
+def test_node_configurations_and_costs(setting):
+    g, p = setting
+    ref, cg = reference(g, p), costed(g, p)
+    assert cg.n == ref["n_nodes"]
+    for v, node in enumerate(ref["nodes"]):
+        ours = dict(zip(map(tuple, cg.configs[v].tolist()), cg.node_costs[v].tolist()))
+        theirs = dict(zip(map(tuple, node["configs"]), node["costs"]))
+        assert ours.keys() == theirs.keys(), f"node {v}: configuration sets differ"
+        worst = max(rel(ours[c], theirs[c]) if theirs[c] else abs(ours[c]) for c in theirs)
+        assert worst <= TOL, f"node {v} ({node['op']}): relative error {worst:.2e}"
+
+
+def test_edge_cost_summaries(setting):
+    g, p = setting
+    ref, cg = reference(g, p), costed(g, p)
+    assert len(cg.edge_costs) == ref["n_edges"]
+    for e in ref["edges"]:
+        m = cg.edge_costs[(e["src"], e["tgt"])]
+        assert m.size == e["n_pairs"]
+        for stat in ("sum", "min", "max"):
+            got, want = float(getattr(m, stat)()), e[stat]
+            assert abs(got - want) <= TOL * max(abs(want), 1.0), (e["src"], e["tgt"], stat)
+
+
+def test_reference_optimum_evaluates_to_its_cost(setting):
+    g, p = setting
+    ref = reference(g, p)
+    assert rel(evaluate(built(g), ref["optimal_strategy"]).total, ref["optimal_cost"]) <= TOL
+    cg = costed(g, p)
+    assert rel(cg.cost_at(cg.index_of(ref["optimal_strategy"])), ref["optimal_cost"]) <= TOL
+
+
+# -- a plain reading of cost-model.md, one configuration at a time -------------
+
+
+def plain_op_cost(op, C, W):
+    D = op.space
+    d = [x / c for x, c in zip(D, C)]
+    e = math.prod(d)
+    P = math.prod(C)
+
+    def AR(w, q):
+        return W * (w / q) * 2 * (q - 1)
+
+    def gemm(bb, mm, nn, kk, m, n, k, pw):
+        comp = 3 * mm * nn * kk + 3 * pw * mm * nn
+        comm = AR(mm * nn, k) + AR(mm * kk, n) + AR(nn * kk, m)
+        return bb * (comp + comm)
+
+    def roles():
+        g = op.gemm
+        split = lambda dims: math.prod(C[i] for i in dims)  # noqa: E731
+        size = lambda dims: math.prod(D[i] for i in dims)  # noqa: E731
+        m, n, k = split(g.m), split(g.n), split(g.k)
+        return size(g.batch) / split(g.batch), size(g.m) / m, size(g.n) / n, size(g.k) / k, m, n, k
+
+    def halo(t, r, s):
+        b, c, h, w = t.shape
+        Q = [math.prod(C[i] for i in a) for a in t.axes]
+        tb, tc, th, tw = b / Q[0], c / Q[1], h / Q[2], w / Q[3]
+        return W * ((th + r * (Q[2] > 1)) * (tw + s * (Q[3] > 1)) - th * tw) * tb * tc
+
+    def need(src, tgt, ps, pt):
+        return max(math.prod(tgt) - (0 if pt > ps else math.prod(map(min, src, tgt))), 0)
+
+    k = op.kind
+    if k == "Conv":
+        return gemm(*roles(), op.pw) + halo(op.inputs[0], D[4], D[5])
+    if k == "Pooling":
+        return e + halo(op.inputs[0], *op.window)
+    if k in ("FC", "Einsum", "Embedding"):
+        return gemm(*roles(), op.pw)
+    if k == "LSTM":
+        L, s, b, u, _ = D
+        cl, cs, cb, cn, ck = C
+        cost = gemm(L / cl, s * b / (cs * cb), 4 * u / cn, 2 * u / ck, cs * cb, cn, ck, 3)
+        return cost + L * s * W * need((b / cb, u / cn), (b / cb, u / ck), cb * cn, cb * ck)
+    if k == "Elementwise":
+        return (1 + op.pw) * e
+    if k == "Norm":
+        (a,) = op.axes
+        da = D[a] / C[a]
+        return 16 * e + 4 * AR(e / da, C[a]) + 4 * AR(da, P / C[a])
+    if k == "ReduceMean":
+        return AR(e, math.prod(C[i] for i in op.axes))
+    if k == "Softmax":
+        (a,) = op.axes
+        e1 = e / d[a]
+        return 4 * e + e * D[a] + 2 * AR(e1, C[a]) + AR(e1 * D[a], C[a])
+    if k == "SoftmaxCrossEntropy":
+        bs = e / d[-1]
+        return 4 * e + 2 * bs + (W * 2 * bs if C[-1] > 1 else 0)
+    assert k in ("Concat", "Stack", "Unstack", "Ravel", "Unravel"), k
+    return 0.0
+
+
+def plain_edge_cost(src, out, tgt, inp, Cs, Ct, W):
+    ts, tt = src.outputs[out], tgt.inputs[inp]
+    S = [math.prod(Cs[i] for i in a) for a in ts.axes]
+    Q = [math.prod(Ct[i] for i in a) for a in tt.axes]
+    a = [x / s for x, s in zip(ts.shape, S)]
+    b = [x / q for x, q in zip(ts.shape, Q)]
+    overlap = 0 if math.prod(Q) > math.prod(S) else math.prod(map(min, a, b))
+    return W * 2 * max(math.prod(b) - overlap, 0)
+
+
+OTHER_SETTINGS = [
+    # graph, batch, p, flops, bw, width
+    ("alexnet", 32, 6, 7.0, 40.0, None),
+    ("alexnet", 96, 1, 10.0, 16.0, None),
+    ("resnet101", 48, 12, 15.5, 25.0, None),
+    ("inception3", 20, 24, 3.0, 100.0, None),
+    ("rnnlm", 60, 10, 8.0, 12.0, 1024),
+    ("transformer", 18, 12, 125.0, 300.0, 256),
+    ("transformer", 8, 3, 10.0, 16.0, None),
+]
+
+
+@pytest.mark.parametrize("g, batch, p, flops, bw, width", OTHER_SETTINGS)
+def test_other_settings_match_plain_formulas(g, batch, p, flops, bw, width):
+    model = CostModel(flops, bw)
+    W = 8000 * flops / bw
+    graph = build_graph(g, batch, width)
+    cg = build_costs(graph, p, model)
+    rng = np.random.default_rng(7)
+    ops = operators(graph)
+    for v, op in enumerate(ops):
+        C = cg.configs[v]
+        assert len(C) >= 1 and (np.prod(C, axis=1) <= p).all()
+        for i in rng.choice(len(C), size=min(len(C), 12), replace=False):
+            want = plain_op_cost(op, tuple(C[i].tolist()), W)
+            assert abs(cg.node_costs[v][i] - want) <= TOL * max(abs(want), 1.0), (v, op, C[i])
+    for (u, v), m in cg.edge_costs.items():
+        d = graph.edges[u, v]
+        for _ in range(6):
+            i, j = rng.integers(len(cg.configs[u])), rng.integers(len(cg.configs[v]))
+            want = plain_edge_cost(ops[u], d["out"], ops[v], d["inp"], tuple(cg.configs[u][i].tolist()),
+                                   tuple(cg.configs[v][j].tolist()), W)
+            assert abs(m[i, j] - want) <= TOL * max(abs(want), 1.0), (u, v)
+
+
+@pytest.mark.parametrize("g", GRAPH_NAMES)
+def test_compute_is_hardware_free_and_communication_scales_with_W(g):
+    graph = built(g)
+    base, faster = CostModel(10, 16), CostModel(30, 8)  # W grows 6x
+    for v, op in enumerate(operators(graph)):
+        C = costed(g, 8).configs[v]
+        comp0, comm0 = op_cost_parts(op, C, base)
+        comp1, comm1 = op_cost_parts(op, C, faster)
+        np.testing.assert_allclose(comp1, comp0, rtol=1e-12)
+        np.testing.assert_allclose(comm1, 6 * comm0, rtol=1e-12)
+    for (u, v), m in costed(g, 8).edge_costs.items():
+        d = graph.edges[u, v]
+        ops = operators(graph)
+        m1 = edge_costs(ops[u], d["out"], ops[v], d["inp"], costed(g, 8).configs[u],
+                        costed(g, 8).configs[v], faster)
+        np.testing.assert_allclose(m1, 6 * m, rtol=1e-12)
+
+
+@pytest.mark.parametrize("g", GRAPH_NAMES)
+def test_one_device_has_no_communication(g):
+    graph = built(g)
+    cg = build_costs(graph, 1)
+    assert all(len(c) == 1 and c.tolist() == [[1] * c.shape[1]] for c in cg.configs)
+    assert all(float(m[0, 0]) == 0.0 for m in cg.edge_costs.values())
+    for op in operators(graph):
+        comp, comm = op_cost_parts(op, [(1,) * len(op.space)], CostModel())
+        assert comm[0] == 0.0
+    strategy = [tuple(c[0]) for c in cg.configs]
+    assert evaluate(graph, strategy).comm_total == 0.0
+
+
+class TestHandComputed:
+    """Values worked out by hand from cost-model.md, outside the reference."""
+
+    def test_conv1_batch32_hybrid(self):
+        op = operators(build_graph("alexnet", 32))[0]  # (b,c,h,w,r,s,n) = (32,3,55,55,11,11,96)
+        W = 8000 * 5 / 20  # flops 5, bw 20 -> 2000 FLOP per word
+        mm, nn, kk = 32 * 55 * 55 / 2, 96 / 3, 3 * 11 * 11  # b split 2, n split 3
+        comp = 3 * mm * nn * kk + 3 * 1 * mm * nn
+        comm = W * (mm * kk / 3) * 2 * 2 + W * (nn * kk / 2) * 2 * 1  # AR over n=3, over m=2
+        got = op_costs(op, [(2, 1, 1, 1, 1, 1, 3)], CostModel(5, 20))[0]
+        assert rel(got, comp + comm) <= 1e-12
+
+    def test_pooling_halo(self):
+        op = operators(build_graph("alexnet", 16))[1]  # pool1 (16, 96, 27, 27), input 55x55
+        W = 5000.0
+        # split h of the output 3 ways: the input image is split (1, 1, 3, 1)
+        th, tw = 55 / 3, 55
+        ghost = ((th + 3) * tw - th * tw) * 16 * 96
+        e = 16 * 96 * 9 * 27
+        assert rel(op_costs(op, [(1, 1, 3, 1)], CostModel())[0], e + W * ghost) <= 1e-12
+
+    def test_data_parallel_outside_the_space(self):
+        # b split 64 leaves 2 samples per device: below the cutoff of 4, so not
+        # enumerated, but the cost model still prices it.
+        g = built("alexnet")
+        dp = [(64,) + (1,) * (len(op.space) - 1) for op in operators(g)]
+        assert (64, 1, 1, 1, 1, 1, 1) not in map(tuple, costed("alexnet", 64).configs[0].tolist())
+        sc = evaluate(g, dp)
+        fc8 = operators(g)[12]  # (b, n, k) = (128, 1024, 4096)
+        mm, nn, kk = 2, 1024, 4096
+        want = 3 * mm * nn * kk + 5000 * (nn * kk / 64) * 2 * 63
+        assert rel(sc.compute[12] + sc.comm[12], want) <= 1e-12
+        assert sc.total == pytest.approx(math.fsum(sc.compute + sc.comm) + math.fsum(sc.edges.values()))
+        assert all(c == 0 for c in sc.edges.values())  # every tensor stays split by b
+
+    def test_transformer_edge_between_stack_and_qkv(self):
+        g = built("transformer")
+        ops = operators(g)
+        names = {op.name: v for v, op in enumerate(ops)}
+        u, v = names["dec0/cross/stack"], names["dec0/cross/qkv"]
+        # Stack (1,b,l,e) unsplit; qkv (s,b,h,l,k,e) split s=3: every device
+        # needs a third of the (3,128,256,512) tensor and P(Q)=3 > P(S)=1.
+        m = edge_costs(ops[u], 0, ops[v], 0, [(1, 1, 1, 1)], [(3, 1, 1, 1, 1, 1)], CostModel())
+        assert m[0, 0] == pytest.approx(5000 * 2 * 128 * 256 * 512)
+
+
+# -- validation ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"flops": 0}, "--flops must be a positive"), ({"bw": -1}, "--bw must be a positive"),
+     ({"flops": float("inf")}, "--flops must be a positive finite"),
+     ({"bw": float("nan")}, "--bw must be a positive"), ({"distinct_rows": 0}, "distinct rows")],
+)
+def test_bad_cost_model(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        CostModel(**kwargs)
+
+
+@pytest.mark.parametrize("p", [0, -4, 2.5, True])
+def test_bad_procs(p):
+    with pytest.raises(ValueError, match="p must be an integer >= 1"):
+        build_costs(built("alexnet"), p)
+
+
+class TestCheckStrategy:
+    def good(self):
+        return [(1,) * len(op.space) for op in operators(built("alexnet"))]
+
+    def test_accepts_lists(self):
+        assert check_strategy(built("alexnet"), [list(c) for c in self.good()]) == self.good()
+
+    def test_wrong_count(self):
+        with pytest.raises(ValueError, match="has 13 configurations; alexnet has 14"):
+            check_strategy(built("alexnet"), self.good()[:-1])
+
+    def test_wrong_length(self):
+        s = self.good()
+        s[3] = (1, 1)
+        with pytest.raises(ValueError, match=r"node 3 \(pool2\): configuration \(1, 1\) has 2 entries"):
+            check_strategy(built("alexnet"), s)
+
+    def test_not_dividing(self):
+        s = self.good()
+        s[4] = (3, 1, 1, 1, 1, 1, 1)
+        with pytest.raises(ValueError, match=r"node 4 \(conv3\).*does not divide its space \(128, 256"):
+            check_strategy(built("alexnet"), s)
+
+    @pytest.mark.parametrize("bad", [(0, 1), (1.5, 1), ("a", 1), (True, 1)])
+    def test_not_positive_integers(self, bad):
+        s = self.good()
+        s[13] = bad
+        with pytest.raises(ValueError, match="node 13 .*must hold integers >= 1"):
+            check_strategy(built("alexnet"), s)

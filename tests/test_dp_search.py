@@ -1,0 +1,160 @@
+"""dp_search.py: exactness against brute force, the reference optima, the
+memory limit and determinism."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, costed, reference, rel
+from dp_search import (
+    SearchTooLarge,
+    breadth_first,
+    generate_seq,
+    plan,
+    search,
+    solve,
+)
+
+
+def random_problem(seed):
+    """3-8 nodes with 2-6 configurations; a random tree plus 0-3 extra edges."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 9))
+    sizes = rng.integers(2, 7, size=n)
+    edges = {(int(rng.integers(0, v)), v) for v in range(1, n)}  # a random tree
+    for _ in range(int(rng.integers(0, 4)) if seed % 3 else 0):  # a third stay trees
+        u, v = sorted(rng.choice(n, size=2, replace=False).tolist())
+        edges.add((u, v))
+    nodes = [rng.uniform(0, 100, size=k) for k in sizes]
+    emats = {(u, v): rng.uniform(0, 100, size=(sizes[u], sizes[v])) for u, v in sorted(edges)}
+    return nodes, emats
+
+
+def total(nodes, emats, index):
+    return sum(nodes[v][i] for v, i in enumerate(index)) + sum(m[index[u], index[v]] for (u, v), m in emats.items())
+
+
+def brute_force(nodes, emats):
+    return min(total(nodes, emats, idx) for idx in itertools.product(*(range(len(c)) for c in nodes)))
+
+
+@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("order_fn", [generate_seq, breadth_first], ids=["generateseq", "bfs"])
+def test_random_graphs_equal_brute_force(seed, order_fn):
+    nodes, emats = random_problem(seed)
+    order, _ = order_fn(len(nodes), list(emats))
+    r = solve(nodes, emats, order, threads=1)
+    want = brute_force(nodes, emats)
+    assert r.cost == pytest.approx(want, rel=1e-12)
+    assert total(nodes, emats, r.index) == pytest.approx(r.cost, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_dependent_sets_are_the_tables_axes(seed):
+    nodes, emats = random_problem(seed)
+    sizes = [len(c) for c in nodes]
+    for order_fn in (generate_seq, breadth_first):
+        order, dependent = order_fn(len(nodes), list(emats))
+        pl = plan(order, sizes, list(emats))
+        assert [tuple(sorted(pl.scope[v])) for v in order] == dependent
+
+
+def test_disconnected_graph_and_parallel_threads():
+    rng = np.random.default_rng(1)
+    nodes = [rng.uniform(0, 9, size=3) for _ in range(5)]
+    emats = {(0, 1): rng.uniform(0, 9, (3, 3)), (2, 3): rng.uniform(0, 9, (3, 3))}
+    want = brute_force(nodes, emats)
+    for order_fn in (generate_seq, breadth_first):
+        order, _ = order_fn(5, list(emats))
+        for threads in (1, 2):
+            assert solve(nodes, emats, order, threads=threads).cost == pytest.approx(want)
+
+
+class TestGenerateSeq:
+    def test_path(self):
+        # 0-1-2-3: the ends have one neighbour; ties go to the smaller id
+        assert generate_seq(4, [(0, 1), (1, 2), (2, 3)]) == ([0, 1, 2, 3], [(1,), (2,), (3,), ()])
+
+    def test_star(self):
+        order, dep = generate_seq(4, [(0, 1), (0, 2), (0, 3)])
+        assert order == [1, 2, 0, 3] and dep == [(0,), (0,), (3,), ()]
+
+    def test_cycle(self):
+        order, dep = generate_seq(4, [(0, 1), (1, 2), (2, 3), (3, 0)])
+        assert order == [0, 1, 2, 3] and dep == [(1, 3), (2, 3), (3,), ()]
+
+    def test_breadth_first_frontier(self):
+        # 0 -> {1, 2}, 1 -> 3, 2 -> 3: the frontier carries 2 while 1 is decided
+        order, dep = breadth_first(4, [(0, 1), (0, 2), (1, 3), (2, 3)])
+        assert order == [0, 1, 2, 3] and dep == [(1, 2), (2, 3), (3,), ()]
+
+
+def test_reference_optimum_generateseq(setting):
+    g, p = setting
+    cg = costed(g, p)
+    r = search(cg, 0)
+    want = reference(g, p)["optimal_cost"]
+    assert rel(r.cost, want) <= 1e-9
+    assert rel(cg.cost_at(r.index), want) <= 1e-9
+    assert r.strategy == [tuple(cg.configs[v][i].tolist()) for v, i in enumerate(r.index)]
+
+
+@pytest.mark.parametrize("g, p", [(g, p) for g in ("alexnet", "rnnlm") for p in (4, 8, 16, 32, 64)]
+                         + [("resnet101", 4)])
+def test_reference_optimum_breadth_first(g, p):
+    cg = costed(g, p)
+    r = search(cg, 1, memory_limit=4 << 30)
+    assert rel(r.cost, reference(g, p)["optimal_cost"]) <= 1e-9
+
+
+@pytest.mark.parametrize("g", ["inception3", "transformer", "resnet101"])
+def test_breadth_first_refuses_cleanly(g):
+    with pytest.raises(SearchTooLarge, match=r"the search needs .* GB but the limit is 4.29 GB: "
+                                             r"operator \d+ \(.+\) has \d+ dependent operators \{"):
+        search(costed(g, 16), 1, memory_limit=4 << 30)
+
+
+def test_memory_limit_applies_to_generateseq():
+    cg = costed("transformer", 16)
+    with pytest.raises(SearchTooLarge, match="limit is 0.001 GB"):
+        search(cg, 0, memory_limit=10**6)
+
+
+def test_plan_statistics():
+    cg = costed("inception3", 8)
+    r = search(cg, 0)
+    pl = r.plan
+    assert r.stats["M"] == pl.largest_dependent_set == 2
+    assert r.stats["K"] == max(len(c) for c in cg.configs) == 30
+    assert r.stats["work"] == sum(pl.sizes[v] * math.prod(pl.sizes[w] for w in pl.scope[v]) for v in pl.order)
+    assert pl.peak_bytes() >= pl.table_bytes == 8 * sum(pl.table_entries(v) for v in pl.order)
+
+
+def test_bad_algo_and_shapes():
+    with pytest.raises(ValueError, match="--algo must be one of"):
+        search(costed("alexnet", 4), 2)
+    with pytest.raises(ValueError, match=r"edge \(0, 1\) has shape"):
+        solve([np.zeros(2), np.zeros(3)], {(0, 1): np.zeros((3, 2))}, [0, 1])
+    with pytest.raises(ValueError, match="permutation"):
+        solve([np.zeros(2), np.zeros(3)], {}, [0, 0])
+
+
+def test_same_strategy_whatever_the_hash_seed():
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from graph import build_graph; from cost_model import build_costs; from dp_search import search\n"
+        "r = search(build_costs(build_graph('transformer'), 8), 0)\n"
+        "print(r.cost, r.strategy)\n"
+    ) % str(ROOT)
+    outs = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}).stdout
+        for seed in ("0", "1", "12345")
+    }
+    assert len(outs) == 1

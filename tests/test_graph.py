@@ -1,0 +1,109 @@
+"""graph.py: the five graphs, operator by operator, against the reference."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import GRAPH_NAMES, built, reference
+from graph import DEFAULT_WIDTH, GRAPHS, build_graph, operators
+
+# The original tool's class names for our operator kinds.
+REFERENCE_OP = {"Embedding": "Einsum"}
+
+
+@pytest.mark.parametrize("name", GRAPH_NAMES)
+class TestBuiltinGraphs:
+    def test_nodes_and_edges_match_reference(self, name):
+        g, ref = built(name), reference(name, 8)
+        assert g.number_of_nodes() == ref["n_nodes"]
+        assert g.number_of_edges() == ref["n_edges"]
+        assert sorted(g.edges()) == sorted((e["src"], e["tgt"]) for e in ref["edges"])
+        assert list(g.nodes) == list(range(ref["n_nodes"]))
+
+    def test_every_operator_matches_reference(self, name):
+        ref = reference(name, 8)["nodes"]
+        for v, op in enumerate(operators(built(name))):
+            assert REFERENCE_OP.get(op.kind, op.kind) == ref[v]["op"], (v, op)
+            assert list(op.space) == ref[v]["space"], (v, op)
+
+    def test_operators_are_described(self, name):
+        ops = operators(built(name))
+        names = [op.name for op in ops]
+        assert len(set(names)) == len(names), "operator names must be unique"
+        for op in ops:
+            assert op.name and len(op.dims) == len(op.space) == len(set(op.dims)), op
+            assert "b" in op.dims, op
+            assert all(0 <= i < len(op.space) for t in op.inputs + op.outputs for a in t.axes for i in a)
+
+    def test_edges_join_equal_tensors(self, name):
+        g = built(name)
+        for u, v, d in g.edges(data=True):
+            src, tgt = g.nodes[u]["op"], g.nodes[v]["op"]
+            assert src.outputs[d["out"]].shape == tgt.inputs[d["inp"]].shape, (u, v)
+
+    def test_batch_is_the_sample_dimension(self, name):
+        for op in operators(build_graph(name, batch=24)):
+            assert op.space[op.dims.index("b")] == 24, op
+
+
+def test_graph_attributes():
+    assert built("alexnet").graph == {"name": "alexnet", "batch": 128, "cutoff": 4}
+    assert built("transformer").graph["cutoff"] == 1
+    assert built("rnnlm").graph["width"] == DEFAULT_WIDTH["rnnlm"] == 2048
+    assert built("transformer").graph["width"] == DEFAULT_WIDTH["transformer"] == 512
+
+
+def test_examples_of_names_and_letters():
+    inc = {op.name: op for op in operators(built("inception3"))}
+    assert inc["mixed_6b/branch7x7dbl_3"].dims == "bchwrsn"
+    assert inc["mixed_6b/branch7x7dbl_3"].space == (128, 128, 17, 17, 1, 7, 128)
+    tr = {op.name: op for op in operators(built("transformer"))}
+    assert tr["enc3/attn/qkv"].dims == "sbhlke"
+    assert tr["dec0/cross/qkv"].dims == "sbhlke"
+    assert tr["enc0/attn/out"].dims == "blehk"
+    assert operators(built("rnnlm"))[1].dims == "lsbnk"
+
+
+def test_last_input_of_a_producer_is_the_charged_one():
+    g = built("transformer")
+    names = {g.nodes[v]["op"].name: v for v in g}
+    # scores reads q (input 0) and k (input 1) of the same Unstack
+    e = g.edges[names["enc0/attn/split"], names["enc0/attn/scores"]]
+    assert (e["out"], e["inp"]) == (1, 1)
+    # the cross-attention Stack reads the encoder output twice, at 1 and 2
+    e = g.edges[names["enc5/ffn/norm"], names["dec0/cross/stack"]]
+    assert e["inp"] == 2
+
+
+@pytest.mark.parametrize("width, heads", [(256, 4), (1024, 16), (64, 1)])
+def test_transformer_width(width, heads):
+    ops = {op.name: op for op in operators(build_graph("transformer", 16, width))}
+    assert ops["enc0/attn/qkv"].space == (3, 16, heads, 256, 64, width)
+    assert ops["enc0/ffn/in"].space == (16, 256, 4 * width, width)
+
+
+def test_rnnlm_width():
+    lstm = operators(build_graph("rnnlm", 16, 512))[1]
+    assert lstm.space == (2, 256, 16, 512, 512)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("vgg", 128), "unknown graph 'vgg'"),
+        (("alexnet", 0), "batch size must be an integer >= 1"),
+        (("alexnet", -3), "batch size must be an integer >= 1"),
+        (("alexnet", 2.5), "batch size must be an integer >= 1"),
+        (("alexnet", 128, 512), "--model sets the width of rnnlm and transformer only"),
+        (("transformer", 128, 100), "not a multiple of the head width 64"),
+        (("transformer", 128, 0), "model width must be an integer >= 1"),
+        (("rnnlm", 128, -1), "model width must be an integer >= 1"),
+    ],
+)
+def test_bad_arguments(args, message):
+    with pytest.raises(ValueError, match=message):
+        build_graph(*args)
+
+
+def test_graph_list():
+    assert GRAPHS == GRAPH_NAMES
