@@ -27,6 +27,7 @@ from graph import Operator, Tensor, operators
 __all__ = [
     "CostModel",
     "CostedGraph",
+    "CostTablesTooLarge",
     "StrategyCost",
     "op_cost_parts",
     "op_costs",
@@ -318,8 +319,16 @@ class CostedGraph:
         return total + math.fsum(float(m[index[u], index[v]]) for (u, v), m in self.edge_costs.items())
 
 
-def build_costs(g, p: int, model: CostModel = CostModel()) -> CostedGraph:
-    """Enumerate and cost every configuration and edge of ``g`` for ``p`` devices."""
+class CostTablesTooLarge(MemoryError):
+    """The edge cost matrices would not fit the memory limit."""
+
+
+def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | None = None) -> CostedGraph:
+    """Enumerate and cost every configuration and edge of ``g`` for ``p`` devices.
+
+    With ``memory_limit`` (bytes), raise :class:`CostTablesTooLarge` before
+    computing any edge matrix when they would not fit.
+    """
     p = check_procs(p)
     cutoff = g.graph["cutoff"]
     ops = operators(g)
@@ -332,9 +341,20 @@ def build_costs(g, p: int, model: CostModel = CostModel()) -> CostedGraph:
             seen[op] = (C, c)
         configs.append(seen[op][0])
         costs.append(seen[op][1])
+    graph_edges = sorted(g.edges(data=True))
+    keys = {(u, v): (ops[u], d["out"], ops[v], d["inp"]) for u, v, d in graph_edges}
+    if memory_limit is not None:
+        pairs = {k: len(configs[u]) * len(configs[v]) for (u, v), k in keys.items()}
+        need = 8 * (sum(pairs.values()) + 4 * max(pairs.values(), default=0))
+        if need > memory_limit:
+            raise CostTablesTooLarge(
+                f"the edge cost matrices for p = {p} need {need / 1e9:.3g} GB but the limit is "
+                f"{memory_limit / 1e9:.3g} GB (up to {max(len(c) for c in configs)} configurations "
+                "per operator); use a smaller p or raise --mem-limit"
+            )
     edges, seen_e = {}, {}
-    for u, v, d in sorted(g.edges(data=True)):
-        key = (ops[u], d["out"], ops[v], d["inp"])
+    for u, v, d in graph_edges:
+        key = keys[(u, v)]
         if key not in seen_e:
             m = edge_costs(ops[u], d["out"], ops[v], d["inp"], configs[u], configs[v], model)
             m.flags.writeable = False

@@ -218,18 +218,18 @@ class _Builder:
         )
         return self._add(op, [x, y], [out])[0]
 
-    def embedding(self, name, ids, vocab, width) -> _Ref:
+    def embedding(self, name, ids, vocab, width, letter="d") -> _Ref:
         """A one-hot ``(b, s, v)`` times a weight ``(v, d)``: Einsum ``abc,cd->abd``."""
         b, s = ids.shape
         lb, ls = ids.letters
-        letters = lb + ls + "dv"
+        letters = lb + ls + letter + "v"
         op = Operator(
             "Embedding", letters, (b, s, width, vocab),
             inputs=(Tensor((b, s), ((0,), (1,))), Tensor((vocab, width), ((3,), (2,)))),
             outputs=(Tensor((b, s, width), _ident(3)),),
             gemm=Gemm((), (0, 1), (2,), (3,)), name=name,
         )
-        return self._add(op, [ids], [lb + ls + "d"])[0]
+        return self._add(op, [ids], [lb + ls + letter])[0]
 
     def elementwise(self, name, x, y, pw=0) -> _Ref:
         r = len(x.shape)
@@ -522,12 +522,12 @@ def _transformer(batch: int, width: int):
         return B.norm(f"{pre}/norm", y, -1)
 
     pos = W((batch, seq, e), "ble")
-    x = B.embedding("enc/embed", W((batch, seq), "bl"), vocab, e)
+    x = B.embedding("enc/embed", W((batch, seq), "bl"), vocab, e, "e")
     x = B.elementwise("enc/pos", x, pos)
     for i in range(layers):
         x = feed_forward(f"enc{i}/ffn", attention(f"enc{i}/attn", [x]))
     enc = x
-    x = B.embedding("dec/embed", W((batch, seq), "bl"), vocab, e)
+    x = B.embedding("dec/embed", W((batch, seq), "bl"), vocab, e, "e")
     x = B.elementwise("dec/pos", x, pos)
     for i in range(layers):
         a = attention(f"dec{i}/self", [x])

@@ -1,0 +1,247 @@
+"""scheduler.py, driven as users drive it: in a subprocess."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import GRAPH_NAMES, ROOT, reference, rel
+
+SCHEDULER = str(ROOT / "scheduler.py")
+
+
+def run(*args, cwd=None, ok=True):
+    proc = subprocess.run([sys.executable, SCHEDULER, *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == ""
+    return proc
+
+
+def total_of(stdout: str) -> float:
+    last = stdout.rstrip("\n").splitlines()[-1]
+    assert last.startswith("Total cost: ")
+    value = last.removeprefix("Total cost: ")
+    assert value.split(".")[1].isdigit() and len(value.split(".")[1]) == 2
+    return float(value)
+
+
+def test_default_run():
+    out = run().stdout
+    assert out.startswith("PaSE strategy: alexnet, batch 128, p = 32\n")
+    assert total_of(out) == reference("alexnet", 32)["optimal_cost"]
+    table = out.split("\n\n")[1].splitlines()
+    assert table[0].split() == ["id", "name", "kind", "dims", "config", "dev", "cost"]
+    assert [row.split()[0] for row in table[1:]] == [str(i) for i in range(14)]
+    assert "conv1" in table[1] and "bchwrsn" in table[1]
+    assert all(len(line) <= 80 for line in out.splitlines()), "AlexNet must fit 80 columns"
+
+
+@pytest.mark.parametrize("graph", GRAPH_NAMES)
+def test_each_graph_matches_reference(graph):
+    p = 8
+    out = run("-g", graph, "-p", p).stdout
+    assert rel(total_of(out), reference(graph, p)["optimal_cost"]) <= 1e-9
+    rows = out.split("\n\n")[1].splitlines()[1:]
+    assert len(rows) == reference(graph, p)["n_nodes"]  # one row per operator
+    for row in rows:
+        dev = int(row.split()[-2])
+        assert 1 <= dev <= p
+
+
+def test_output_json_round_trips_through_evaluate(tmp_path):
+    plan = tmp_path / "plan.json"
+    out = run("-g", "transformer", "-p", 8, "--output", plan).stdout
+    data = json.loads(plan.read_text())
+    for key in ("graph", "procs", "batch", "flops", "bw", "algo", "total_cost", "search_seconds", "layers"):
+        assert key in data
+    assert (data["graph"], data["procs"], data["batch"], data["algo"]) == ("transformer", 8, 128, 0)
+    assert [layer["id"] for layer in data["layers"]] == list(range(204))
+    assert set(data["layers"][0]) >= {"id", "name", "op", "dims", "space", "config", "cost"}
+    assert rel(data["total_cost"], reference("transformer", 8)["optimal_cost"]) <= 1e-9
+    ev = run("--evaluate", plan).stdout
+    assert "evaluation of a given strategy: transformer" in ev
+    assert total_of(ev) == total_of(out)
+    # a file with only ids and configs, in another order, evaluates the same
+    slim = tmp_path / "slim.json"
+    slim.write_text(json.dumps({"layers": [{"id": l["id"], "config": l["config"]} for l in data["layers"][::-1]]}))
+    assert total_of(run("--evaluate", slim, "-g", "transformer", "-p", 8).stdout) == total_of(out)
+
+
+def test_output_csv(tmp_path):
+    path = tmp_path / "plan.csv"
+    run("-g", "rnnlm", "-p", 4, "--output", path)
+    rows = list(csv.DictReader(path.open()))
+    assert [r["name"] for r in rows] == ["embed", "lstm", "logits", "softmax"]
+    assert json.loads(rows[1]["space"]) == [2, 256, 128, 2048, 2048]
+    ref = reference("rnnlm", 4)
+    assert sum(float(r["cost"]) for r in rows) <= ref["optimal_cost"]
+
+
+def test_dump_graph_writes_dot_pydot_parses(tmp_path):
+    import pydot
+
+    out = run("-g", "inception3", "-p", 4, "-d", cwd=tmp_path).stdout
+    path = tmp_path / "graph.dot"
+    assert f"to {path}" in out
+    (dot,) = pydot.graph_from_dot_file(str(path))
+    nodes = [n for n in dot.get_nodes() if n.get_name() not in ("node", "edge", "graph")]
+    assert len(nodes) == 219 and len(dot.get_edges()) == 253
+    assert "mixed_5b/concat" in path.read_text()
+
+
+def test_profile_prints_top_entries():
+    out = run("-g", "resnet101", "-p", 8, "--profile").stdout
+    assert "Profile of the search (top 15 by cumulative time)" in out
+    assert "Ordered by: cumulative time" in out and "dp_search.py" in out
+    assert total_of(out) > 0
+
+
+def test_measure_prints_mean_min_max():
+    out = run("-g", "alexnet", "-p", 8, "--measure").stdout
+    line = next(l for l in out.splitlines() if l.startswith("Timed 5 searches (after 2 warm-up)"))
+    mean, lo, hi = (float(line.split(k)[1].split()[0]) for k in ("mean ", "min ", "max "))
+    assert 0 <= lo <= mean <= hi
+
+
+def test_help_explains_every_flag():
+    out = run("--help").stdout
+    for flag, default in [("--procs", "32"), ("--batch", "128"), ("--model", "2048"), ("--graph", "alexnet"),
+                          ("--flops", "10.0"), ("--bw", "16.0"), ("--algo", "0"), ("--profile", None),
+                          ("--measure", None), ("--dump-graph", "graph.dot"), ("--output", None),
+                          ("--evaluate", None), ("--mem-limit", None)]:
+        assert flag in out
+        if default:
+            assert default in out
+
+
+def test_mem_limit_refuses_before_searching():
+    proc = run("-g", "transformer", "-p", 16, "--mem-limit", "0.001", ok=False)
+    assert proc.returncode == 1 and "limit is 0.001 GB" in proc.stderr
+
+
+BAD = [
+    (["-p", "0"], "p must be an integer >= 1"),
+    (["-p", "-4"], "p must be an integer >= 1"),
+    (["-p", "four"], "'four' is not an integer"),
+    (["-b", "0"], "batch size must be an integer >= 1"),
+    (["--flops", "0"], "must be a positive finite number"),
+    (["--bw", "-16"], "must be a positive finite number"),
+    (["--bw", "nan"], "must be a positive finite number"),
+    (["-g", "vgg16"], "invalid choice: 'vgg16'"),
+    (["-g", "transformer", "-m", "100"], "not a multiple of the head width 64"),
+    (["-g", "alexnet", "-m", "512"], "--model sets the width of rnnlm and transformer only"),
+    (["--algo", "2"], "invalid choice: 2"),
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["-g", "inception3", "-p", "8", "--algo", "1"], "operator 135 (mixed_6d/concat) has 11 dependent operators"),
+    (["--output", "plan.txt"], "--output: plan.txt must end in .json or .csv"),
+    (["--output", "nowhere/plan.json"], "--output: directory nowhere does not exist"),
+    (["--output", "/proc/plan.json"], "--output: cannot write in /proc"),
+    (["--evaluate", "missing.json"], "--evaluate: missing.json: no such file"),
+    (["--evaluate", "plan.json", "--measure"], "cannot be used with --evaluate"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_one_line_no_traceback(tmp_path, args, message):
+    proc = run(*args, cwd=tmp_path, ok=False)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert message in proc.stderr
+    assert proc.stderr.startswith("scheduler.py: ")
+
+
+def test_output_that_is_a_directory_is_left_alone(tmp_path):
+    (tmp_path / "out.json").mkdir()
+    proc = run("--output", "out.json", cwd=tmp_path, ok=False)
+    assert proc.returncode == 1 and "--output: out.json is a directory" in proc.stderr
+    assert (tmp_path / "out.json").is_dir()
+
+
+def good_plan(tmp_path, graph="alexnet", p=4):
+    path = tmp_path / "good.json"
+    run("-g", graph, "-p", p, "--output", path)
+    return json.loads(path.read_text())
+
+
+def bad_plan(tmp_path, mutate, name="bad.json"):
+    data = good_plan(tmp_path)
+    mutate(data)
+    path = tmp_path / name
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return path
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["layers"].pop(5), "1 of the 14 operators of alexnet have no configuration (5)"),
+        (lambda d: d["layers"].append(dict(d["layers"][0])), "layer 0 appears twice"),
+        (lambda d: d["layers"][2].update(id=99), "layer id 99 is not a node of alexnet (0..13)"),
+        (lambda d: d["layers"][2].update(id="2"), "layers[2] has id '2', not an integer"),
+        (lambda d: d["layers"][3].update(config=[1, 1]), "node 3 (pool2): configuration (1, 1) has 2 entries"),
+        (lambda d: d["layers"][4].update(config=[3, 1, 1, 1, 1, 1, 1]), "does not divide its space"),
+        (lambda d: d["layers"][13].update(config=[2, 0]), "must hold integers >= 1"),
+        (lambda d: d["layers"][13].update(config="2,2"), "not a list of integers"),
+        (lambda d: d["layers"][0].update(config=[8, 1, 1, 1, 1, 1, 1]), "uses 8 devices but p is 4"),
+        (lambda d: d["layers"][6].pop("config"), "layers[6] needs an \"id\" and a \"config\""),
+        (lambda d: d.pop("layers"), "has no \"layers\" list"),
+        (lambda d: d.update(graph="resnet101"), "231 of the 245 operators of resnet101 have no configuration (14, 15,"),
+        (lambda d: d.update(graph="lenet"), "unknown graph 'lenet'"),
+    ],
+)
+def test_bad_strategy_files(tmp_path, mutate, message):
+    path = bad_plan(tmp_path, mutate)
+    before = path.read_bytes()
+    out = tmp_path / "result.json"
+    out.write_text("keep me")
+    proc = run("--evaluate", path, "--output", out, ok=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr, proc.stderr
+    assert path.read_bytes() == before and out.read_text() == "keep me"
+
+
+def test_malformed_strategy_files(tmp_path):
+    for text, message in [("{not json", "is not valid JSON (line 1 column 2"), ("[1, 2]", "no \"layers\" list"),
+                          (b"\xff\xfe\x00", "is not a text file")]:
+        path = tmp_path / "broken.json"
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        proc = run("--evaluate", path, ok=False)
+        assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1
+        assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_evaluate_a_directory(tmp_path):
+    proc = run("--evaluate", tmp_path, ok=False)
+    assert proc.returncode == 1 and "is a directory" in proc.stderr
+
+
+def test_output_replaces_an_existing_file_whole(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text("x" * 100000)
+    run("-g", "alexnet", "-p", 4, "--output", path)
+    assert json.loads(path.read_text())["procs"] == 4
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]  # no temporary left behind
+
+
+def test_evaluate_uses_the_files_settings_unless_flags_override(tmp_path):
+    plan = tmp_path / "plan.json"
+    run("-g", "resnet101", "-p", 16, "--output", plan)
+    out = run("--evaluate", plan).stdout
+    assert "resnet101, batch 128, p = 16" in out
+    out2 = run("--evaluate", plan, "--bw", "32").stdout
+    assert total_of(out2) < total_of(out)  # faster network, cheaper communication
+
+
+def test_import_is_light():
+    code = "import sys; sys.argv=['x','--help']; import scheduler; print('numpy' in sys.modules, 'networkx' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout.split() == ["False", "False"]
