@@ -449,13 +449,14 @@ def main(argv=None) -> int:
     s = parse_args(argv)
     try:
         run(s)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (| head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (ValueError, MemoryError, OSError) as e:  # our own one-line messages
         msg = str(e) or type(e).__name__
         print(f"{PROG}: error: {msg}", file=sys.stderr)
         return 1
-    except BrokenPipeError:  # the reader went away (| head): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,128 @@
+"""Search time and memory for every graph and p: the analogue of the paper's Table I.
+
+For each graph and p it reports, for GENERATESEQ (--algo 0): the largest
+configuration count K, the largest dependent set M, the largest table, the
+total table work (entries evaluated, sum over operators of K_v * |table|),
+the search time (best of --repeat in-process runs) and the time per entry;
+the whole `scheduler.py` process (wall time and peak RSS, one run); and for
+the breadth-first order (--algo 1) its search time or the memory it would
+need when that exceeds the limit.
+
+    python benchmarks/search_time.py                 # p = 4..64, plus 128, 256
+    python benchmarks/search_time.py --procs 8 16 --graphs alexnet resnet101
+    python benchmarks/search_time.py --markdown      # the table for README.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cost_model import build_costs  # noqa: E402
+from dp_search import SearchTooLarge, breadth_first, generate_seq, plan, search  # noqa: E402
+from graph import GRAPHS, build_graph  # noqa: E402
+
+
+# A small launcher runs scheduler.py and reports the child's own rusage: a
+# child forked straight from this (large) process would inherit its RSS peak.
+_LAUNCHER = """
+import os, subprocess, sys, time
+t0 = time.perf_counter()
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+_, status, usage = os.wait4(proc.pid, 0)
+print(os.waitstatus_to_exitcode(status), time.perf_counter() - t0, usage.ru_maxrss)
+"""
+
+
+def process_run(graph: str, p: int) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of one `scheduler.py -g graph -p p` process."""
+    cmd = [sys.executable, "-c", _LAUNCHER, sys.executable, str(ROOT / "scheduler.py"), "-g", graph, "-p", str(p)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    code, seconds, maxrss_kb = out.stdout.split()
+    if code != "0":
+        raise RuntimeError(f"scheduler.py -g {graph} -p {p} failed: {out.stderr}")
+    return float(seconds), int(maxrss_kb) / 1024  # ru_maxrss is in KB on Linux
+
+
+def measure(graph: str, p: int, repeat: int, limit: int, whole_process: bool) -> dict:
+    g = build_graph(graph)
+    t0 = time.perf_counter()
+    costed = build_costs(g, p, memory_limit=limit)
+    cost_seconds = time.perf_counter() - t0
+    times, r = [], None
+    for _ in range(repeat):
+        r = search(costed, 0, memory_limit=limit)
+        times.append(r.seconds)
+    row = {"graph": graph, "p": p, "K": r.stats["K"], "M": r.stats["M"], "table": r.stats["largest_table"],
+           "work": r.stats["work"], "costs_s": cost_seconds, "search_s": min(times)}
+    row["ns_per_entry"] = 1e9 * row["search_s"] / row["work"]
+    row["process_s"], row["rss_mb"] = process_run(graph, p) if whole_process else (None, None)
+    edges = list(costed.edge_costs)
+    sizes = [len(c) for c in costed.configs]
+    bfs = plan(breadth_first(costed.n, edges)[0], sizes, edges)
+    row["M1"] = bfs.largest_dependent_set
+    try:
+        row["bfs_s"] = search(costed, 1, memory_limit=limit).seconds
+    except SearchTooLarge:
+        row["bfs_s"] = None
+        row["bfs_need_gb"] = bfs.peak_bytes() / 1e9
+    assert plan(generate_seq(costed.n, edges)[0], sizes, edges).work == row["work"]
+    return row
+
+
+def _num(x: float) -> str:
+    return f"{x:.3g}" if x < 1e6 else f"{x:.2e}"
+
+
+def format_rows(rows: list[dict], markdown: bool) -> str:
+    head = ["graph", "p", "K", "M", "largest table", "work (entries)", "search s", "ns/entry",
+            "process s", "peak RSS MB", "BFS M", "BFS search"]
+    lines = []
+    for r in rows:
+        bfs = f"{r['bfs_s']:.3f} s" if r["bfs_s"] is not None else f"refused: needs {_num(r['bfs_need_gb'])} GB"
+        lines.append([r["graph"], str(r["p"]), str(r["K"]), str(r["M"]), f"{r['table']:,}", _num(r["work"]),
+                      f"{r['search_s']:.3f}", f"{r['ns_per_entry']:.2f}",
+                      "-" if r["process_s"] is None else f"{r['process_s']:.2f}",
+                      "-" if r["rss_mb"] is None else f"{r['rss_mb']:.0f}", str(r["M1"]), bfs])
+    if markdown:
+        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        out += ["| " + " | ".join(line) + " |" for line in lines]
+        return "\n".join(out)
+    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in [head] + lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--graphs", nargs="+", default=list(GRAPHS), choices=GRAPHS)
+    ap.add_argument("--procs", nargs="+", type=int, default=[4, 8, 16, 32, 64])
+    ap.add_argument("--large", nargs="*", type=int, default=[128, 256],
+                    help="extra p for graphs whose search stays under --large-budget seconds")
+    ap.add_argument("--large-budget", type=float, default=30.0)
+    ap.add_argument("--repeat", type=int, default=3, help="in-process searches per setting (best is kept)")
+    ap.add_argument("--mem-limit", type=float, default=8.0, help="GB the searches may use")
+    ap.add_argument("--no-process", action="store_true", help="skip the whole-process runs")
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args(argv)
+    limit = int(args.mem_limit * 1e9)
+    rows = []
+    for graph in args.graphs:
+        last = None
+        for p in list(args.procs) + list(args.large):
+            if p in args.large and last is not None and last["search_s"] * 12 > args.large_budget:
+                continue  # the search grows about K^(M+1): this p would exceed the budget
+            last = measure(graph, p, args.repeat if p not in args.large else 1, limit, not args.no_process)
+            rows.append(last)
+            print(format_rows([last], False).splitlines()[1], file=sys.stderr, flush=True)
+    print(format_rows(rows, args.markdown))
+
+
+if __name__ == "__main__":
+    main()
