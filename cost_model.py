@@ -40,20 +40,28 @@ __all__ = [
 ]
 
 
+EMBEDDING_SYNC = ("dense", "sparse", "best")
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Hardware and modelling choices that turn work into FLOP.
 
     ``flops``: peak TFLOPS per device; ``bw``: peak interconnect GB/s.
-    ``sparse_embeddings``: model an Embedding as a row lookup whose weight
-    gradient is exchanged sparsely (see :func:`_embedding`); off, the model is
-    the original one-hot GEMM.  ``distinct_rows``: distinct vocabulary rows a
-    device's tokens touch per step (``None``: as many as its tokens).
+    The defaults of the other fields are the original PaSE model; they only
+    change how an Embedding is costed (see :func:`_embedding`):
+    ``embedding_lookup`` costs its compute as a row gather and gradient
+    scatter-add instead of a one-hot GEMM; ``embedding_sync`` exchanges its
+    weight gradient by a ``"dense"`` all-reduce, a ``"sparse"`` push/pull of
+    the rows touched (Parallax), or the cheaper of the two (``"best"``);
+    ``distinct_rows`` is the number of distinct vocabulary rows a device's
+    tokens touch per step (``None``: one per token).
     """
 
     flops: float = 10.0
     bw: float = 16.0
-    sparse_embeddings: bool = False
+    embedding_lookup: bool = False
+    embedding_sync: str = "dense"
     distinct_rows: int | None = None
 
     def __post_init__(self):
@@ -62,14 +70,21 @@ class CostModel:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf):
                 raise ValueError(f"--{name} must be a positive finite number, got {v!r}")
             object.__setattr__(self, name, float(v))
+        if self.embedding_sync not in EMBEDDING_SYNC:
+            raise ValueError(f"embedding_sync must be one of {EMBEDDING_SYNC}, got {self.embedding_sync!r}")
         u = self.distinct_rows
         if u is not None and (isinstance(u, bool) or not isinstance(u, int) or u < 1):
-            raise ValueError(f"distinct rows per device must be an integer >= 1, got {u!r}")
+            raise ValueError(f"--distinct-rows must be an integer >= 1, got {u!r}")
 
     @property
     def word_cost(self) -> float:
         """``W``: FLOP equivalent of moving one 8-byte word."""
         return 8000.0 * self.flops / self.bw
+
+    @property
+    def original(self) -> bool:
+        """True when this is the original PaSE model (the reference numbers)."""
+        return not self.embedding_lookup and self.embedding_sync == "dense"
 
 
 # -- shared formulas ---------------------------------------------------------
@@ -156,28 +171,34 @@ def _gemm_op(op, D, C, e, model, W):
 
 
 def _embedding(op, D, C, e, model, W):
-    """Embedding ``(b, s, d, v)``: by default the one-hot GEMM of the original.
+    """Embedding ``(b, s, d, v)``, a GEMM with ``M = b*s`` (tokens), ``N = d``,
+    ``K = v``; ``mm, nn, kk`` per device, split ``m, n, k`` ways.
 
-    With ``model.sparse_embeddings`` it is a row lookup: a gather of the
-    ``mm = b*s/(c_b*c_s)`` rows its tokens need and a scatter-add of their
-    gradients, ``2 * mm * nn`` per device, plus the weight-gradient
-    synchronisation among the ``m = c_b*c_s`` devices that split the tokens:
-    the cheaper of the dense all-reduce ``AR(nn*kk, m)`` of the device's
-    ``kk x nn`` shard and a sparse push/pull of only the rows touched,
-    ``W * 2 * u * nn`` with ``u = min(distinct rows, kk)`` (zero when
-    ``m = 1``).  Splitting ``v`` (k > 1) or ``d`` (n > 1) keeps the GEMM's
-    reductions of the activations and their gradients.
+    Original model: the one-hot GEMM.  ``model.embedding_lookup``: a gather
+    of the rows the device's tokens need and a scatter-add of their
+    gradients, ``2 * mm * nn``; the ids have no gradient, so the GEMM's
+    input-gradient reduction ``AR(mm*kk, n)`` goes, while the reduction of
+    partial rows over a split vocabulary ``AR(mm*nn, k)`` stays.
+
+    Weight-gradient synchronisation among the ``m`` devices that split the
+    tokens (and share a ``kk x nn`` shard of the table): the dense all-reduce
+    ``AR(nn*kk, m)``, or a sparse push and pull of only the rows touched,
+    ``W * 2 * u * nn`` with ``u = min(distinct rows, mm, kk)`` (zero when
+    ``m = 1``), or the cheaper of the two, per ``model.embedding_sync``.
     """
-    if not model.sparse_embeddings:
+    if model.original:
         return _gemm_op(op, D, C, e, model, W)
     bb, mm, nn, kk, m, n, k = _gemm_roles(op, D, C)
-    rows = mm if model.distinct_rows is None else np.minimum(mm, model.distinct_rows)
-    u = np.minimum(rows, kk)
-    comp = 2.0 * mm * nn
+    if model.embedding_lookup:
+        comp, comm = 2.0 * mm * nn, _allreduce(mm * nn, k, W)
+    else:
+        comp = 3.0 * mm * nn * kk + 3.0 * op.pw * mm * nn
+        comm = _allreduce(mm * nn, k, W) + _allreduce(mm * kk, n, W)
     dense = _allreduce(nn * kk, m, W)
-    sparse = np.where(m > 1, W * 2.0 * u * nn, 0.0)
-    comm = _allreduce(mm * nn, k, W) + _allreduce(mm * kk, n, W) + np.minimum(dense, sparse)
-    return bb * comp, bb * comm
+    rows = mm if model.distinct_rows is None else np.minimum(mm, float(model.distinct_rows))
+    sparse = np.where(m > 1, W * 2.0 * np.minimum(rows, kk) * nn, 0.0)
+    sync = {"dense": dense, "sparse": sparse, "best": np.minimum(dense, sparse)}[model.embedding_sync]
+    return bb * comp, bb * (comm + sync)
 
 
 def _lstm(op, D, C, e, model, W):

@@ -47,6 +47,9 @@ class Settings:
     output: str | None = None
     evaluate: str | None = None
     mem_limit_gb: float | None = None
+    compare: bool = False
+    sparse_embeddings: bool = False
+    distinct_rows: int | None = None
     explicit: frozenset = field(default=frozenset(), compare=False)  # flags given on the command line
 
 
@@ -98,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
       help="cost the strategy in PATH (a JSON file with 'layers': [{'id', 'config'}]) instead of searching")
     a("--mem-limit", type=_positive_float, dest="mem_limit_gb", metavar="GB",
       help="memory the search may use, in GB (default: half the memory available now)")
+    a("--compare", action="store_true",
+      help="also cost data-parallel, expert and Parallax strategies and print predicted speedups")
+    a("--sparse-embeddings", action="store_true",
+      help="model embeddings as row lookups with sparse gradient exchange (default: the original one-hot GEMM)")
+    a("--distinct-rows", type=_int, metavar="U",
+      help="distinct vocabulary rows a device's tokens touch per step, for sparse embedding "
+      "gradients (default: one per token)")
     return p
 
 
@@ -142,7 +152,8 @@ def read_strategy_file(path: str) -> tuple[dict, list]:
         if not isinstance(cfg, list):
             raise UsageError(f"--evaluate: {path}: layer {lid} has config {cfg!r}, not a list of integers")
         layers.append((lid, cfg))
-    recorded = {k: data[k] for k in ("graph", "procs", "batch", "flops", "bw", "width") if data.get(k) is not None}
+    keys = ("graph", "procs", "batch", "flops", "bw", "width", "distinct_rows", "embedding_lookup", "embedding_sync")
+    recorded = {k: data[k] for k in keys if data.get(k) is not None}
     return recorded, layers
 
 
@@ -284,6 +295,11 @@ def render_report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _model_fields(model) -> dict:
+    return {"embedding_lookup": model.embedding_lookup, "embedding_sync": model.embedding_sync,
+            "distinct_rows": model.distinct_rows}
+
+
 def make_result(s: Settings, g, strategy, model, mode: str, search_seconds=None, extra=None) -> dict:
     """The one record every output format is made from."""
     from cost_model import evaluate
@@ -301,12 +317,80 @@ def make_result(s: Settings, g, strategy, model, mode: str, search_seconds=None,
     result = {
         "graph": s.graph, "procs": s.procs, "batch": s.batch, "width": g.graph.get("width"),
         "flops": s.flops, "bw": s.bw, "algo": s.algo if mode == "search" else None, "mode": mode,
+        **_model_fields(model),
         "total_cost": sc.total, "search_seconds": search_seconds,
         "compute": sc.compute_total, "communication": sc.comm_total, "edges_cost": edges_cost,
-        "operators_cost": sc.total - edges_cost, "layers": layers,
+        "operators_cost": sc.total - edges_cost,
+        "comm_bytes_per_device": 8.0 * sc.comm_total / model.word_cost,
+        "layers": layers,
     }
     result.update(extra or {})
     return result
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100 * (b - a) / b:.1f}%"
+
+
+def add_comparison(result: dict, s: Settings, g, model, costed) -> None:
+    """Cost the baselines, add them to ``result`` and say how they compare."""
+    from baselines import compare
+
+    base = compare(g, s.procs, model, costed)
+    dp_cost = base["data_parallel"].cost.total
+    mine = result["total_cost"]
+    result["speedup_over_data_parallel"] = dp_cost / mine
+    rows = [("PaSE" if result["mode"] == "search" else "this strategy", result, True)]
+    records = {}
+    notes = []
+    for key, b in base.items():
+        rec = make_result(s, g, b.strategy, b.model, "baseline")
+        rec.update(label=b.label, in_search_space=b.in_space, speedup_over_data_parallel=dp_cost / b.cost.total)
+        records[key] = rec
+        rows.append((b.label.split(" (")[0], rec, b.in_space))
+        if b.note:
+            notes.append(f"  {b.note}")
+        elif key == "expert":
+            notes.append(f"  {b.label}")
+        cheaper = b.cost.total < mine * (1 - 1e-12)
+        if cheaper and key == "parallax" and not model.embedding_lookup and model.embedding_sync == "dense":
+            notes.append(f"  Parallax is {_pct(b.cost.total, mine)} cheaper than PaSE: it exchanges embedding")
+            notes.append("  gradients sparsely, which the default search (the original PaSE model) does")
+            notes.append("  not model; --sparse-embeddings searches with that rule")
+        elif cheaper and not b.in_space:
+            notes.append(f"  {b.label.split(' (')[0]} is {_pct(b.cost.total, mine)} cheaper than PaSE: it uses "
+                         f"configurations outside the search space ({_outside(g, b.strategy, costed)})")
+        elif cheaper:
+            notes.append(f"  {b.label.split(' (')[0]} is {_pct(b.cost.total, mine)} cheaper than this strategy")
+    if any(not r[2] for r in rows[1:]):
+        notes.append("  * uses configurations the search does not enumerate (below the cutoff)")
+    result["baselines"] = records
+    table = [("strategy", "total", "compute", "comm", "speedup", "comm/device")]
+    for label, rec, inside in rows:
+        table.append((label + ("" if inside else " *"), f"{rec['total_cost']:.3e}", f"{rec['compute']:.3e}",
+                      f"{rec['communication']:.3e}", f"{dp_cost / rec['total_cost']:.2f}x",
+                      _bytes(rec["comm_bytes_per_device"])))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    lines = ["", "Compared with baselines (FLOP per step; speedup = data-parallel cost / cost):"]
+    lines += ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+              for r in table]
+    result.setdefault("notes", []).extend(lines + notes)
+
+
+def _outside(g, strategy, costed) -> str:
+    from graph import operators
+
+    for v, (op, cfg) in enumerate(zip(operators(g), strategy)):
+        if not (costed.configs[v] == list(cfg)).all(axis=1).any():
+            return f"e.g. {op.name} {_fmt_config(cfg)} on {op.dims}"
+    return "none"
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
 
 
 # -- running ---------------------------------------------------------------------
@@ -339,18 +423,32 @@ class _Progress:
 
 def _with_file_settings(s: Settings, recorded: dict) -> Settings:
     """Flags not given on the command line come from the strategy file."""
-    names = {"graph": "graph", "procs": "procs", "batch": "batch", "flops": "flops", "bw": "bw", "width": "width"}
-    updates = {k: recorded[f] for k, f in names.items() if f in recorded and k not in s.explicit}
+    names = ("graph", "procs", "batch", "flops", "bw", "width", "distinct_rows")
+    updates = {k: recorded[k] for k in names if k in recorded and k not in s.explicit}
     if "graph" in updates and updates["graph"] not in GRAPHS:
         raise UsageError(f"--evaluate: the file names an unknown graph {updates['graph']!r}")
     return replace(s, **updates)
+
+
+def _cost_model(s: Settings, recorded: dict):
+    """The cost model the settings (and a strategy file's record) ask for."""
+    from cost_model import CostModel
+
+    rules = {}
+    if s.sparse_embeddings:
+        rules = {"embedding_lookup": True, "embedding_sync": "best"}
+    elif "embedding_lookup" in recorded or "embedding_sync" in recorded:
+        rules = {k: recorded[k] for k in ("embedding_lookup", "embedding_sync") if k in recorded}
+        if not isinstance(rules.get("embedding_lookup", False), bool):
+            raise UsageError(f"--evaluate: embedding_lookup must be true or false, not {rules['embedding_lookup']!r}")
+    return CostModel(s.flops, s.bw, distinct_rows=s.distinct_rows, **rules)
 
 
 def run(s: Settings, out=sys.stdout) -> dict:
     """Do what the settings ask; return the result record."""
     if s.evaluate and (s.profile or s.measure):
         raise UsageError("--profile and --measure time a search; they cannot be used with --evaluate")
-    layers = None
+    layers, recorded = None, {}
     if s.evaluate:
         recorded, layers = read_strategy_file(s.evaluate)
         s = _with_file_settings(s, recorded)
@@ -361,17 +459,20 @@ def run(s: Settings, out=sys.stdout) -> dict:
     if s.dump_graph:
         check_writable(DOT_FILE, "--dump-graph")
 
-    from cost_model import CostModel, check_procs
+    from cost_model import build_costs, check_procs
+    from dp_search import default_memory_limit
     from graph import build_graph
 
     check_procs(s.procs)
-    model = CostModel(s.flops, s.bw)
+    model = _cost_model(s, recorded)
     g = build_graph(s.graph, s.batch, s.width)
     if s.dump_graph:
         write_atomic(DOT_FILE, render_dot(g))
         print(f"Wrote the graph ({g.number_of_nodes()} operators, {g.number_of_edges()} edges) to "
               f"{os.path.abspath(DOT_FILE)}", file=out)
 
+    limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
+    costed = None
     if layers is not None:
         from cost_model import check_strategy
         from graph import operators
@@ -384,7 +485,10 @@ def run(s: Settings, out=sys.stdout) -> dict:
         result = make_result(s, g, strategy, model, "evaluate",
                              extra={"notes": [f"Strategy read from {s.evaluate} (no search)."]})
     else:
-        result = _search(s, g, model, out)
+        costed = build_costs(g, s.procs, model, memory_limit=limit)
+        result = _search(s, g, model, costed, limit, out)
+    if s.compare:
+        add_comparison(result, s, g, model, costed or build_costs(g, s.procs, model, memory_limit=limit))
     if s.output:
         text = render_csv(result) if s.output.lower().endswith(".csv") else _dumps(_public(result)) + "\n"
         write_atomic(s.output, text)
@@ -393,15 +497,15 @@ def run(s: Settings, out=sys.stdout) -> dict:
 
 
 def _public(result: dict) -> dict:
-    return {k: v for k, v in result.items() if k not in ("notes", "mode")}
+    """The record as written to JSON: without the report's prose."""
+    out = {k: v for k, v in result.items() if k not in ("notes", "mode")}
+    if "baselines" in out:
+        out["baselines"] = {k: _public(v) for k, v in out["baselines"].items()}
+    return out
 
 
-def _search(s: Settings, g, model, out) -> dict:
-    from cost_model import build_costs
-    from dp_search import ALGOS, default_memory_limit, search
-
-    limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
-    costed = build_costs(g, s.procs, model, memory_limit=limit)
+def _search(s: Settings, g, model, costed, limit, out) -> dict:
+    from dp_search import ALGOS, search
 
     def once(progress=None):
         return search(costed, s.algo, memory_limit=limit, progress=progress)

@@ -1,0 +1,198 @@
+"""baselines.py and the sparse-embedding rule: hand-checked configurations,
+PaSE against every baseline, and the CLI's --compare and --sparse-embeddings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from baselines import _mesh_tensorflow, compare, data_parallel, expert, fit, parallax
+from conftest import GRAPH_NAMES, PROCS, ROOT, built, costed, reference, rel
+from cost_model import CostModel, build_costs, evaluate, op_cost_parts
+from dp_search import search
+from graph import build_graph, operators
+
+SPARSE = CostModel(embedding_lookup=True, embedding_sync="best")
+
+
+def by_name(g, strategy):
+    return {op.name: tuple(c) for op, c in zip(operators(g), strategy)}
+
+
+class TestConfigurations:
+    def test_fit(self):
+        assert fit(128, 64) == 64 and fit(96, 64) == 48 and fit(8, 16) == 8 and fit(3, 2) == 1 and fit(7, 0) == 1
+
+    def test_alexnet(self):
+        g = built("alexnet")
+        assert set(data_parallel(g, 8)) == {(8, 1, 1, 1, 1, 1, 1), (8, 1, 1, 1), (8, 1), (8, 1, 1)}
+        ex = by_name(g, expert(g, 8)[0])
+        assert ex["conv1"] == ex["conv5"] == (8, 1, 1, 1, 1, 1, 1) and ex["pool5"] == (8, 1, 1, 1)
+        assert ex["flatten/unravel"] == (8, 1)
+        assert ex["fc6"] == ex["fc7"] == ex["fc8"] == (1, 8, 1)  # (b, n, k): the output split
+        assert ex["softmax"] == (1, 8)
+
+    def test_fallback_to_a_divisor(self):
+        g = build_graph("alexnet", 96)
+        assert data_parallel(g, 64)[0] == (48, 1, 1, 1, 1, 1, 1)  # 64 does not divide 96
+        ex = by_name(g, expert(g, 64)[0])
+        assert ex["fc8"] == (1, 64, 1) and ex["softmax"] == (1, 64)
+
+    def test_rnnlm_gnmt(self):
+        g = built("rnnlm")
+        ex, label = expert(g, 8)
+        assert ex == [(8, 1, 1, 1), (2, 1, 4, 1, 1), (8, 1, 1, 1), (8, 1, 1)]  # LSTM (l, s, b, n, k)
+        assert label.startswith("GNMT")
+        assert expert(g, 1)[0][1] == (1, 1, 1, 1, 1)
+
+    def test_transformer_mesh_tensorflow(self):
+        g = built("transformer")
+        mt = by_name(g, _mesh_tensorflow(g, 2, 4))
+        assert mt["enc/embed"] == (2, 1, 1, 4)  # (b, l, e, v): vocabulary split n
+        assert mt["enc0/attn/qkv"] == (1, 2, 4, 1, 1, 1)  # (s, b, h, l, k, e): heads
+        assert mt["enc0/attn/split"] == (1, 2, 4, 1, 1)
+        assert mt["enc0/attn/scores"] == mt["enc0/attn/context"] == (2, 4, 1, 1, 1)
+        assert mt["enc0/attn/softmax"] == (2, 4, 1, 1)
+        assert mt["enc0/attn/out"] == (2, 1, 1, 4, 1)  # (b, l, e, h, k)
+        assert mt["enc0/ffn/in"] == (2, 1, 4, 1) and mt["enc0/ffn/out"] == (2, 1, 1, 4)  # f
+        assert mt["dec0/cross/stack"] == (1, 2, 1, 1) and mt["enc0/ffn/norm"] == (2, 1, 1)
+        assert mt["logits"] == (2, 1, 4, 1) and mt["softmax"] == (2, 1, 4)
+        # 8 heads cannot be split 16 ways: the largest divisor, 8
+        assert by_name(g, _mesh_tensorflow(g, 4, 16))["enc0/attn/qkv"] == (1, 4, 8, 1, 1, 1)
+
+    def test_transformer_expert_is_the_best_mesh(self):
+        g = built("transformer")
+        ex, label = expert(g, 16)
+        costs = {n: evaluate(g, _mesh_tensorflow(g, 16 // n, n)).total for n in (1, 2, 4, 8, 16)}
+        n = min(costs, key=costs.get)
+        assert ex == _mesh_tensorflow(g, 16 // n, n)
+        assert label == f"Mesh-TensorFlow: batch {16 // n} x model {n}"
+
+
+@pytest.mark.parametrize("g", GRAPH_NAMES)
+@pytest.mark.parametrize("p", PROCS)
+def test_pase_beats_baselines_inside_the_search_space(g, p):
+    graph = built(g)
+    pase = reference(g, p)["optimal_cost"]
+    base = compare(graph, p, CostModel(), costed(g, p))
+    for key in ("data_parallel", "expert"):
+        b = base[key]
+        if b.in_space:
+            assert pase <= b.cost.total * (1 + 1e-12), key
+    assert rel(base["data_parallel"].cost.total, evaluate(graph, data_parallel(graph, p)).total) == 0
+
+
+def test_baselines_leave_the_space_where_expected():
+    base = compare(built("alexnet"), 64, CostModel(), costed("alexnet", 64))
+    assert not base["data_parallel"].in_space  # 2 samples per device < cutoff 4
+    assert compare(built("alexnet"), 32, CostModel(), costed("alexnet", 32))["data_parallel"].in_space
+    assert compare(built("transformer"), 64, CostModel(), costed("transformer", 64))["data_parallel"].in_space
+
+
+class TestParallax:
+    @pytest.mark.parametrize("g", ["alexnet", "resnet101", "inception3"])
+    def test_equals_data_parallel_without_embeddings(self, g):
+        base = compare(built(g), 8, CostModel(), costed(g, 8))
+        assert base["parallax"].cost.total == base["data_parallel"].cost.total
+        assert "has no embeddings" in base["parallax"].note
+
+    def test_rnnlm_hand_computed(self):
+        g = built("rnnlm")
+        W = 5000.0
+        mm, nn, kk, m = 128 * 256 / 8, 2048, 100000, 8  # data parallel embedding on 8 devices
+        dense = W * (nn * kk / m) * 2 * (m - 1)
+        sparse = W * 2 * min(mm, kk) * nn
+        dp = evaluate(g, data_parallel(g, 8)).total
+        strategy, model = parallax(g, 8)
+        assert rel(evaluate(g, strategy, model).total, dp - dense + sparse) <= 1e-12
+        few = replace(model, distinct_rows=100)  # only 100 distinct tokens per device
+        assert rel(evaluate(g, strategy, few).total, dp - dense + W * 2 * 100 * nn) <= 1e-12
+
+    def test_sparse_rule_is_bounded_by_the_shard(self):
+        op = operators(built("rnnlm"))[0]  # (b, s, d, v)
+        W = 5000.0
+        # tokens split 8 ways (4096 per device), vocabulary 32 ways: a device's
+        # shard has 3125 rows, so at most 3125 distinct rows can be exchanged
+        model = CostModel(embedding_sync="sparse")
+        comp, comm = op_cost_parts(op, [(8, 1, 1, 32)], model)
+        mm, nn, kk = 4096, 2048, 3125
+        want = W * (mm * nn / 32) * 2 * 31 + W * 2 * kk * nn
+        assert rel(comm[0], want) <= 1e-12 and rel(comp[0], 3 * mm * nn * kk) <= 1e-12
+        # and never more distinct rows than tokens, whatever --distinct-rows says
+        _, comm = op_cost_parts(op, [(8, 1, 1, 1)], replace(model, distinct_rows=10**6))
+        assert rel(comm[0], W * 2 * 4096 * 2048) <= 1e-12
+
+
+class TestSparseEmbeddingSearch:
+    @pytest.mark.parametrize("g", ["alexnet", "resnet101", "inception3"])
+    def test_nothing_changes_without_embeddings(self, g):
+        a, b = costed(g, 8), build_costs(built(g), 8, SPARSE)
+        assert all(np.array_equal(x, y) for x, y in zip(a.node_costs, b.node_costs))
+        assert search(b, 0).strategy == search(a, 0).strategy
+
+    def test_lookup_formula(self):
+        op = operators(built("transformer"))[0]  # (b, l, e, v)
+        W = 5000.0
+        comp, comm = op_cost_parts(op, [(4, 1, 2, 1)], SPARSE)
+        mm, nn, kk, m = 128 * 256 / 4, 256, 50000, 4
+        assert rel(comp[0], 2 * mm * nn) <= 1e-12
+        assert rel(comm[0], min(W * (nn * kk / m) * 2 * (m - 1), W * 2 * min(mm, kk) * nn)) <= 1e-12
+
+    @pytest.mark.parametrize("g", ["rnnlm", "transformer"])
+    @pytest.mark.parametrize("p", PROCS)
+    def test_search_beats_parallax(self, g, p):
+        graph = built(g)
+        cg = build_costs(graph, p, SPARSE)
+        base = compare(graph, p, SPARSE, cg)
+        r = search(cg, 0)
+        if base["parallax"].in_space:
+            assert r.cost <= base["parallax"].cost.total * (1 + 1e-12)
+        assert r.cost <= reference(g, p)["optimal_cost"]  # the lookup is never dearer than the GEMM
+
+
+def cli(*args, cwd=None):
+    proc = subprocess.run([sys.executable, str(ROOT / "scheduler.py"), *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    return proc.stdout
+
+
+def test_compare_report_and_json(tmp_path):
+    path = tmp_path / "plan.json"
+    out = cli("-g", "transformer", "-p", 8, "--compare", "--output", path)
+    assert "Compared with baselines" in out
+    for label in ("PaSE", "data parallel", "expert", "Parallax", "Mesh-TensorFlow: batch"):
+        assert label in out
+    # the default search does not model sparse gradients; here Parallax wins and the report says so
+    assert "Parallax is 4.4% cheaper than PaSE" in out and "--sparse-embeddings" in out
+    assert out.rstrip().splitlines()[-1].startswith("Total cost: ")
+    data = json.loads(path.read_text())
+    assert set(data["baselines"]) == {"data_parallel", "expert", "parallax"}
+    for key, b in data["baselines"].items():
+        assert [layer["id"] for layer in b["layers"]] == list(range(204))
+        single = tmp_path / f"{key}.json"
+        single.write_text(json.dumps(b))
+        again = cli("--evaluate", single).rstrip().splitlines()[-1]
+        assert rel(float(again.removeprefix("Total cost: ")), b["total_cost"]) <= 1e-12, key
+    assert data["baselines"]["parallax"]["embedding_sync"] == "sparse"
+    assert data["speedup_over_data_parallel"] == pytest.approx(
+        data["baselines"]["data_parallel"]["total_cost"] / data["total_cost"])
+
+
+def test_compare_marks_baselines_outside_the_space():
+    out = cli("-g", "alexnet", "-p", 64, "--compare")
+    assert "data parallel *" in out and "* uses configurations the search does not enumerate" in out
+    assert "Parallax equals data parallel here: alexnet has no embeddings" in out
+    assert all(len(line) <= 80 for line in out.splitlines())
+
+
+def test_sparse_embeddings_cli():
+    out = cli("-g", "rnnlm", "-p", 8, "--sparse-embeddings", "--compare")
+    pase = float(out.rstrip().splitlines()[-1].removeprefix("Total cost: "))
+    assert pase < reference("rnnlm", 8)["optimal_cost"]
+    assert "cheaper than PaSE" not in out
