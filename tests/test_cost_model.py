@@ -252,7 +252,8 @@ class TestHandComputed:
     "kwargs, message",
     [({"flops": 0}, "--flops must be a positive"), ({"bw": -1}, "--bw must be a positive"),
      ({"flops": float("inf")}, "--flops must be a positive finite"),
-     ({"bw": float("nan")}, "--bw must be a positive"), ({"distinct_rows": 0}, "distinct rows")],
+     ({"bw": float("nan")}, "--bw must be a positive"), ({"distinct_rows": 0}, "--distinct-rows must be an integer"),
+     ({"embedding_sync": "ps"}, "embedding_sync must be one of")],
 )
 def test_bad_cost_model(kwargs, message):
     with pytest.raises(ValueError, match=message):
