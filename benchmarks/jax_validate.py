@@ -1,0 +1,456 @@
+"""Run PaSE plans on XLA's SPMD partitioner (JAX, CPU devices) and check them.
+
+For a graph (AlexNet, Transformer), p and plans (default: the tool's best
+strategy and the data-parallel baseline), on p virtual CPU devices:
+
+1. numerics: one training step sharded by the plan against the same step
+   unsharded, on shrunk sizes: the loss and every gradient must agree within
+   float32 tolerance (a plan that compiles is not yet a plan that is right);
+2. communication: the step compiled at the full size, the collectives of the
+   compiled HLO (all-reduce, all-gather, reduce-scatter, all-to-all,
+   collective-permute) turned into per-device ring traffic and attributed to
+   layers, beside the cost model's prediction for the same plan;
+3. time: compile time at full size and step time at the shrunk size
+   (informative only: the virtual devices share the machine's cores).
+
+    pip install -r benchmarks/jax/requirements.txt
+    python benchmarks/jax_validate.py                       # AlexNet and Transformer, p = 8
+    python benchmarks/jax_validate.py -g transformer --plan plan.json --plan dp.json
+    python benchmarks/jax_validate.py --quick               # small sizes only (the test)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks" / "jax"))
+
+# -- HLO collectives -------------------------------------------------------------------
+
+_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+_INSTR = re.compile(r"%(?P<id>[\w.\-]+)\s*=\s*(?P<shape>\(.*?\)|\w+\[[\d,]*\](?:\{[^}]*\})?)\s+(?P<kind>"
+                    + "|".join(_KINDS) + r")(?P<start>-start)?\(")
+_ARRAY = re.compile(r"\b(?:pred|[sufc]\d+|bf16)\[([\d,]*)\]")
+_OPNAME = re.compile(r'op_name="([^"]*)"')
+_GTE = re.compile(r"get-tuple-element\(%(?P<src>[\w.\-]+)\), index=(?P<i>\d+)")
+
+
+@dataclass(frozen=True)
+class Collective:
+    kind: str
+    elements: int  # of the result (for -start forms: the last array, the output)
+    group: int  # devices per replica group
+    op_name: str
+
+    @property
+    def traffic(self) -> float:
+        """Elements one device sends over a ring for this collective."""
+        g, w = self.group, self.elements
+        if g <= 1 and self.kind != "collective-permute":
+            return 0.0
+        return {
+            "all-reduce": 2.0 * (g - 1) / g * w,
+            "all-gather": (g - 1) / g * w,
+            "reduce-scatter": (g - 1) * w,
+            "all-to-all": (g - 1) / g * w,
+            "collective-permute": float(w),
+        }[self.kind]
+
+
+def _group_size(line: str, p: int) -> int:
+    m = re.search(r"replica_groups=\{(\{[\d,]*\})", line)
+    if m:
+        return len(m.group(1).strip("{}").split(","))
+    m = re.search(r"replica_groups=\[(\d+),(\d+)\]<=", line)
+    if m:
+        return int(m.group(2))
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line)
+    if m:
+        sizes = {k.strip("' "): int(v) for k, v in (kv.split("=") for kv in m.group(1).split(","))}
+        return math.prod(sizes[a.strip("' ")] for a in m.group(2).split(",") if a.strip())
+    return p  # replica_groups={} or none: every device
+
+
+def collectives(hlo: str, p: int) -> list[Collective]:
+    """The collectives of a compiled HLO module's text, one per array: XLA
+    merges the gradient all-reduces of several layers into one instruction
+    with a tuple result; its parts keep their own op_name on the
+    get-tuple-element that reads them."""
+    lines = hlo.splitlines()
+    part_names = {}
+    for line in lines:
+        m = _GTE.search(line)
+        name = _OPNAME.search(line)
+        if m and name:
+            part_names[(m.group("src"), int(m.group("i")))] = name.group(1)
+    out = []
+    for line in lines:
+        m = _INSTR.search(line)
+        if not m:
+            continue
+        arrays = [math.prod(int(d) for d in dims.split(",") if d) for dims in _ARRAY.findall(m.group("shape"))]
+        name = _OPNAME.search(line)
+        op_name = name.group(1) if name else ""
+        group = _group_size(line, p)
+        if m.group("start") or len(arrays) == 1:
+            out.append(Collective(m.group("kind"), arrays[-1], group, op_name))
+            continue
+        for i, n in enumerate(arrays):
+            out.append(Collective(m.group("kind"), n, group, part_names.get((m.group("id"), i), op_name)))
+    return out
+
+
+def layer_of(op_name: str, names: list[str]) -> str:
+    """The graph operator an HLO instruction came from (by its named scope)."""
+    for name in names:  # longest first
+        if re.search(r"(?:^|[/(])" + re.escape(name) + r"(?:$|[/)])", op_name):
+            return name
+    return "(other)"
+
+
+# -- plans ------------------------------------------------------------------------------
+
+
+def plans_for(graph: str, p: int, files: list[str], with_expert: bool = False):
+    """[(label, strategy)]: the given plan files, or PaSE's best and data
+    parallel (and the expert baseline)."""
+    from baselines import data_parallel, expert
+    from cost_model import build_costs, check_strategy
+    from dp_search import search
+    from graph import build_graph
+    from scheduler import _strategy_from_layers, read_strategy_file
+
+    g = build_graph(graph)
+    if files:
+        out = []
+        for path in files:
+            _, layers = read_strategy_file(path)
+            out.append((Path(path).stem, check_strategy(g, _strategy_from_layers(g, layers, path))))
+        return g, out
+    out = [("PaSE", search(build_costs(g, p), 0).strategy), ("data parallel", data_parallel(g, p))]
+    if with_expert:
+        strategy, label = expert(g, p)
+        out.append((f"expert ({label})", strategy))
+    return g, out
+
+
+def predicted_words(g, strategy) -> dict[str, tuple[float, float]]:
+    """The cost model's communication per layer, in elements per device: the
+    operator's own, and the re-distribution of the tensors it reads."""
+    from cost_model import CostModel, evaluate
+    from graph import operators
+
+    model = CostModel()
+    sc = evaluate(g, strategy, model)
+    ops = operators(g)
+    own = {op.name: sc.comm[v] / model.word_cost for v, op in enumerate(ops)}
+    edges = dict.fromkeys(own, 0.0)
+    for (u, v), c in sc.edges.items():
+        edges[ops[v].name] += c / model.word_cost
+    return {name: (own[name], edges[name]) for name in own}
+
+
+# -- models -----------------------------------------------------------------------------
+
+
+def model_for(graph: str, small: bool):
+    """(sizes, init params, make data, loss(params, *data, ctx), data input names)."""
+    import jax_models as jm
+
+    if graph == "alexnet":
+        sz = jm.AlexNetSizes(batch=16, shrink=4) if small else jm.AlexNetSizes()
+        return sz, jm.alexnet_params, jm.alexnet_data, jm.alexnet_loss
+    if graph == "transformer":
+        sz = (jm.TransformerSizes(batch=16, seq=16, width=64, heads=8, key_width=8, vocab=512, layers=1)
+              if small else jm.TransformerSizes())
+        return sz, jm.transformer_params, jm.transformer_data, jm.transformer_loss
+    raise SystemExit(f"jax_validate.py: no JAX model for {graph!r} (alexnet, transformer)")
+
+
+class _Axes(tuple):
+    """Mesh axes of each axis of one tensor: a leaf of the spec trees below."""
+
+
+def _data_specs(graph, mp):
+    """Mesh axes of the data inputs, from the operators that read them."""
+    L = mp.layers
+    if graph == "alexnet":
+        specs = [L["conv1"].inputs[0], (L["softmax"].inputs[0][0],)]
+    else:
+        specs = [L["enc/embed"].inputs[0], L["dec/embed"].inputs[0], L["enc/pos"].inputs[1],
+                 L["softmax"].inputs[0][:2]]
+    return [_Axes(s) for s in specs]
+
+
+def _param_specs(params, mp):
+    out = {}
+    for name, value in params.items():
+        layer = mp.layers[name]
+        if isinstance(value, tuple):  # LayerNorm scale and bias: along the normalised axis
+            out[name] = tuple(_Axes((layer.dims[-1],)) for _ in value)
+        else:
+            out[name] = _Axes(layer.inputs[1])
+    return out
+
+
+def _shardings(mesh, mp, tree):
+    import jax
+    from jax.sharding import NamedSharding
+
+    return jax.tree.map(lambda axes: NamedSharding(mesh, mp.spec(axes)), tree,
+                        is_leaf=lambda x: isinstance(x, _Axes))
+
+
+def step_fn(loss, ctx):
+    import jax
+
+    def step(params, *data):
+        return jax.value_and_grad(lambda prm: loss(prm, *data, ctx))(params)
+
+    return step
+
+
+def check_divisible(graph, g, strategy, sz):
+    """The shrunk model must still be split exactly as the plan says."""
+    import jax
+    import jax_models as jm
+
+    _, init, make_data, loss = model_for(graph, True)
+    ctx = jm.Ctx()
+    params = jax.eval_shape(lambda: init(jax.random.PRNGKey(0), sz))
+    data = jax.eval_shape(lambda: make_data(jax.random.PRNGKey(1), sz))
+    jax.eval_shape(lambda prm, *d: loss(prm, *d, ctx), params, *data)
+    from graph import operators
+
+    for op, cfg in zip(operators(g), strategy):
+        shapes = ctx.shapes.get(op.name)
+        if not shapes:
+            continue
+        for (kind, i), shape in shapes.items():
+            t = (op.inputs if kind == "in" else op.outputs)[i]
+            for size, group in zip(shape, t.axes):
+                split = math.prod(cfg[d] for d in group)
+                if size % split:
+                    raise SystemExit(f"jax_validate.py: the shrunk {graph} cannot be split like {op.name} "
+                                     f"{tuple(cfg)}: size {size} by {split}")
+
+
+def _reference64(loss, params, data):
+    """The unsharded step in float64 on one device: the ground truth."""
+    import jax
+    import jax.numpy as jnp
+    import jax_models as jm
+    import numpy as np
+
+    params = jax.tree.map(np.asarray, params)
+    data = [np.asarray(a) for a in data]
+    jax.config.update("jax_enable_x64", True)
+    try:
+        p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+        d64 = [jnp.asarray(a, jnp.float64) if a.dtype == np.float32 else jnp.asarray(a) for a in data]
+        out = jax.jit(step_fn(loss, jm.Ctx()))(p64, *d64)
+        return jax.tree.map(np.asarray, out)
+    finally:
+        jax.config.update("jax_enable_x64", False)
+
+
+def _max_error(ref, got):
+    """(worst relative error, where): max |got - ref| / max |ref| per tensor."""
+    import jax
+    import numpy as np
+
+    (ref_loss, ref_grads), (got_loss, got_grads) = ref, got
+    pairs = [("loss", ref_loss, got_loss)] + [
+        (jax.tree_util.keystr(path), a, b)
+        for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(ref_grads), jax.tree.leaves(got_grads))]
+    worst = (0.0, "loss")
+    for name, a, b in pairs:
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        worst = max(worst, (float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-30)), name))
+    return worst[0], worst[1], len(pairs)
+
+
+TOLERANCE = 1e-4  # float32 against float64, relative to each tensor's largest entry
+# XLA's CPU backend (jaxlib 0.10.2) fuses some dots and convolutions into
+# experimental YNNPACK kernels whose float32 results are off by up to 12% here
+# (conv1's weight gradient in AlexNet, the decoder's feed-forward in the
+# Transformer), sharded or not; without them every step matches float64.
+NO_YNN = "--xla_cpu_experimental_ynn_fusion_type="
+
+
+def numerics(graph, mp, mesh, p):
+    """The sharded float32 step against the unsharded step computed in float64;
+    also the unsharded float32 step on one device, for comparison."""
+    import jax
+    import jax_models as jm
+
+    sz, init, make_data, loss = model_for(graph, True)
+    params = init(jax.random.PRNGKey(0), sz)
+    data = make_data(jax.random.PRNGKey(1), sz)
+    ref = _reference64(loss, params, data)
+    one = jax.device_put((params, data), jax.devices()[0])
+    single = jax.jit(step_fn(loss, jm.Ctx()))(one[0], *one[1])
+    sharded = jax.jit(step_fn(loss, jm.Ctx(mp, mesh)),
+                      in_shardings=(_shardings(mesh, mp, _param_specs(params, mp)),
+                                    *_shardings(mesh, mp, _data_specs(graph, mp))),
+                      out_shardings=(None, _shardings(mesh, mp, _param_specs(params, mp))))
+    t0 = time.perf_counter()
+    got = jax.block_until_ready(sharded(params, *data))
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        jax.block_until_ready(sharded(params, *data))
+        times.append(time.perf_counter() - t0)
+    err, where, n = _max_error(ref, got)
+    err1, where1, _ = _max_error(ref, single)
+    return {"ok": err <= TOLERANCE, "max_rel_error": err, "worst": where, "tensors": n,
+            "single_error": err1, "single_worst": where1, "first_step_s": first, "step_s": sorted(times)[1]}
+
+
+def communication(graph, g, mp, mesh, p, strategy, small):
+    """Compile at full (or small) size; per-layer measured and predicted traffic."""
+    import jax
+    import jax_models as jm
+    from graph import operators
+
+    sz, init, make_data, loss = model_for(graph, small)
+    params = jax.eval_shape(lambda: init(jax.random.PRNGKey(0), sz))
+    data = jax.eval_shape(lambda: make_data(jax.random.PRNGKey(1), sz))
+    p_sh = _shardings(mesh, mp, _param_specs(params, mp))
+    d_sh = _shardings(mesh, mp, _data_specs(graph, mp))
+    fn = jax.jit(step_fn(loss, jm.Ctx(mp, mesh)), in_shardings=(p_sh, *d_sh), out_shardings=(None, p_sh))
+    t0 = time.perf_counter()
+    compiled = fn.lower(params, *data).compile()
+    compile_s = time.perf_counter() - t0
+    names = sorted((op.name for op in operators(g)), key=len, reverse=True)
+    measured = {}
+    kinds = {}
+    for c in collectives(compiled.as_text(), p):
+        layer = layer_of(c.op_name, names)
+        measured[layer] = measured.get(layer, 0.0) + c.traffic
+        kinds[c.kind] = kinds.get(c.kind, 0) + 1
+    return {"compile_s": compile_s, "measured": measured, "predicted": predicted_words(g, strategy),
+            "kinds": kinds}
+
+
+# -- report -----------------------------------------------------------------------------
+
+
+def _fmt(x: float) -> str:
+    return "0" if x == 0 else f"{x:.3g}"
+
+
+def comm_table(comm: dict, markdown: bool) -> str:
+    meas, pred = comm["measured"], comm["predicted"]
+    rows = []
+    for name in list(pred) + ["(other)"]:
+        m = meas.get(name, 0.0)
+        own, edges = pred.get(name, (0.0, 0.0))
+        if m == 0 and own + edges == 0:
+            continue
+        ratio = "-" if own + edges == 0 else f"{m / (own + edges):.2f}"
+        rows.append([name, _fmt(own), _fmt(edges), _fmt(m), ratio])
+    tm, to, te = sum(meas.values()), sum(o for o, _ in pred.values()), sum(e for _, e in pred.values())
+    rows.append(["total", _fmt(to), _fmt(te), _fmt(tm), f"{tm / (to + te):.2f}" if to + te else "-"])
+    head = ["layer", "model: layer", "model: edges in", "XLA", "XLA / model"]
+    if markdown:
+        return "\n".join(["| " + " | ".join(head) + " |", "|---|---:|---:|---:|---:|"]
+                         + ["| " + " | ".join(r) + " |" for r in rows])
+    w = [max(len(x) for x in col) for col in zip(head, *rows)]
+    return "\n".join("  ".join(c.ljust(w[0]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r))
+                     for r in [head] + rows)
+
+
+def _total(pred) -> float:
+    return sum(o + e for o, e in pred.values())
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-g", "--graph", nargs="+", default=["alexnet", "transformer"],
+                    choices=["alexnet", "transformer"])
+    ap.add_argument("-p", "--procs", type=int, default=8)
+    ap.add_argument("--plan", action="append", default=[], metavar="JSON",
+                    help="a plan written by scheduler.py --output (repeatable; default: PaSE and data parallel)")
+    ap.add_argument("--expert", action="store_true", help="also run the expert baseline of scheduler.py --compare")
+    ap.add_argument("--quick", action="store_true", help="small sizes only, also for the communication check")
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--xla-cpu-defaults", action="store_true",
+                    help=f"keep XLA's experimental YNNPACK fusions on the CPU (default: off, {NO_YNN}): "
+                    "they lose float32 accuracy on these models")
+    args = ap.parse_args(argv)
+    if "jax" in sys.modules:
+        raise SystemExit("jax_validate.py: jax was imported before the device count could be set")
+    flags = f"--xla_force_host_platform_device_count={args.procs}"
+    if not args.xla_cpu_defaults:
+        flags += f" {NO_YNN}"
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # XLA's warnings about re-sharding: see the README
+    import jax
+
+    jax.config.update("jax_default_matmul_precision", "highest")
+    from plan_sharding import PlanNotExpressible, assign
+
+    print(f"XLA_FLAGS={os.environ['XLA_FLAGS']}; jax {jax.__version__}, {len(jax.devices())} CPU devices")
+    t_all = time.perf_counter()
+    failures = 0
+    for graph in args.graph:
+        g, plans = plans_for(graph, args.procs, args.plan if len(args.graph) == 1 else [], args.expert)
+        sz_small = model_for(graph, True)[0]
+        totals = {}
+        for label, strategy in plans:
+            print(f"\n== {graph}, p = {args.procs}: {label} ==", flush=True)
+            try:
+                mp = assign(g, strategy, args.procs)
+            except PlanNotExpressible as e:
+                print(f"cannot run this plan: {e}")
+                failures += 1
+                continue
+            mesh = mp.mesh()
+            check_divisible(graph, g, strategy, sz_small)
+            num = numerics(graph, mp, mesh, args.procs)
+            verdict = "PASS" if num["ok"] else "FAIL"
+            print(f"numerics: {verdict}: {num['tensors']} tensors (loss and gradients) of the sharded float32 "
+                  f"step against the unsharded step in float64: max relative error {num['max_rel_error']:.1e} "
+                  f"({num['worst']}; tolerance {TOLERANCE:.0e})")
+            print(f"  unsharded float32 on one device: max relative error {num['single_error']:.1e} "
+                  f"({num['single_worst']})" + ("" if num["single_error"] <= TOLERANCE else
+                                               "  <- wrong: XLA's CPU compiler, not the plan"))
+            print(f"  time at the small size: sharded step {num['step_s']:.3f} s "
+                  f"(first call, with compilation: {num['first_step_s']:.1f} s)")
+            failures += not num["ok"]
+            comm = communication(graph, g, mp, mesh, args.procs, strategy, args.quick)
+            size = "small" if args.quick else "full"
+            kinds = ", ".join(f"{n} {k}" for k, n in sorted(comm["kinds"].items()))
+            measured = sum(comm["measured"].values())
+            if args.quick:  # the cost model speaks of the full size only
+                print(f"communication at the small size (compiled in {comm['compile_s']:.1f} s): "
+                      f"{_fmt(measured)} elements per device ({kinds})")
+                continue
+            print(f"communication per device, in tensor elements (compiled at the full size in "
+                  f"{comm['compile_s']:.1f} s; {kinds}):")
+            print(comm_table(comm, args.markdown))
+            totals[label] = (_total(comm["predicted"]), measured)
+        if len(totals) >= 2 and not args.quick:
+            (a, (pa, ma)), (b, (pb, mb)) = list(totals.items())[:2]
+            agree = (pa < pb) == (ma < mb)
+            print(f"\n{graph}: predicted {a} {_fmt(pa)} vs {b} {_fmt(pb)} elements per device; measured "
+                  f"{_fmt(ma)} vs {_fmt(mb)}: the ordering {'agrees' if agree else 'DISAGREES'}")
+            failures += not agree
+    print(f"\nwhole validation: {time.perf_counter() - t_all:.0f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
