@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("-m", "--model", type=_int, dest="width", metavar="WIDTH",
       help="model width of rnnlm (hidden units, default 2048) or transformer (embedding width, "
       "default 512; heads = width/64)")
-    a("-g", "--graph", choices=GRAPHS, help="network to parallelize (default: alexnet)")
+    a("-g", "--graph", choices=GRAPHS, metavar="NAME",
+      help=f"network to parallelize: {', '.join(GRAPHS)} (default: alexnet)")
     a("--flops", type=_positive_float, help="peak TFLOPS per device (default: 10.0)")
     a("--bw", type=_positive_float, help="peak interconnect bandwidth in GB/s (default: 16.0)")
     a("--algo", type=_int, choices=(0, 1),
@@ -113,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv=None) -> Settings:
     ns = build_parser().parse_args(argv)
-    given = {k for k, v in vars(ns).items() if v not in (None, False)}
+    given = {k for k, v in vars(ns).items() if v is not None and v is not False}
     values = {k: v for k, v in vars(ns).items() if v is not None}
     return Settings(**values, explicit=frozenset(given))
 
