@@ -70,6 +70,11 @@ class CostModel:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf):
                 raise ValueError(f"--{name} must be a positive finite number, got {v!r}")
             object.__setattr__(self, name, float(v))
+        if not 1e-9 <= self.word_cost <= 1e15:
+            raise ValueError(
+                f"--flops {self.flops:g} and --bw {self.bw:g} make one word cost {self.word_cost:.3g} FLOP; "
+                "the model needs 1e-9 to 1e15 (flops in TFLOPS, bw in GB/s)"
+            )
         if self.embedding_sync not in EMBEDDING_SYNC:
             raise ValueError(f"embedding_sync must be one of {EMBEDDING_SYNC}, got {self.embedding_sync!r}")
         u = self.distinct_rows
@@ -297,9 +302,12 @@ def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tg
 # -- whole graphs ------------------------------------------------------------
 
 
+MAX_PROCS = 10**6
+
+
 def check_procs(p) -> int:
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
-        raise ValueError(f"the number of devices p must be an integer >= 1, got {p!r}")
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not 1 <= p <= MAX_PROCS:
+        raise ValueError(f"the number of devices p must be an integer from 1 to {MAX_PROCS:,}, got {p!r}")
     return int(p)
 
 

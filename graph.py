@@ -34,11 +34,13 @@ __all__ = [
     "build_graph",
     "operators",
     "check_graph_args",
+    "MAX_SIZE",
 ]
 
 GRAPHS = ("alexnet", "resnet101", "inception3", "rnnlm", "transformer")
 DEFAULT_WIDTH = {"rnnlm": 2048, "transformer": 512}
 _HEAD_WIDTH = 64  # Transformer key width per head: heads = width / 64
+MAX_SIZE = 10**9  # largest batch or width accepted: far beyond any real model
 
 
 @dataclass(frozen=True)
@@ -541,14 +543,14 @@ def check_graph_args(name: str, batch: int, width: int | None = None) -> None:
     """Raise ``ValueError`` with a one-line message for a bad graph request."""
     if name not in GRAPHS:
         raise ValueError(f"unknown graph {name!r}; choose one of {', '.join(GRAPHS)}")
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch size must be an integer >= 1, got {batch!r}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_SIZE:
+        raise ValueError(f"batch size must be an integer from 1 to {MAX_SIZE:,}, got {batch!r}")
     if width is None:
         return
     if name not in DEFAULT_WIDTH:
         raise ValueError(f"--model sets the width of rnnlm and transformer only, not {name}")
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-        raise ValueError(f"model width must be an integer >= 1, got {width!r}")
+    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_SIZE:
+        raise ValueError(f"model width must be an integer from 1 to {MAX_SIZE:,}, got {width!r}")
     if name == "transformer" and width % _HEAD_WIDTH:
         raise ValueError(
             f"transformer width {width} is not a multiple of the head width {_HEAD_WIDTH}"

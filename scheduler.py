@@ -63,8 +63,8 @@ def _positive_float(text: str) -> float:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (0 < v < math.inf):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive finite number")
+    if not (0 < v <= 1e12):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive finite number (at most 1e12)")
     return v
 
 
@@ -136,6 +136,10 @@ def _read_json(path: str, flag: str):
         raise UsageError(f"{flag}: {path} is not a text file") from None
     except json.JSONDecodeError as e:
         raise UsageError(f"{flag}: {path} is not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise UsageError(f"{flag}: {path} is nested too deeply to be a strategy file") from None
+    except ValueError as e:  # e.g. an integer with thousands of digits
+        raise UsageError(f"{flag}: {path} is not a usable JSON file ({e})") from None
 
 
 def read_strategy_file(path: str) -> tuple[dict, list]:
@@ -179,13 +183,20 @@ def _strategy_from_layers(g, layers, path: str) -> list:
 
 
 def check_writable(path: str, flag: str) -> None:
-    """Refuse, before any work, a path we could not write atomically."""
-    if os.path.isdir(path):
+    """Refuse, before any work, a path we could not write."""
+    if not path:
+        raise UsageError(f"{flag}: the path is empty")
+    target = os.path.realpath(path)
+    if os.path.isdir(target):
         raise UsageError(f"{flag}: {path} is a directory")
-    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(target) and not os.path.isfile(target):  # /dev/null, a FIFO: written in place
+        if not os.access(target, os.W_OK):
+            raise UsageError(f"{flag}: {path} is not writable")
+        return
+    parent = os.path.dirname(target)
     if not os.path.isdir(parent):
         raise UsageError(f"{flag}: directory {os.path.dirname(path) or '.'} does not exist")
-    if os.path.exists(path) and not os.access(path, os.W_OK):
+    if os.path.exists(target) and not os.access(target, os.W_OK):
         raise UsageError(f"{flag}: {path} is not writable")
     import tempfile
 
@@ -197,17 +208,24 @@ def check_writable(path: str, flag: str) -> None:
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, so that an error
-    never leaves a half-written file in place of the old one."""
+    """Write ``text`` to ``path`` through a temporary file renamed into place,
+    so that an error never leaves a half-written file.  A symbolic link is
+    followed (the link stays), an existing file keeps its permissions, and a
+    special file (``/dev/null``) is simply written."""
     import tempfile
 
-    parent = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".pase-", suffix=".tmp")
+    target = os.path.realpath(path)
+    if os.path.exists(target) and not os.path.isfile(target):
+        with open(target, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        return
+    mode = os.stat(target).st_mode & 0o7777 if os.path.exists(target) else 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".pase-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
-        os.chmod(tmp, 0o644 & ~_umask())
-        os.replace(tmp, path)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
     except BaseException:
         os.unlink(tmp)
         raise
@@ -341,7 +359,8 @@ def add_comparison(result: dict, s: Settings, g, model, costed) -> None:
     dp_cost = base["data_parallel"].cost.total
     mine = result["total_cost"]
     result["speedup_over_data_parallel"] = dp_cost / mine
-    rows = [("PaSE" if result["mode"] == "search" else "this strategy", result, True)]
+    mine_label = "PaSE" if result["mode"] == "search" else "this strategy"
+    rows = [(mine_label, result, True)]
     records = {}
     notes = []
     for key, b in base.items():
@@ -355,14 +374,14 @@ def add_comparison(result: dict, s: Settings, g, model, costed) -> None:
             notes.append(f"  {b.label}")
         cheaper = b.cost.total < mine * (1 - 1e-12)
         if cheaper and key == "parallax" and not model.embedding_lookup and model.embedding_sync == "dense":
-            notes.append(f"  Parallax is {_pct(b.cost.total, mine)} cheaper than PaSE: it exchanges embedding")
-            notes.append("  gradients sparsely, which the default search (the original PaSE model) does")
+            notes.append(f"  Parallax is {_pct(b.cost.total, mine)} cheaper than {mine_label}: it exchanges embedding")
+            notes.append("  gradients sparsely, which the default cost model (the original PaSE one) does")
             notes.append("  not model; --sparse-embeddings searches with that rule")
         elif cheaper and not b.in_space:
-            notes.append(f"  {b.label.split(' (')[0]} is {_pct(b.cost.total, mine)} cheaper than PaSE: it uses "
+            notes.append(f"  {b.label.split(' (')[0]} is {_pct(b.cost.total, mine)} cheaper than {mine_label}: it uses "
                          f"configurations outside the search space ({_outside(g, b.strategy, costed)})")
         elif cheaper:
-            notes.append(f"  {b.label.split(' (')[0]} is {_pct(b.cost.total, mine)} cheaper than this strategy")
+            notes.append(f"  {b.label.split(' (')[0]} is {_pct(b.cost.total, mine)} cheaper than {mine_label}")
     if any(not r[2] for r in rows[1:]):
         notes.append("  * uses configurations the search does not enumerate (below the cutoff)")
     result["baselines"] = records
@@ -428,7 +447,11 @@ def _with_file_settings(s: Settings, recorded: dict) -> Settings:
     updates = {k: recorded[k] for k in names if k in recorded and k not in s.explicit}
     if "graph" in updates and updates["graph"] not in GRAPHS:
         raise UsageError(f"--evaluate: the file names an unknown graph {updates['graph']!r}")
-    return replace(s, **updates)
+    merged = replace(s, **updates)
+    if "width" in updates and merged.graph not in ("rnnlm", "transformer"):
+        raise UsageError(f"--evaluate: the file records a model width ({updates['width']!r}), "
+                         f"but {merged.graph} has none")
+    return merged
 
 
 def _cost_model(s: Settings, recorded: dict):
@@ -445,17 +468,19 @@ def _cost_model(s: Settings, recorded: dict):
     return CostModel(s.flops, s.bw, distinct_rows=s.distinct_rows, **rules)
 
 
-def run(s: Settings, out=sys.stdout) -> dict:
-    """Do what the settings ask; return the result record."""
-    if s.evaluate and (s.profile or s.measure):
+def run(s: Settings, out=None) -> dict:
+    """Do what the settings ask; return the result record.  Every check comes
+    before any file is written."""
+    out = sys.stdout if out is None else out
+    if s.evaluate is not None and (s.profile or s.measure):
         raise UsageError("--profile and --measure time a search; they cannot be used with --evaluate")
     layers, recorded = None, {}
-    if s.evaluate:
+    if s.evaluate is not None:
         recorded, layers = read_strategy_file(s.evaluate)
         s = _with_file_settings(s, recorded)
-    if s.output:
+    if s.output is not None:
         if not s.output.lower().endswith((".json", ".csv")):
-            raise UsageError(f"--output: {s.output} must end in .json or .csv")
+            raise UsageError(f"--output: {s.output!r} must end in .json or .csv")
         check_writable(s.output, "--output")
     if s.dump_graph:
         check_writable(DOT_FILE, "--dump-graph")
@@ -467,11 +492,6 @@ def run(s: Settings, out=sys.stdout) -> dict:
     check_procs(s.procs)
     model = _cost_model(s, recorded)
     g = build_graph(s.graph, s.batch, s.width)
-    if s.dump_graph:
-        write_atomic(DOT_FILE, render_dot(g))
-        print(f"Wrote the graph ({g.number_of_nodes()} operators, {g.number_of_edges()} edges) to "
-              f"{os.path.abspath(DOT_FILE)}", file=out)
-
     limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
     costed = None
     if layers is not None:
@@ -490,9 +510,15 @@ def run(s: Settings, out=sys.stdout) -> dict:
         result = _search(s, g, model, costed, limit, out)
     if s.compare:
         add_comparison(result, s, g, model, costed or build_costs(g, s.procs, model, memory_limit=limit))
-    if s.output:
+    if not math.isfinite(result["total_cost"]):
+        raise ValueError("the total cost is not a finite number; choose realistic --flops and --bw")
+    if s.output is not None:
         text = render_csv(result) if s.output.lower().endswith(".csv") else _dumps(_public(result)) + "\n"
         write_atomic(s.output, text)
+    if s.dump_graph:
+        write_atomic(DOT_FILE, render_dot(g))
+        print(f"Wrote the graph ({g.number_of_nodes()} operators, {g.number_of_edges()} edges) to "
+              f"{os.path.abspath(DOT_FILE)}", file=out)
     print(render_report(result), file=out)
     return result
 
@@ -551,6 +577,8 @@ def _search(s: Settings, g, model, costed, limit, out) -> dict:
 
 
 def main(argv=None) -> int:
+    if sys.stdout is None:  # started with stdout closed: the report goes nowhere
+        sys.stdout = open(os.devnull, "w")
     s = parse_args(argv)
     try:
         run(s)

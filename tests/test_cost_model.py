@@ -231,7 +231,6 @@ class TestHandComputed:
         mm, nn, kk = 2, 1024, 4096
         want = 3 * mm * nn * kk + 5000 * (nn * kk / 64) * 2 * 63
         assert rel(sc.compute[12] + sc.comm[12], want) <= 1e-12
-        assert sc.total == pytest.approx(math.fsum(sc.compute + sc.comm) + math.fsum(sc.edges.values()))
         assert all(c == 0 for c in sc.edges.values())  # every tensor stays split by b
 
     def test_transformer_edge_between_stack_and_qkv(self):
@@ -253,7 +252,8 @@ class TestHandComputed:
     [({"flops": 0}, "--flops must be a positive"), ({"bw": -1}, "--bw must be a positive"),
      ({"flops": float("inf")}, "--flops must be a positive finite"),
      ({"bw": float("nan")}, "--bw must be a positive"), ({"distinct_rows": 0}, "--distinct-rows must be an integer"),
-     ({"embedding_sync": "ps"}, "embedding_sync must be one of")],
+     ({"embedding_sync": "ps"}, "embedding_sync must be one of"),
+     ({"flops": 1e300}, "make one word cost 5e\\+302 FLOP"), ({"bw": 1e-300}, "the model needs 1e-9 to 1e15")],
 )
 def test_bad_cost_model(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -262,7 +262,7 @@ def test_bad_cost_model(kwargs, message):
 
 @pytest.mark.parametrize("p", [0, -4, 2.5, True])
 def test_bad_procs(p):
-    with pytest.raises(ValueError, match="p must be an integer >= 1"):
+    with pytest.raises(ValueError, match="p must be an integer from 1 to 1,000,000"):
         build_costs(built("alexnet"), p)
 
 

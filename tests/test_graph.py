@@ -91,13 +91,13 @@ def test_rnnlm_width():
     "args, message",
     [
         (("vgg", 128), "unknown graph 'vgg'"),
-        (("alexnet", 0), "batch size must be an integer >= 1"),
-        (("alexnet", -3), "batch size must be an integer >= 1"),
-        (("alexnet", 2.5), "batch size must be an integer >= 1"),
+        (("alexnet", 0), "batch size must be an integer from 1 to 1,000,000,000"),
+        (("alexnet", -3), "batch size must be an integer from 1 to 1,000,000,000"),
+        (("alexnet", 2.5), "batch size must be an integer from 1 to 1,000,000,000"),
         (("alexnet", 128, 512), "--model sets the width of rnnlm and transformer only"),
         (("transformer", 128, 100), "not a multiple of the head width 64"),
-        (("transformer", 128, 0), "model width must be an integer >= 1"),
-        (("rnnlm", 128, -1), "model width must be an integer >= 1"),
+        (("transformer", 128, 0), "model width must be an integer from 1 to 1,000,000,000"),
+        (("rnnlm", 128, -1), "model width must be an integer from 1 to 1,000,000,000"),
     ],
 )
 def test_bad_arguments(args, message):
