@@ -108,7 +108,8 @@ class Baseline:
     """A baseline strategy and its cost."""
 
     key: str  # data_parallel, expert, parallax
-    label: str
+    name: str  # short: "data parallel"
+    label: str  # with its description
     strategy: list
     model: CostModel  # the rules it was costed with
     cost: StrategyCost
@@ -125,24 +126,16 @@ def compare(g, p: int, model: CostModel, costed=None) -> dict[str, Baseline]:
     base = replace(model, embedding_sync="dense")
     has_embedding = any(op.kind == "Embedding" for op in operators(g))
 
-    def in_space(strategy):
-        if costed is None:
-            return False
-        try:
-            costed.index_of(strategy)
-        except ValueError:
-            return False
-        return True
-
     dp = data_parallel(g, p)
     ex, ex_label = expert(g, p, base)
     px, px_model = parallax(g, p, base)
     out = {}
-    for key, label, strategy, m, note in [
-        ("data_parallel", "data parallel", dp, base, ""),
-        ("expert", f"expert ({ex_label})", ex, base, ""),
-        ("parallax", "Parallax (sparse embedding gradients)", px, px_model,
+    for key, name, label, strategy, m, note in [
+        ("data_parallel", "data parallel", "data parallel", dp, base, ""),
+        ("expert", "expert", f"expert ({ex_label})", ex, base, ""),
+        ("parallax", "Parallax", "Parallax (sparse embedding gradients)", px, px_model,
          "" if has_embedding else f"Parallax equals data parallel here: {g.graph['name']} has no embeddings"),
     ]:
-        out[key] = Baseline(key, label, strategy, m, evaluate(g, strategy, m), in_space(strategy), note)
+        inside = costed is not None and costed.outside(strategy) is None
+        out[key] = Baseline(key, name, label, strategy, m, evaluate(g, strategy, m), inside, note)
     return out

@@ -331,16 +331,23 @@ class CostedGraph:
     def n(self) -> int:
         return len(self.configs)
 
+    def position(self, v: int, cfg) -> int | None:
+        """Where configuration ``cfg`` of node ``v`` is in ``configs[v]``, or
+        ``None`` when the search space does not hold it."""
+        hits = np.nonzero((self.configs[v] == np.asarray(cfg)).all(axis=1))[0]
+        return int(hits[0]) if len(hits) else None
+
+    def outside(self, strategy) -> int | None:
+        """The first node whose configuration lies outside the space, if any."""
+        return next((v for v, cfg in enumerate(strategy) if self.position(v, cfg) is None), None)
+
     def index_of(self, strategy) -> list[int]:
         """Position of each node's configuration in ``configs`` (ValueError
         when one lies outside the enumerated space)."""
-        out = []
-        for v, cfg in enumerate(strategy):
-            hits = np.nonzero((self.configs[v] == np.asarray(cfg)).all(axis=1))[0]
-            if not len(hits):
-                raise ValueError(f"node {v}: configuration {tuple(cfg)} is not in the search space")
-            out.append(int(hits[0]))
-        return out
+        v = self.outside(strategy)
+        if v is not None:
+            raise ValueError(f"node {v}: configuration {tuple(strategy[v])} is not in the search space")
+        return [self.position(v, cfg) for v, cfg in enumerate(strategy)]
 
     def cost_at(self, index) -> float:
         """Total cost of the strategy picking ``configs[v][index[v]]``."""

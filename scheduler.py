@@ -367,7 +367,7 @@ def add_comparison(result: dict, s: Settings, g, model, costed) -> None:
         rec = make_result(s, g, b.strategy, b.model, "baseline")
         rec.update(label=b.label, in_search_space=b.in_space, speedup_over_data_parallel=dp_cost / b.cost.total)
         records[key] = rec
-        rows.append((b.label.split(" (")[0], rec, b.in_space))
+        rows.append((b.name, rec, b.in_space))
         if b.note:
             notes.append(f"  {b.note}")
         elif key == "expert":
@@ -378,10 +378,10 @@ def add_comparison(result: dict, s: Settings, g, model, costed) -> None:
             notes.append("  gradients sparsely, which the default cost model (the original PaSE one) does")
             notes.append("  not model; --sparse-embeddings searches with that rule")
         elif cheaper and not b.in_space:
-            notes.append(f"  {b.label.split(' (')[0]} is {_pct(b.cost.total, mine)} cheaper than {mine_label}: it uses "
+            notes.append(f"  {b.name} is {_pct(b.cost.total, mine)} cheaper than {mine_label}: it uses "
                          f"configurations outside the search space ({_outside(g, b.strategy, costed)})")
         elif cheaper:
-            notes.append(f"  {b.label.split(' (')[0]} is {_pct(b.cost.total, mine)} cheaper than {mine_label}")
+            notes.append(f"  {b.name} is {_pct(b.cost.total, mine)} cheaper than {mine_label}")
     if any(not r[2] for r in rows[1:]):
         notes.append("  * uses configurations the search does not enumerate (below the cutoff)")
     result["baselines"] = records
@@ -398,12 +398,12 @@ def add_comparison(result: dict, s: Settings, g, model, costed) -> None:
 
 
 def _outside(g, strategy, costed) -> str:
+    """A configuration of ``strategy`` that the search space lacks, for the report."""
     from graph import operators
 
-    for v, (op, cfg) in enumerate(zip(operators(g), strategy)):
-        if not (costed.configs[v] == list(cfg)).all(axis=1).any():
-            return f"e.g. {op.name} {_fmt_config(cfg)} on {op.dims}"
-    return "none"
+    v = costed.outside(strategy)
+    op = operators(g)[v]
+    return f"e.g. {op.name} {_fmt_config(strategy[v])} on {op.dims}"
 
 
 def _bytes(n: float) -> str:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "jax"))
 
 # -- HLO collectives -------------------------------------------------------------------
@@ -362,13 +363,9 @@ def comm_table(comm: dict, markdown: bool) -> str:
         rows.append([name, _fmt(own), _fmt(edges), _fmt(m), ratio])
     tm, to, te = sum(meas.values()), sum(o for o, _ in pred.values()), sum(e for _, e in pred.values())
     rows.append(["total", _fmt(to), _fmt(te), _fmt(tm), f"{tm / (to + te):.2f}" if to + te else "-"])
-    head = ["layer", "model: layer", "model: edges in", "XLA", "XLA / model"]
-    if markdown:
-        return "\n".join(["| " + " | ".join(head) + " |", "|---|---:|---:|---:|---:|"]
-                         + ["| " + " | ".join(r) + " |" for r in rows])
-    w = [max(len(x) for x in col) for col in zip(head, *rows)]
-    return "\n".join("  ".join(c.ljust(w[0]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r))
-                     for r in [head] + rows)
+    from table import render
+
+    return render(["layer", "model: layer", "model: edges in", "XLA", "XLA / model"], rows, markdown)
 
 
 def _total(pred) -> float:

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from cost_model import build_costs  # noqa: E402
 from dp_search import SearchTooLarge, breadth_first, generate_seq, plan, search  # noqa: E402
 from graph import GRAPHS, build_graph  # noqa: E402
+from table import render  # noqa: E402
 
 
 # A small launcher runs scheduler.py and reports the child's own rusage: a
@@ -91,12 +92,7 @@ def format_rows(rows: list[dict], markdown: bool) -> str:
                       f"{r['search_s']:.3f}", f"{r['ns_per_entry']:.2f}",
                       "-" if r["process_s"] is None else f"{r['process_s']:.2f}",
                       "-" if r["rss_mb"] is None else f"{r['rss_mb']:.0f}", str(r["M1"]), bfs])
-    if markdown:
-        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        out += ["| " + " | ".join(line) + " |" for line in lines]
-        return "\n".join(out)
-    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in [head] + lines)
+    return render(head, lines, markdown)
 
 
 def main(argv=None) -> None:

@@ -24,6 +24,7 @@ from baselines import compare  # noqa: E402
 from cost_model import CostModel, build_costs  # noqa: E402
 from dp_search import search  # noqa: E402
 from graph import GRAPHS, build_graph, operators  # noqa: E402
+from table import render  # noqa: E402
 
 SPARSE = CostModel(embedding_lookup=True, embedding_sync="best")
 
@@ -43,16 +44,6 @@ def speedups(graph: str, p: int, model: CostModel = CostModel()) -> dict:
     return row
 
 
-def _md(head, lines):
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-                     + ["| " + " | ".join(line) + " |" for line in lines])
-
-
-def _plain(head, lines):
-    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in [head] + lines)
-
-
 def speedup_table(rows, markdown):
     head = ["graph", "p", "data parallel", "expert", "Parallax", "PaSE", "PaSE cost (FLOP)"]
 
@@ -61,7 +52,7 @@ def speedup_table(rows, markdown):
 
     lines = [[r["graph"], str(r["p"]), cell(r, "data_parallel"), cell(r, "expert"), cell(r, "parallax"),
               f"{r['pase']:.2f}", f"{r['pase_cost']:.4e}"] for r in rows]
-    return (_md if markdown else _plain)(head, lines)
+    return render(head, lines, markdown)
 
 
 def _embedding_configs(graph, strategy):
@@ -79,7 +70,7 @@ def sparse_table(rows_dense, rows_sparse, markdown):
                       f"{s['parallax_cost']:.4e}" + ("" if s["parallax_inside"] else "*"),
                       f"{100 * (s['pase_cost'] / d['pase_cost'] - 1):+.1f}%",
                       _embedding_configs(d["graph"], d["strategy"]), _embedding_configs(s["graph"], s["strategy"])])
-    return (_md if markdown else _plain)(head, lines)
+    return render(head, lines, markdown)
 
 
 def plot(rows, path):

@@ -15,12 +15,13 @@ first takes the mesh axes its input tensor already lives on (when the split
 agrees), then the batch dimension takes free axes from the front of the mesh
 and every other dimension from the back.
 
-This module needs only numpy-free Python and graph.py; jax is imported by the
-functions that build jax objects.
+This module needs only graph.py; jax is imported by the functions that build
+jax objects.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -63,20 +64,13 @@ class MeshPlan:
         devices = jax.devices() if devices is None else devices
         shape = tuple(size for _, size in self.axes) or (1,)
         names = tuple(name for name, _ in self.axes) or ("m0",)
-        return Mesh(np.array(devices[: _prod(shape)]).reshape(shape), names)
+        return Mesh(np.array(devices[: math.prod(shape)]).reshape(shape), names)
 
     @staticmethod
     def spec(tensor_axes) -> "object":
         from jax.sharding import PartitionSpec
 
         return PartitionSpec(*[None if not a else (a[0] if len(a) == 1 else a) for a in tensor_axes])
-
-
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= x
-    return out
 
 
 def _tensor_axes(tensor, dim_axes):
@@ -97,7 +91,7 @@ def assign(g, strategy, p: int) -> MeshPlan:
         for u, _, d in g.in_edges(v, data=True):  # the producer's mesh axes for the same split
             t_out = out_axes[(u, d["out"])]
             for j, group in enumerate(op.inputs[d["inp"]].axes):
-                if len(group) == 1 and cfg[group[0]] > 1 and _prod(size[a] for a in t_out[j]) == cfg[group[0]]:
+                if len(group) == 1 and cfg[group[0]] > 1 and math.prod(size[a] for a in t_out[j]) == cfg[group[0]]:
                     preferred.setdefault(group[0], t_out[j])
         free = [name for name, _ in axes]
         dim_axes = [()] * len(cfg)
