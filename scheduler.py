@@ -283,6 +283,13 @@ def render_dot(g) -> str:
 # -- the report ------------------------------------------------------------------
 
 
+def _align(rows, right: set[int], sep: str = " ") -> list[str]:
+    """Rows of cells as lines of aligned columns (``right``: right-aligned)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [sep.join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+            for row in rows]
+
+
 def _fmt_config(cfg) -> str:
     return "(" + ",".join(map(str, cfg)) + ")"
 
@@ -299,13 +306,7 @@ def render_report(result: dict) -> str:
     for layer in r["layers"]:
         rows.append((str(layer["id"]), layer["name"], layer["op"], layer["dims"], _fmt_config(layer["config"]),
                      str(layer["devices"]), f"{layer['cost']:.3e}"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    right = {0, 5, 6}
-    lines = head + [""]
-    for row in rows:
-        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
-        lines.append(" ".join(cells).rstrip())
-    lines.append("")
+    lines = head + [""] + _align(rows, right={0, 5, 6}) + [""]
     lines.append(f"Operators: {r['operators_cost']:.4e} (compute {r['compute']:.4e}, "
                  f"communication {r['communication'] - r['edges_cost']:.4e})")
     lines.append(f"Edges (re-distribution): {r['edges_cost']:.4e}")
@@ -373,7 +374,7 @@ def add_comparison(result: dict, s: Settings, g, model, costed) -> None:
         elif key == "expert":
             notes.append(f"  {b.label}")
         cheaper = b.cost.total < mine * (1 - 1e-12)
-        if cheaper and key == "parallax" and not model.embedding_lookup and model.embedding_sync == "dense":
+        if cheaper and key == "parallax" and model.original:
             notes.append(f"  Parallax is {_pct(b.cost.total, mine)} cheaper than {mine_label}: it exchanges embedding")
             notes.append("  gradients sparsely, which the default cost model (the original PaSE one) does")
             notes.append("  not model; --sparse-embeddings searches with that rule")
@@ -390,10 +391,8 @@ def add_comparison(result: dict, s: Settings, g, model, costed) -> None:
         table.append((label + ("" if inside else " *"), f"{rec['total_cost']:.3e}", f"{rec['compute']:.3e}",
                       f"{rec['communication']:.3e}", f"{dp_cost / rec['total_cost']:.2f}x",
                       _bytes(rec["comm_bytes_per_device"])))
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     lines = ["", "Compared with baselines (FLOP per step; speedup = data-parallel cost / cost):"]
-    lines += ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-              for r in table]
+    lines += ["  " + line for line in _align(table, right={1, 2, 3, 4, 5}, sep="  ")]
     result.setdefault("notes", []).extend(lines + notes)
 
 
