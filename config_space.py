@@ -2,7 +2,7 @@
 
 A configuration ``C = (c1..cn)`` splits dimension ``i`` of an iteration space
 ``D = (D1..Dn)`` into ``ci`` parts; it uses ``prod(C)`` devices.  Following the
-PaSE paper (Elango, IPDPS 2021, section IV) and ``cost-model.md``:
+PaSE paper (Elango, IPDPS 2021, section IV) and the original tool:
 
 * dimension ``i`` may be split by any divisor ``e`` of ``Di`` that leaves at
   least ``cutoff`` elements per part (``Di / e >= cutoff``); if no divisor

@@ -1,9 +1,9 @@
 """The PaSE cost model: FLOP cost of every configuration of every operator,
 and of every pair of configurations on every edge.
 
-Formulas follow the PaSE paper (Elango, IPDPS 2021, section III) as pinned
-down operator by operator in ``cost-model.md``; the letters in the code are the
-letters there.  Every cost is in FLOP; moving one 8-byte word costs
+Formulas follow the PaSE paper (Elango, IPDPS 2021, section III) as the
+original tool implements them, operator by operator; the README summarises
+them, and the letters in the code are the formulas' symbols.  Every cost is in FLOP; moving one 8-byte word costs
 ``W = 8000 * flops / bw`` FLOP (``flops`` in TFLOPS per device, ``bw`` in GB/s).
 
 Everything is vectorised over configurations: an operator's ``K``
@@ -101,7 +101,7 @@ def _allreduce(words, q, W):
 
 
 def _need(src, tgt, ps, pt):
-    """Elements a target device lacks (cost-model.md, "Area needed").
+    """Elements a target device lacks ("area needed").
 
     ``src``, ``tgt``: per-device extents (..., r), broadcastable;
     ``ps``, ``pt``: device counts, broadcastable to the result.

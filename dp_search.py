@@ -1,10 +1,10 @@
 """Exact minimum-cost strategy search: the PaSE dynamic program.
 
 Implements section IV of "PaSE: Parallelization Strategies for Efficient DNN
-Training" (Elango, IPDPS 2021) as pinned down in ``search.md``.  A strategy
-picks one configuration per operator; its cost is the sum of every operator's
-cost vector and every edge's cost matrix at the chosen configurations.  The
-search treats the graph as undirected and returns a strategy of minimum cost.
+Training" (Elango, IPDPS 2021).  A strategy picks one configuration per
+operator; its cost is the sum of every operator's cost vector and every edge's
+cost matrix at the chosen configurations.  The search treats the graph as
+undirected and returns a strategy of minimum cost.
 
 Vertices are processed in an order ``v1..vn``.  The *dependent set* ``D(i)``
 of ``vi`` holds the later vertices its table is indexed by.  Processing ``vi``

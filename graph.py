@@ -1,7 +1,7 @@
 """The five built-in computation graphs, one node per operator.
 
 Each graph is a networkx ``DiGraph`` whose nodes are numbered ``0..n-1`` in
-creation order (the order of ``models.md``) and carry one attribute, ``op``:
+creation order (the original tool's order) and carry one attribute, ``op``:
 an :class:`Operator`.  An edge ``u -> v`` means that ``v`` reads a tensor
 ``u`` writes; its attributes ``out`` and ``inp`` say which output of ``u``
 and which input of ``v``.  When ``v`` reads several outputs of ``u`` the edge

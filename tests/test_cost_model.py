@@ -1,6 +1,6 @@
 """cost_model.py: the reference numbers, and the same formulas at settings the
 reference does not cover (checked against a plain per-configuration reading
-of cost-model.md written here, and against hand-computed values)."""
+of the cost formulas written here, and against hand-computed values)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_reference_optimum_evaluates_to_its_cost(setting):
     assert rel(cg.cost_at(cg.index_of(ref["optimal_strategy"])), ref["optimal_cost"]) <= TOL
 
 
-# -- a plain reading of cost-model.md, one configuration at a time -------------
+# -- a plain reading of the cost formulas, one configuration at a time ---------
 
 
 def plain_op_cost(op, C, W):
@@ -200,7 +200,7 @@ def test_one_device_has_no_communication(g):
 
 
 class TestHandComputed:
-    """Values worked out by hand from cost-model.md, outside the reference."""
+    """Values worked out by hand from the formulas, outside the reference."""
 
     def test_conv1_batch32_hybrid(self):
         op = operators(build_graph("alexnet", 32))[0]  # (b,c,h,w,r,s,n) = (32,3,55,55,11,11,96)
