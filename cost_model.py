@@ -3,8 +3,9 @@ and of every pair of configurations on every edge.
 
 Formulas follow the PaSE paper (Elango, IPDPS 2021, section III) as the
 original tool implements them, operator by operator; the README summarises
-them, and the letters in the code are the formulas' symbols.  Every cost is in FLOP; moving one 8-byte word costs
-``W = 8000 * flops / bw`` FLOP (``flops`` in TFLOPS per device, ``bw`` in GB/s).
+them, and the letters in the code are the formulas' symbols.  Every cost is
+in FLOP; moving one 8-byte word costs ``W = 8000 * flops / bw`` FLOP
+(``flops`` in TFLOPS per device, ``bw`` in GB/s).
 
 Everything is vectorised over configurations: an operator's ``K``
 configurations are an integer array ``(K, n)`` and its cost a vector ``(K,)``;
@@ -125,11 +126,13 @@ def tensor_configs(t: Tensor, C: np.ndarray) -> np.ndarray:
     return out
 
 
-def _gemm(bb, mm, nn, kk, m, n, k, pw, W):
+def _gemm(bb, mm, nn, kk, m, n, k, pw, W, weight_sync=None):
     """GEMM of per-device extents mm x kk by kk x nn, repeated bb times, whose
-    M, N, K are split m, n, k ways.  Returns (compute, communication)."""
+    M, N, K are split m, n, k ways.  Returns (compute, communication).
+    ``weight_sync`` replaces the weight-gradient all-reduce ``AR(nn*kk, m)``."""
     comp = 3.0 * mm * nn * kk + 3.0 * pw * mm * nn  # fwd + 2 bwd GEMMs; pointwise
-    comm = _allreduce(mm * nn, k, W) + _allreduce(mm * kk, n, W) + _allreduce(nn * kk, m, W)
+    sync = _allreduce(nn * kk, m, W) if weight_sync is None else weight_sync
+    comm = _allreduce(mm * nn, k, W) + _allreduce(mm * kk, n, W) + sync
     return bb * comp, bb * comm
 
 
@@ -194,16 +197,13 @@ def _embedding(op, D, C, e, model, W):
     if model.original:
         return _gemm_op(op, D, C, e, model, W)
     bb, mm, nn, kk, m, n, k = _gemm_roles(op, D, C)
-    if model.embedding_lookup:
-        comp, comm = 2.0 * mm * nn, _allreduce(mm * nn, k, W)
-    else:
-        comp = 3.0 * mm * nn * kk + 3.0 * op.pw * mm * nn
-        comm = _allreduce(mm * nn, k, W) + _allreduce(mm * kk, n, W)
     dense = _allreduce(nn * kk, m, W)
     rows = mm if model.distinct_rows is None else np.minimum(mm, float(model.distinct_rows))
     sparse = np.where(m > 1, W * 2.0 * np.minimum(rows, kk) * nn, 0.0)
     sync = {"dense": dense, "sparse": sparse, "best": np.minimum(dense, sparse)}[model.embedding_sync]
-    return bb * comp, bb * (comm + sync)
+    if model.embedding_lookup:
+        return bb * 2.0 * mm * nn, bb * (_allreduce(mm * nn, k, W) + sync)
+    return _gemm(bb, mm, nn, kk, m, n, k, op.pw, W, weight_sync=sync)
 
 
 def _lstm(op, D, C, e, model, W):
@@ -344,10 +344,11 @@ class CostedGraph:
     def index_of(self, strategy) -> list[int]:
         """Position of each node's configuration in ``configs`` (ValueError
         when one lies outside the enumerated space)."""
-        v = self.outside(strategy)
-        if v is not None:
+        index = [self.position(v, cfg) for v, cfg in enumerate(strategy)]
+        if None in index:
+            v = index.index(None)
             raise ValueError(f"node {v}: configuration {tuple(strategy[v])} is not in the search space")
-        return [self.position(v, cfg) for v, cfg in enumerate(strategy)]
+        return index
 
     def cost_at(self, index) -> float:
         """Total cost of the strategy picking ``configs[v][index[v]]``."""
