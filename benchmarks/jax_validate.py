@@ -220,23 +220,27 @@ def step_fn(loss, ctx):
     return step
 
 
-def check_divisible(graph, g, strategy, sz):
-    """The shrunk model must still be split exactly as the plan says."""
+def model_shapes(graph: str, small: bool):
+    """Abstract parameters and every tensor shape the model reads or writes,
+    by operator name, traced without computing anything."""
     import jax
     import jax_models as jm
 
-    _, init, make_data, loss = model_for(graph, True)
+    sz, init, make_data, loss = model_for(graph, small)
     ctx = jm.Ctx()
     params = jax.eval_shape(lambda: init(jax.random.PRNGKey(0), sz))
     data = jax.eval_shape(lambda: make_data(jax.random.PRNGKey(1), sz))
     jax.eval_shape(lambda prm, *d: loss(prm, *d, ctx), params, *data)
+    return params, ctx.shapes
+
+
+def check_divisible(graph, g, strategy, shapes):
+    """The shrunk model (tensor ``shapes`` by operator) must still be split
+    exactly as the plan says."""
     from graph import operators
 
     for op, cfg in zip(operators(g), strategy):
-        shapes = ctx.shapes.get(op.name)
-        if not shapes:
-            continue
-        for (kind, i), shape in shapes.items():
+        for (kind, i), shape in shapes.get(op.name, {}).items():
             t = (op.inputs if kind == "in" else op.outputs)[i]
             for size, group in zip(shape, t.axes):
                 split = math.prod(cfg[d] for d in group)
@@ -404,7 +408,7 @@ def main(argv=None) -> int:
     failures = 0
     for graph in args.graph:
         g, plans = plans_for(graph, args.procs, args.plan if len(args.graph) == 1 else [], args.expert)
-        sz_small = model_for(graph, True)[0]
+        _, small_shapes = model_shapes(graph, small=True)
         totals = {}
         for label, strategy in plans:
             print(f"\n== {graph}, p = {args.procs}: {label} ==", flush=True)
@@ -415,7 +419,7 @@ def main(argv=None) -> int:
                 failures += 1
                 continue
             mesh = mp.mesh()
-            check_divisible(graph, g, strategy, sz_small)
+            check_divisible(graph, g, strategy, small_shapes)
             num = numerics(graph, mp, mesh, args.procs)
             verdict = "PASS" if num["ok"] else "FAIL"
             print(f"numerics: {verdict}: {num['tensors']} tensors (loss and gradients) of the sharded float32 "

@@ -158,10 +158,8 @@ def _attn_names(pre):
                                       "residual", "norm")}
 
 
-def _layer_prefixes(sz):
-    enc = [f"enc{i}" for i in range(sz.layers)]
-    dec = [f"dec{i}" for i in range(sz.layers)]
-    return enc, dec
+def _layer_prefixes(layers: int):
+    return [f"enc{i}" for i in range(layers)], [f"dec{i}" for i in range(layers)]
 
 
 def transformer_params(key, sz: TransformerSizes):
@@ -170,7 +168,7 @@ def transformer_params(key, sz: TransformerSizes):
     keys = iter(jax.random.split(key, 16 * sz.layers + 8))
     params["enc/embed"] = _init(next(keys), (v, e), e)
     params["dec/embed"] = _init(next(keys), (v, e), e)
-    enc, dec = _layer_prefixes(sz)
+    enc, dec = _layer_prefixes(sz.layers)
     attn = [f"{p}/attn" for p in enc] + [f"{p}/{s}" for p in dec for s in ("self", "cross")]
     for pre in attn:
         params[f"{pre}/qkv"] = _init(next(keys), (3, h, e, k), e)
@@ -195,8 +193,7 @@ def transformer_data(key, sz: TransformerSizes):
 
 def _einsum(ctx, name, eq, x, w):
     with jax.named_scope(name):
-        y = jnp.einsum(eq, ctx.inp(name, 0, x), ctx.inp(name, 1, w))
-        return y, name
+        return jnp.einsum(eq, ctx.inp(name, 0, x), ctx.inp(name, 1, w))
 
 
 def _norm(ctx, name, x, scale_bias):
@@ -230,10 +227,10 @@ def _attention(ctx, params, pre, xs):
         with jax.named_scope(n["stack"]):
             st = jnp.stack([ctx.inp(n["stack"], i, x) for i, x in enumerate(xs)])
             st = ctx.out(n["stack"], 0, st)
-        qkv, name = _einsum(ctx, n["qkv"], "sble,shek->sbhlk", st, w)
+        qkv = _einsum(ctx, n["qkv"], "sble,shek->sbhlk", st, w)
     else:
-        qkv, name = _einsum(ctx, n["qkv"], "ble,shek->sbhlk", xs[0], w)
-    qkv = ctx.out(name, 0, qkv)
+        qkv = _einsum(ctx, n["qkv"], "ble,shek->sbhlk", xs[0], w)
+    qkv = ctx.out(n["qkv"], 0, qkv)
     with jax.named_scope(n["split"]):
         qkv = ctx.inp(n["split"], 0, qkv)
         q, k, v = (ctx.out(n["split"], j, qkv[j]) for j in range(3))
@@ -245,23 +242,21 @@ def _attention(ctx, params, pre, xs):
     with jax.named_scope(n["context"]):
         c = jnp.einsum("bhlm,bhmk->bhlk", ctx.inp(n["context"], 0, s), ctx.inp(n["context"], 1, v))
         c = ctx.out(n["context"], 0, c)
-    o, name = _einsum(ctx, n["out"], "bhlk,hek->ble", c, params[n["out"]])
-    o = ctx.out(name, 0, o)
+    o = ctx.out(n["out"], 0, _einsum(ctx, n["out"], "bhlk,hek->ble", c, params[n["out"]]))
     o = _add(ctx, n["residual"], xs[0], o)
     return _norm(ctx, n["norm"], o, params[n["norm"]])
 
 
 def _feed_forward(ctx, params, pre, x):
-    y, name = _einsum(ctx, f"{pre}/in", "ble,ef->blf", x, params[f"{pre}/in"])
-    y = ctx.out(name, 0, jax.nn.relu(y))
-    y, name = _einsum(ctx, f"{pre}/out", "blf,fe->ble", y, params[f"{pre}/out"])
-    y = ctx.out(name, 0, y)
+    y = _einsum(ctx, f"{pre}/in", "ble,ef->blf", x, params[f"{pre}/in"])
+    y = ctx.out(f"{pre}/in", 0, jax.nn.relu(y))
+    y = ctx.out(f"{pre}/out", 0, _einsum(ctx, f"{pre}/out", "blf,fe->ble", y, params[f"{pre}/out"]))
     y = _add(ctx, f"{pre}/residual", x, y)
     return _norm(ctx, f"{pre}/norm", y, params[f"{pre}/norm"])
 
 
 def transformer_loss(params, enc_ids, dec_ids, pos, labels, ctx: Ctx):
-    enc_pre, dec_pre = _layer_prefixes_from(params)
+    enc_pre, dec_pre = _layer_prefixes(sum(k.startswith("enc") and k.endswith("/attn/qkv") for k in params))
     x = _embedding(ctx, "enc/embed", enc_ids, params["enc/embed"])
     x = _add(ctx, "enc/pos", x, pos)
     for pre in enc_pre:
@@ -272,11 +267,6 @@ def transformer_loss(params, enc_ids, dec_ids, pos, labels, ctx: Ctx):
     for pre in dec_pre:
         a = _attention(ctx, params, f"{pre}/self", [x])
         x = _feed_forward(ctx, params, f"{pre}/ffn", _attention(ctx, params, f"{pre}/cross", [a, enc, enc]))
-    y, name = _einsum(ctx, "logits", "ble,ev->blv", x, params["logits"])
-    y = ctx.out(name, 0, y)
+    y = ctx.out("logits", 0, _einsum(ctx, "logits", "ble,ev->blv", x, params["logits"]))
     return softmax_xent(ctx, "softmax", y, labels)
 
-
-def _layer_prefixes_from(params):
-    n = sum(1 for k in params if k.endswith("/attn/qkv") and k.startswith("enc"))
-    return [f"enc{i}" for i in range(n)], [f"dec{i}" for i in range(n)]
