@@ -20,7 +20,8 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 
-GRAPHS = ("alexnet", "resnet101", "inception3", "rnnlm", "transformer")
+from graph import GRAPHS  # graph.py imports networkx only when a graph is built
+
 DEFAULTS = {"graph": "alexnet", "procs": 32, "batch": 128, "flops": 10.0, "bw": 16.0, "algo": 0}
 DOT_FILE = "graph.dot"
 PROG = "scheduler.py"
@@ -301,7 +302,7 @@ def render_report(result: dict) -> str:
     width = f", width {r['width']}" if r.get("width") else ""
     head = [f"PaSE {what}: {r['graph']}, batch {r['batch']}{width}, p = {r['procs']}",
             f"{r['flops']:g} TFLOPS and {r['bw']:g} GB/s per device; costs in FLOP "
-            f"(a word moved costs {8000 * r['flops'] / r['bw']:g})"]
+            f"(a word moved costs {r['word_cost']:g})"]
     rows = [("id", "name", "kind", "dims", "config", "dev", "cost")]
     for layer in r["layers"]:
         rows.append((str(layer["id"]), layer["name"], layer["op"], layer["dims"], _fmt_config(layer["config"]),
@@ -336,7 +337,8 @@ def make_result(s: Settings, g, strategy, model, mode: str, search_seconds=None,
     edges_cost = math.fsum(sc.edges.values())
     result = {
         "graph": s.graph, "procs": s.procs, "batch": s.batch, "width": g.graph.get("width"),
-        "flops": s.flops, "bw": s.bw, "algo": s.algo if mode == "search" else None, "mode": mode,
+        "flops": s.flops, "bw": s.bw, "word_cost": model.word_cost,
+        "algo": s.algo if mode == "search" else None, "mode": mode,
         **_model_fields(model),
         "total_cost": sc.total, "search_seconds": search_seconds,
         "compute": sc.compute_total, "communication": sc.comm_total, "edges_cost": edges_cost,
