@@ -5,17 +5,22 @@ our cost model, so that its total is directly comparable with the searched
 strategy's.  A wanted split that does not divide a dimension falls back to
 the largest divisor at most the wanted split; baselines may use
 configurations outside the search space (e.g. data parallelism on 64 devices
-with 2 samples each, below the cutoff of 4), and :func:`compare` says which.
+with 2 samples each, below the cutoff of 4), and each layer says whether the
+space holds it.
 
 * **data parallel**: every operator splits only its batch dimension ``b`` by p.
-* **expert**: the strategy a practitioner would write by hand.  CNNs: "one
-  weird trick" (Krizhevsky, 2014): data-parallel convolutions, pooling and
-  normalisation; fully-connected layers and the softmax split their output
-  (class) dimension by p.  RNNLM: GNMT style (Wu et al., 2016): the LSTM's
-  layers on different devices, the batch split by the rest; everything else
-  data parallel.  Transformer: Mesh-TensorFlow style (Shazeer et al., 2018):
-  batch split m ways and the model dimensions (vocabulary ``v``, feed-forward
-  hidden ``f``, heads ``h``) n ways, m * n = p, with the best (m, n).
+* **expert**: the strategy a practitioner would write by hand; a model names
+  its recipe (``g.graph["expert"]``):
+
+  - ``one_weird_trick`` (Krizhevsky, 2014), for CNNs: data-parallel layers,
+    except those whose kind names model dimensions (fully-connected layers,
+    the classifier), which split them by p;
+  - ``gnmt`` (Wu et al., 2016): layers stacked along a kind's stage
+    dimension (the LSTM's layers) go to different devices, the batch is
+    split by the rest; everything else data parallel;
+  - ``mesh_tensorflow`` (Shazeer et al., 2018): batch split m ways and the
+    model's model dimensions (``g.graph["model_dims"]``: vocabulary,
+    feed-forward hidden, heads) n ways, m * n = p, with the best (m, n).
 * **Parallax** (Kim et al., EuroSys 2019): data parallel, but each
   embedding's weight gradient is exchanged sparsely through parameter
   servers (only the rows the device's tokens touch) instead of a dense
@@ -25,16 +30,16 @@ with 2 samples each, below the cutoff of 4), and :func:`compare` says which.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from config_space import divisors
-from cost_model import CostModel, StrategyCost, evaluate
+from cost_model import CostModel, evaluate
 from graph import Operator, operators
+from result import Result, make_result
 
-__all__ = ["BASELINES", "Baseline", "fit", "data_parallel", "expert", "parallax", "compare"]
+__all__ = ["BASELINES", "fit", "data_parallel", "expert", "parallax", "compare"]
 
 BASELINES = ("data_parallel", "expert", "parallax")
-_MODEL_DIMS = "vfh"  # Mesh-TensorFlow's model-parallel dims: vocabulary, feed-forward, heads
 
 
 def fit(size: int, want: int) -> int:
@@ -55,45 +60,46 @@ def data_parallel(g, p: int) -> list[tuple[int, ...]]:
 def _one_weird_trick(g, p):
     out = []
     for op in operators(g):
-        if op.kind == "FC":
-            out.append(_split(op, {"n": p}))
-        elif op.kind == "SoftmaxCrossEntropy":
-            out.append(_split(op, {op.dims[-1]: p}))
-        else:
-            out.append(_split(op, {"b": p}))
+        model = op.kind.model_dims(op)
+        out.append(_split(op, {d: p for d in model} if model else {"b": p}))
     return out
 
 
 def _gnmt(g, p):
     out = []
     for op in operators(g):
-        if op.kind == "LSTM":
-            layers = fit(op.space[op.dims.index("l")], p)
-            out.append(_split(op, {"l": layers, "b": p // layers}))
+        stage = op.kind.stage_dim(op)
+        if stage:
+            layers = fit(op.size(stage), p)
+            out.append(_split(op, {stage: layers, "b": p // layers}))
         else:
             out.append(_split(op, {"b": p}))
     return out
 
 
-def _mesh_tensorflow(g, m, n):
-    return [_split(op, {"b": m, **{d: n for d in _MODEL_DIMS}}) for op in operators(g)]
+def mesh_tensorflow(g, m: int, n: int) -> list[tuple[int, ...]]:
+    """Batch split ``m`` ways, the model's model dimensions ``n`` ways."""
+    model_dims = g.graph.get("model_dims", "")
+    return [_split(op, {"b": m, **{d: n for d in model_dims}}) for op in operators(g)]
 
 
 def expert(g, p: int, model: CostModel = CostModel()) -> tuple[list[tuple[int, ...]], str]:
     """The hand-written strategy for ``g`` and a short description of it."""
-    name = g.graph["name"]
-    if name == "rnnlm":
+    recipe = g.graph.get("expert", "one_weird_trick")
+    if recipe == "gnmt":
         return _gnmt(g, p), "GNMT: LSTM layers across devices, batch by the rest"
-    if name == "transformer":
+    if recipe == "mesh_tensorflow":
         best = None
         for n in divisors(p):
             m = p // n
-            strategy = _mesh_tensorflow(g, m, n)
+            strategy = mesh_tensorflow(g, m, n)
             total = evaluate(g, strategy, model).total
             if best is None or total < best[0]:
                 best = (total, strategy, m, n)
         _, strategy, m, n = best
         return strategy, f"Mesh-TensorFlow: batch {m} x model {n}"
+    if recipe != "one_weird_trick":
+        raise ValueError(f"unknown expert recipe {recipe!r}")
     return _one_weird_trick(g, p), "one weird trick: data-parallel convolutions, FC/softmax split by p"
 
 
@@ -103,39 +109,21 @@ def parallax(g, p: int, model: CostModel = CostModel()) -> tuple[list[tuple[int,
     return data_parallel(g, p), replace(model, embedding_sync="sparse")
 
 
-@dataclass(frozen=True)
-class Baseline:
-    """A baseline strategy and its cost."""
-
-    key: str  # data_parallel, expert, parallax
-    name: str  # short: "data parallel"
-    label: str  # with its description
-    strategy: list
-    model: CostModel  # the rules it was costed with
-    cost: StrategyCost
-    in_space: bool  # every configuration is one the search enumerates
-    note: str = ""
-
-
-def compare(g, p: int, model: CostModel, costed=None) -> dict[str, Baseline]:
-    """Cost the three baselines.  ``model`` is the search's cost model; the
-    baselines use its hardware and embedding compute but their own gradient
-    exchange (a dense all-reduce, sparse for Parallax).  ``costed`` (a
-    :class:`cost_model.CostedGraph` for ``p``) tells which baseline stays
-    inside the search space."""
+def compare(g, p: int, model: CostModel) -> tuple[Result, ...]:
+    """The three baselines as results.  ``model`` is the search's cost model;
+    the baselines use its hardware and embedding compute but their own
+    gradient exchange (a dense all-reduce, sparse for Parallax)."""
     base = replace(model, embedding_sync="dense")
-    has_embedding = any(op.kind == "Embedding" for op in operators(g))
-
-    dp = data_parallel(g, p)
+    has_embedding = any(op.kind.sparse_rows for op in operators(g))
     ex, ex_label = expert(g, p, base)
     px, px_model = parallax(g, p, base)
-    out = {}
+    out = []
     for key, name, label, strategy, m, note in [
-        ("data_parallel", "data parallel", "data parallel", dp, base, ""),
+        ("data_parallel", "data parallel", "data parallel", data_parallel(g, p), base, ""),
         ("expert", "expert", f"expert ({ex_label})", ex, base, ""),
         ("parallax", "Parallax", "Parallax (sparse embedding gradients)", px, px_model,
          "" if has_embedding else f"Parallax equals data parallel here: {g.graph['name']} has no embeddings"),
     ]:
-        inside = costed is not None and costed.outside(strategy) is None
-        out[key] = Baseline(key, name, label, strategy, m, evaluate(g, strategy, m), inside, note)
-    return out
+        sc = evaluate(g, strategy, m, p)
+        out.append(make_result(g, sc, m, p, "baseline", key=key, title=name, label=label, note=note))
+    return tuple(out)

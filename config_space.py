@@ -21,10 +21,11 @@ order they return is deterministic and is the order every cost array uses.
 from __future__ import annotations
 
 from functools import lru_cache
+from math import prod as prod_
 
 import numpy as np
 
-__all__ = ["divisors", "dimension_splits", "enumerate_configs", "contiguous"]
+__all__ = ["divisors", "dimension_splits", "enumerate_configs", "contiguous", "configurations", "in_space"]
 
 
 @lru_cache(maxsize=4096)
@@ -95,3 +96,25 @@ def enumerate_configs(
     if contiguous_only:
         configs = configs[contiguous(configs, space)]
     return configs
+
+
+def configurations(op, p: int, cutoff: int) -> np.ndarray:
+    """Every configuration of an operator (see :func:`enumerate_configs`),
+    with its kind's never-split letters and contiguity."""
+    never = tuple(op.dims.index(c) for c in op.never_split)
+    return enumerate_configs(op.space, p, cutoff, never, op.contiguous_only)
+
+
+def in_space(op, cfg, p: int, cutoff: int) -> bool:
+    """Whether :func:`configurations` holds ``cfg``, decided without
+    enumerating: every split is one of its dimension's allowed splits, they
+    use at most ``p`` devices, and a reshape's configuration is contiguous."""
+    cfg = tuple(int(c) for c in cfg)
+    if len(cfg) != len(op.space) or prod_(cfg) > p:
+        return False
+    for letter, size, c in zip(op.dims, op.space, cfg):
+        allowed = (1,) if letter in op.never_split else dimension_splits(size, p, cutoff)
+        if c not in allowed:
+            return False
+    return not op.contiguous_only or bool(contiguous(np.asarray([cfg]), op.space)[0])
+

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from errors import SettingError
+
 __all__ = [
     "ALGOS",
     "SearchTooLarge",
@@ -375,7 +377,7 @@ def search(costed, algo: int = 0, *, memory_limit: int | None = None, progress=N
     ``costed.cost_at(result.index)`` re-evaluates it.
     """
     if algo not in ALGOS:
-        raise ValueError(f"--algo must be one of {sorted(ALGOS)}, got {algo!r}")
+        raise SettingError("algo", f"must be one of {sorted(ALGOS)}, got {algo!r}")
     edges = list(costed.edge_costs)
     order, _ = (generate_seq if algo == 0 else breadth_first)(costed.n, edges)
     g = costed.graph

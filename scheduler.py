@@ -20,11 +20,18 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 
-from graph import GRAPHS  # graph.py imports networkx only when a graph is built
+from errors import SettingError
+from models import MODELS  # the registry only: kinds, numpy and networkx load when a model is built
 
-DEFAULTS = {"graph": "alexnet", "procs": 32, "batch": 128, "flops": 10.0, "bw": 16.0, "algo": 0}
+DEFAULTS = {"graph": "alexnet", "procs": 32, "flops": 10.0, "bw": 16.0, "algo": 0}
 DOT_FILE = "graph.dot"
 PROG = "scheduler.py"
+MODEL_PARAMS = ("batch", "width", "seq", "vocab", "layers")  # the models' parameters the flags set
+# Settings named by the library, and the flags that set them.
+FLAGS = {"p": "-p", "batch": "-b", "width": "-m", "seq": "--seq", "vocab": "--vocab", "layers": "--layers",
+         "graph": "-g", "algo": "--algo", "flops": "--flops", "bw": "--bw", "flops and bw": "--flops and --bw",
+         "distinct_rows": "--distinct-rows", "embedding_sync": "--evaluate: embedding_sync",
+         "embedding_lookup": "--evaluate: embedding_lookup"}
 
 
 class UsageError(ValueError):
@@ -37,8 +44,11 @@ class Settings:
 
     graph: str = DEFAULTS["graph"]
     procs: int = DEFAULTS["procs"]
-    batch: int = DEFAULTS["batch"]
+    batch: int | None = None  # model parameters: None keeps the model's default
     width: int | None = None
+    seq: int | None = None
+    vocab: int | None = None
+    layers: int | None = None
     flops: float = DEFAULTS["flops"]
     bw: float = DEFAULTS["bw"]
     algo: int = DEFAULTS["algo"]
@@ -85,12 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a = p.add_argument
     a("-p", "--procs", type=_int, help="number of devices (default: 32)")
+    a("-g", "--graph", metavar="NAME",
+      help=f"network to parallelize: {', '.join(MODELS)} (default: alexnet)")
     a("-b", "--batch", type=_int, help="global mini-batch size (default: 128)")
     a("-m", "--model", type=_int, dest="width", metavar="WIDTH",
       help="model width of rnnlm (hidden units, default 2048) or transformer (embedding width, "
       "default 512; heads = width/64)")
-    a("-g", "--graph", choices=GRAPHS, metavar="NAME",
-      help=f"network to parallelize: {', '.join(GRAPHS)} (default: alexnet)")
+    a("--seq", type=_int, help="sequence length of rnnlm and transformer (default: 256)")
+    a("--vocab", type=_int, help="vocabulary size of rnnlm (default 100000) and transformer (default 50000)")
+    a("--layers", type=_int, help="layers of rnnlm (LSTM layers, default 2) and transformer "
+      "(encoder and decoder layers each, default 6)")
     a("--flops", type=_positive_float, help="peak TFLOPS per device (default: 10.0)")
     a("--bw", type=_positive_float, help="peak interconnect bandwidth in GB/s (default: 16.0)")
     a("--algo", type=_int, choices=(0, 1),
@@ -158,8 +172,11 @@ def read_strategy_file(path: str) -> tuple[dict, list]:
         if not isinstance(cfg, list):
             raise UsageError(f"--evaluate: {path}: layer {lid} has config {cfg!r}, not a list of integers")
         layers.append((lid, cfg))
-    keys = ("graph", "procs", "batch", "flops", "bw", "width", "distinct_rows", "embedding_lookup", "embedding_sync")
+    keys = ("graph", "procs", "flops", "bw", "distinct_rows", "embedding_lookup", "embedding_sync", "batch", "width")
     recorded = {k: data[k] for k in keys if data.get(k) is not None}
+    params = data.get("params")
+    if isinstance(params, dict):  # the model's parameters (files written before it: batch, width only)
+        recorded.update({k: v for k, v in params.items() if k in MODEL_PARAMS and v is not None})
     return recorded, layers
 
 
@@ -238,182 +255,6 @@ def _umask() -> int:
     return mask
 
 
-def _dumps(obj, indent: int = 0) -> str:
-    """JSON with one line per key and per list item of dicts: readable and diffable."""
-    pad = " " * (indent + 2)
-    if isinstance(obj, dict) and obj:
-        items = [f"{pad}{json.dumps(k)}: {_dumps(v, indent + 2)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
-    if isinstance(obj, list) and obj and all(isinstance(x, dict) for x in obj):
-        return "[\n" + ",\n".join(pad + json.dumps(x) for x in obj) + "\n" + " " * indent + "]"
-    return json.dumps(obj)
-
-
-LAYER_KEYS = ("id", "name", "op", "dims", "space", "config", "devices", "compute", "communication", "cost")
-
-
-def render_csv(result: dict) -> str:
-    import csv
-    import io
-
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(LAYER_KEYS)
-    for layer in result["layers"]:
-        w.writerow([json.dumps(layer[k]) if isinstance(layer[k], list) else layer[k] for k in LAYER_KEYS])
-    return out.getvalue()
-
-
-def render_dot(g) -> str:
-    """The graph in Graphviz format: one node per operator, one edge per tensor."""
-    import pydot
-
-    dot = pydot.Dot(g.graph["name"], graph_type="digraph", rankdir="TB")
-    dot.set_node_defaults(shape="box", fontname="Helvetica", fontsize="10")
-    dot.set_edge_defaults(fontname="Helvetica", fontsize="9")
-    for v in sorted(g.nodes):
-        op = g.nodes[v]["op"]
-        space = " ".join(f"{d}={s}" for d, s in zip(op.dims, op.space))
-        dot.add_node(pydot.Node(str(v), label=f'"{v}: {op.name}\\n{op.kind}\\n{space}"'))
-    for u, v, d in sorted(g.edges(data=True)):
-        shape = "x".join(map(str, g.nodes[u]["op"].outputs[d["out"]].shape))
-        dot.add_edge(pydot.Edge(str(u), str(v), label=f'"{shape}"'))
-    return dot.to_string()
-
-
-# -- the report ------------------------------------------------------------------
-
-
-def _align(rows, right: set[int], sep: str = " ") -> list[str]:
-    """Rows of cells as lines of aligned columns (``right``: right-aligned)."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [sep.join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-            for row in rows]
-
-
-def _fmt_config(cfg) -> str:
-    return "(" + ",".join(map(str, cfg)) + ")"
-
-
-def render_report(result: dict) -> str:
-    """The human-readable report: a row per operator, a summary, the total last."""
-    r = result
-    what = "strategy" if r["mode"] == "search" else "evaluation of a given strategy"
-    width = f", width {r['width']}" if r.get("width") else ""
-    head = [f"PaSE {what}: {r['graph']}, batch {r['batch']}{width}, p = {r['procs']}",
-            f"{r['flops']:g} TFLOPS and {r['bw']:g} GB/s per device; costs in FLOP "
-            f"(a word moved costs {r['word_cost']:g})"]
-    rows = [("id", "name", "kind", "dims", "config", "dev", "cost")]
-    for layer in r["layers"]:
-        rows.append((str(layer["id"]), layer["name"], layer["op"], layer["dims"], _fmt_config(layer["config"]),
-                     str(layer["devices"]), f"{layer['cost']:.3e}"))
-    lines = head + [""] + _align(rows, right={0, 5, 6}) + [""]
-    lines.append(f"Operators: {r['operators_cost']:.4e} (compute {r['compute']:.4e}, "
-                 f"communication {r['communication'] - r['edges_cost']:.4e})")
-    lines.append(f"Edges (re-distribution): {r['edges_cost']:.4e}")
-    lines.extend(r.get("notes", []))
-    lines.append(f"Total cost: {r['total_cost']:.2f}")
-    return "\n".join(lines)
-
-
-def _model_fields(model) -> dict:
-    return {"embedding_lookup": model.embedding_lookup, "embedding_sync": model.embedding_sync,
-            "distinct_rows": model.distinct_rows}
-
-
-def make_result(s: Settings, g, strategy, model, mode: str, search_seconds=None, extra=None) -> dict:
-    """The one record every output format is made from."""
-    from cost_model import evaluate
-    from graph import operators
-
-    sc = evaluate(g, strategy, model)
-    layers = []
-    for v, (op, cfg) in enumerate(zip(operators(g), strategy)):
-        layers.append({
-            "id": v, "name": op.name, "op": op.kind, "dims": op.dims, "space": list(op.space),
-            "config": list(cfg), "devices": math.prod(cfg), "compute": sc.compute[v],
-            "communication": sc.comm[v], "cost": sc.compute[v] + sc.comm[v],
-        })
-    edges_cost = math.fsum(sc.edges.values())
-    result = {
-        "graph": s.graph, "procs": s.procs, "batch": s.batch, "width": g.graph.get("width"),
-        "flops": s.flops, "bw": s.bw, "word_cost": model.word_cost,
-        "algo": s.algo if mode == "search" else None, "mode": mode,
-        **_model_fields(model),
-        "total_cost": sc.total, "search_seconds": search_seconds,
-        "compute": sc.compute_total, "communication": sc.comm_total, "edges_cost": edges_cost,
-        "operators_cost": sc.total - edges_cost,
-        "comm_bytes_per_device": 8.0 * sc.comm_total / model.word_cost,
-        "layers": layers,
-    }
-    result.update(extra or {})
-    return result
-
-
-def _pct(a: float, b: float) -> str:
-    return f"{100 * (b - a) / b:.1f}%"
-
-
-def add_comparison(result: dict, s: Settings, g, model, costed) -> None:
-    """Cost the baselines, add them to ``result`` and say how they compare."""
-    from baselines import compare
-
-    base = compare(g, s.procs, model, costed)
-    dp_cost = base["data_parallel"].cost.total
-    mine = result["total_cost"]
-    result["speedup_over_data_parallel"] = dp_cost / mine
-    mine_label = "PaSE" if result["mode"] == "search" else "this strategy"
-    rows = [(mine_label, result, True)]
-    records = {}
-    notes = []
-    for key, b in base.items():
-        rec = make_result(s, g, b.strategy, b.model, "baseline")
-        rec.update(label=b.label, in_search_space=b.in_space, speedup_over_data_parallel=dp_cost / b.cost.total)
-        records[key] = rec
-        rows.append((b.name, rec, b.in_space))
-        if b.note:
-            notes.append(f"  {b.note}")
-        elif key == "expert":
-            notes.append(f"  {b.label}")
-        cheaper = b.cost.total < mine * (1 - 1e-12)
-        if cheaper and key == "parallax" and model.original:
-            notes.append(f"  Parallax is {_pct(b.cost.total, mine)} cheaper than {mine_label}: it exchanges embedding")
-            notes.append("  gradients sparsely, which the default cost model (the original PaSE one) does")
-            notes.append("  not model; --sparse-embeddings searches with that rule")
-        elif cheaper and not b.in_space:
-            notes.append(f"  {b.name} is {_pct(b.cost.total, mine)} cheaper than {mine_label}: it uses "
-                         f"configurations outside the search space ({_outside(g, b.strategy, costed)})")
-        elif cheaper:
-            notes.append(f"  {b.name} is {_pct(b.cost.total, mine)} cheaper than {mine_label}")
-    if any(not r[2] for r in rows[1:]):
-        notes.append("  * uses configurations the search does not enumerate (below the cutoff)")
-    result["baselines"] = records
-    table = [("strategy", "total", "compute", "comm", "speedup", "comm/device")]
-    for label, rec, inside in rows:
-        table.append((label + ("" if inside else " *"), f"{rec['total_cost']:.3e}", f"{rec['compute']:.3e}",
-                      f"{rec['communication']:.3e}", f"{dp_cost / rec['total_cost']:.2f}x",
-                      _bytes(rec["comm_bytes_per_device"])))
-    lines = ["", "Compared with baselines (FLOP per step; speedup = data-parallel cost / cost):"]
-    lines += ["  " + line for line in _align(table, right={1, 2, 3, 4, 5}, sep="  ")]
-    result.setdefault("notes", []).extend(lines + notes)
-
-
-def _outside(g, strategy, costed) -> str:
-    """A configuration of ``strategy`` that the search space lacks, for the report."""
-    from graph import operators
-
-    v = costed.outside(strategy)
-    op = operators(g)[v]
-    return f"e.g. {op.name} {_fmt_config(strategy[v])} on {op.dims}"
-
-
-def _bytes(n: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
 # -- running ---------------------------------------------------------------------
 
 
@@ -444,19 +285,23 @@ class _Progress:
 
 def _with_file_settings(s: Settings, recorded: dict) -> Settings:
     """Flags not given on the command line come from the strategy file."""
-    names = ("graph", "procs", "batch", "flops", "bw", "width", "distinct_rows")
+    names = ("graph", "procs", "flops", "bw", "distinct_rows") + MODEL_PARAMS
     updates = {k: recorded[k] for k in names if k in recorded and k not in s.explicit}
-    if "graph" in updates and updates["graph"] not in GRAPHS:
+    if "graph" in updates and updates["graph"] not in MODELS:
         raise UsageError(f"--evaluate: the file names an unknown graph {updates['graph']!r}")
     merged = replace(s, **updates)
-    if "width" in updates and merged.graph not in ("rnnlm", "transformer"):
-        raise UsageError(f"--evaluate: the file records a model width ({updates['width']!r}), "
-                         f"but {merged.graph} has none")
+    if merged.graph in MODELS:
+        takes = {p.name for p in MODELS[merged.graph].params}
+        stray = [k for k in MODEL_PARAMS if k in updates and k not in takes]
+        if stray:
+            raise UsageError(f"--evaluate: the file records {stray[0]} {updates[stray[0]]!r}, "
+                             f"but {merged.graph} has no such parameter")
     return merged
 
 
 def _cost_model(s: Settings, recorded: dict):
     """The cost model the settings (and a strategy file's record) ask for."""
+    from cluster import Cluster
     from cost_model import CostModel
 
     rules = {}
@@ -464,14 +309,16 @@ def _cost_model(s: Settings, recorded: dict):
         rules = {"embedding_lookup": True, "embedding_sync": "best"}
     elif "embedding_lookup" in recorded or "embedding_sync" in recorded:
         rules = {k: recorded[k] for k in ("embedding_lookup", "embedding_sync") if k in recorded}
-        if not isinstance(rules.get("embedding_lookup", False), bool):
-            raise UsageError(f"--evaluate: embedding_lookup must be true or false, not {rules['embedding_lookup']!r}")
-    return CostModel(s.flops, s.bw, distinct_rows=s.distinct_rows, **rules)
+    return CostModel(Cluster(s.flops, s.bw), distinct_rows=s.distinct_rows, **rules)
 
 
-def run(s: Settings, out=None) -> dict:
-    """Do what the settings ask; return the result record.  Every check comes
-    before any file is written."""
+def _model_params(s: Settings) -> dict:
+    return {k: getattr(s, k) for k in MODEL_PARAMS if getattr(s, k) is not None}
+
+
+def run(s: Settings, out=None):
+    """Do what the settings ask; return the :class:`result.Result`.  Every
+    check comes before any file is written."""
     out = sys.stdout if out is None else out
     if s.evaluate is not None and (s.profile or s.measure):
         raise UsageError("--profile and --measure time a search; they cannot be used with --evaluate")
@@ -486,15 +333,16 @@ def run(s: Settings, out=None) -> dict:
     if s.dump_graph:
         check_writable(DOT_FILE, "--dump-graph")
 
-    from cost_model import build_costs, check_procs
+    from cost_model import build_costs, check_procs, evaluate
     from dp_search import default_memory_limit
     from graph import build_graph
+    from report import render_csv, render_dot, render_json, render_text
+    from result import make_result
 
     check_procs(s.procs)
     model = _cost_model(s, recorded)
-    g = build_graph(s.graph, s.batch, s.width)
+    g = build_graph(s.graph, **_model_params(s))
     limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
-    costed = None
     if layers is not None:
         from cost_model import check_strategy
         from graph import operators
@@ -504,41 +352,33 @@ def run(s: Settings, out=None) -> dict:
             if math.prod(cfg) > s.procs:
                 raise UsageError(f"--evaluate: node {v} ({op.name}) config {tuple(cfg)} uses "
                                  f"{math.prod(cfg)} devices but p is {s.procs}")
-        result = make_result(s, g, strategy, model, "evaluate",
-                             extra={"notes": [f"Strategy read from {s.evaluate} (no search)."]})
+        result = make_result(g, evaluate(g, strategy, model, s.procs), model, s.procs, "evaluate",
+                             source=s.evaluate)
     else:
-        costed = build_costs(g, s.procs, model, memory_limit=limit)
-        result = _search(s, g, model, costed, limit, out)
+        result = _search(s, g, model, build_costs(g, s.procs, model, memory_limit=limit), limit, out)
     if s.compare:
-        add_comparison(result, s, g, model, costed or build_costs(g, s.procs, model, memory_limit=limit))
-    if not math.isfinite(result["total_cost"]):
+        from baselines import compare
+
+        result = result.with_baselines(compare(g, s.procs, model))
+    if not math.isfinite(result.total_cost):
         raise ValueError("the total cost is not a finite number; choose realistic --flops and --bw")
     if s.output is not None:
-        text = render_csv(result) if s.output.lower().endswith(".csv") else _dumps(_public(result)) + "\n"
-        write_atomic(s.output, text)
+        write_atomic(s.output, render_csv(result) if s.output.lower().endswith(".csv") else render_json(result))
     if s.dump_graph:
         write_atomic(DOT_FILE, render_dot(g))
         print(f"Wrote the graph ({g.number_of_nodes()} operators, {g.number_of_edges()} edges) to "
               f"{os.path.abspath(DOT_FILE)}", file=out)
-    print(render_report(result), file=out)
+    print(render_text(result), file=out)
     return result
 
 
-def _public(result: dict) -> dict:
-    """The record as written to JSON: without the report's prose."""
-    out = {k: v for k, v in result.items() if k not in ("notes", "mode")}
-    if "baselines" in out:
-        out["baselines"] = {k: _public(v) for k, v in out["baselines"].items()}
-    return out
-
-
-def _search(s: Settings, g, model, costed, limit, out) -> dict:
+def _search(s: Settings, g, model, costed, limit, out):
     from dp_search import ALGOS, search
+    from result import SearchStats, make_result
 
     def once(progress=None):
         return search(costed, s.algo, memory_limit=limit, progress=progress)
 
-    notes = []
     if s.profile:
         import cProfile
         import io
@@ -559,22 +399,22 @@ def _search(s: Settings, g, model, costed, limit, out) -> dict:
             r = once(progress)
         finally:
             progress.close()
+    timings = ()
     if s.measure:
         for _ in range(2):
             once()
-        times = [once().seconds for _ in range(5)]
-        notes.append(f"Timed 5 searches (after 2 warm-up): mean {sum(times) / 5:.4f} s, "
-                     f"min {min(times):.4f} s, max {max(times):.4f} s")
+        timings = tuple(once().seconds for _ in range(5))
     st = r.stats
-    notes[:0] = [f"Search: {ALGOS[s.algo]}, {r.seconds:.3f} s for {costed.n} operators",
-                 f"  largest K {st['K']}, largest dependent set {st['M']}, "
-                 f"largest table {st['largest_table']:,} entries"]
-    return make_result(s, g, r.strategy, model, "search", search_seconds=r.seconds,
-                       extra={"notes": notes, "search": {"order": "GENERATESEQ" if s.algo == 0 else "breadth-first",
-                                                         "largest_K": st["K"],
-                                                         "largest_dependent_set": st["M"],
-                                                         "largest_table": st["largest_table"],
-                                                         "work": st["work"]}})
+    stats = SearchStats(s.algo, ALGOS[s.algo], r.seconds, st["K"], st["M"], st["largest_table"], st["work"],
+                        timings)
+    return make_result(g, costed.figures(r.index), model, s.procs, "search", search=stats)
+
+
+def _message(e: Exception) -> str:
+    """The one line a user sees: a setting's error under its flag."""
+    if isinstance(e, SettingError):
+        return f"{FLAGS.get(e.name, e.name)} {e.problem}"
+    return str(e) or type(e).__name__
 
 
 def main(argv=None) -> int:
@@ -588,8 +428,7 @@ def main(argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except (ValueError, MemoryError, OSError) as e:  # our own one-line messages
-        msg = str(e) or type(e).__name__
-        print(f"{PROG}: error: {msg}", file=sys.stderr)
+        print(f"{PROG}: error: {_message(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

@@ -243,7 +243,7 @@ def check_divisible(graph, g, strategy, shapes):
         for (kind, i), shape in shapes.get(op.name, {}).items():
             t = (op.inputs if kind == "in" else op.outputs)[i]
             for size, group in zip(shape, t.axes):
-                split = math.prod(cfg[d] for d in group)
+                split = math.prod(cfg[op.dims.index(d)] for d in group)
                 if size % split:
                     raise SystemExit(f"jax_validate.py: the shrunk {graph} cannot be split like {op.name} "
                                      f"{tuple(cfg)}: size {size} by {split}")
@@ -432,7 +432,6 @@ def main(argv=None) -> int:
                   f"(first call, with compilation: {num['first_step_s']:.1f} s)")
             failures += not num["ok"]
             comm = communication(graph, g, mp, mesh, args.procs, strategy, args.quick)
-            size = "small" if args.quick else "full"
             kinds = ", ".join(f"{n} {k}" for k, n in sorted(comm["kinds"].items()))
             measured = sum(comm["measured"].values())
             if args.quick:  # the cost model speaks of the full size only

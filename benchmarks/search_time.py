@@ -17,7 +17,6 @@ need when that exceeds the limit.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from cost_model import build_costs  # noqa: E402
 from dp_search import SearchTooLarge, breadth_first, generate_seq, plan, search  # noqa: E402
-from graph import GRAPHS, build_graph  # noqa: E402
+from graph import build_graph, graph_names  # noqa: E402
 from table import render  # noqa: E402
 
 
@@ -98,7 +97,7 @@ def format_rows(rows: list[dict], markdown: bool) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--graphs", nargs="+", default=list(GRAPHS), choices=GRAPHS)
+    ap.add_argument("--graphs", nargs="+", default=list(graph_names()), choices=graph_names())
     ap.add_argument("--procs", nargs="+", type=int, default=[4, 8, 16, 32, 64])
     ap.add_argument("--large", nargs="*", type=int, default=[128, 256],
                     help="extra p for graphs whose search stays under --large-budget seconds")

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 from baselines import compare  # noqa: E402
 from cost_model import CostModel, build_costs  # noqa: E402
 from dp_search import search  # noqa: E402
-from graph import GRAPHS, build_graph, operators  # noqa: E402
+from graph import build_graph, graph_names, operators  # noqa: E402
 from table import render  # noqa: E402
 
 SPARSE = CostModel(embedding_lookup=True, embedding_sync="best")
@@ -33,14 +33,14 @@ def speedups(graph: str, p: int, model: CostModel = CostModel()) -> dict:
     g = build_graph(graph)
     costed = build_costs(g, p, model)
     r = search(costed, 0)
-    base = compare(g, p, model, costed)
-    dp = base["data_parallel"].cost.total
+    base = {b.key: b for b in compare(g, p, model)}
+    dp = base["data_parallel"].total_cost
     row = {"graph": graph, "p": p, "pase_cost": r.cost, "pase": dp / r.cost, "strategy": r.strategy,
            "expert_label": base["expert"].label}
     for key, b in base.items():
-        row[key] = dp / b.cost.total
-        row[f"{key}_cost"] = b.cost.total
-        row[f"{key}_inside"] = b.in_space
+        row[key] = dp / b.total_cost
+        row[f"{key}_cost"] = b.total_cost
+        row[f"{key}_inside"] = b.in_search_space
     return row
 
 
@@ -58,7 +58,7 @@ def speedup_table(rows, markdown):
 def _embedding_configs(graph, strategy):
     g = build_graph(graph)
     return ", ".join(f"{op.name} {op.dims}=({','.join(map(str, c))})"
-                     for op, c in zip(operators(g), strategy) if op.kind == "Embedding")
+                     for op, c in zip(operators(g), strategy) if op.kind.sparse_rows)
 
 
 def sparse_table(rows_dense, rows_sparse, markdown):
@@ -106,7 +106,7 @@ def plot(rows, path):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--graphs", nargs="+", default=list(GRAPHS), choices=GRAPHS)
+    ap.add_argument("--graphs", nargs="+", default=list(graph_names()), choices=graph_names())
     ap.add_argument("--procs", nargs="+", type=int, default=[4, 8, 16, 32, 64])
     ap.add_argument("--png", default=str(ROOT / "benchmarks" / "speedup.png"), help="bar chart to write")
     ap.add_argument("--markdown", action="store_true")

@@ -126,7 +126,9 @@ def test_help_explains_every_flag():
                        ("-d, --dump-graph", "./graph.dot"), ("--output PATH", ".json"),
                        ("--evaluate PATH", "instead of searching"), ("--mem-limit GB", "(default: half"),
                        ("--compare", "Parallax"), ("--sparse-embeddings", "row lookups"),
-                       ("--distinct-rows U", "(default: one per token)")]:
+                       ("--distinct-rows U", "(default: one per token)"),
+                       ("--seq SEQ", "sequence length"), ("--vocab VOCAB", "vocabulary size"),
+                       ("--layers LAYERS", "(encoder and decoder layers each, default 6)")]:
         assert text in out.split(flag, 1)[1][:120], flag
 
 
@@ -139,13 +141,15 @@ BAD = [
     (["-p", "0"], "p must be an integer from 1 to 1,000,000"),
     (["-p", "-4"], "p must be an integer from 1 to 1,000,000"),
     (["-p", "four"], "'four' is not an integer"),
-    (["-b", "0"], "batch size must be an integer from 1 to 1,000,000,000"),
+    (["-b", "0"], "-b must be an integer from 1 to 1,000,000,000, got 0"),
+    (["-g", "rnnlm", "--seq", "0"], "--seq must be an integer from 1 to 1,000,000,000, got 0"),
+    (["-g", "alexnet", "--layers", "3"], "--layers is not a parameter of alexnet (it takes batch)"),
     (["--flops", "0"], "must be a positive finite number"),
     (["--bw", "-16"], "must be a positive finite number"),
     (["--bw", "nan"], "must be a positive finite number"),
-    (["-g", "vgg16"], "invalid choice: 'vgg16'"),
+    (["-g", "vgg16"], "-g must be one of alexnet, resnet101, inception3, rnnlm, transformer, got 'vgg16'"),
     (["-g", "transformer", "-m", "100"], "not a multiple of the head width 64"),
-    (["-g", "alexnet", "-m", "512"], "--model sets the width of rnnlm and transformer only"),
+    (["-g", "alexnet", "-m", "512"], "-m is not a parameter of alexnet (it takes batch)"),
     (["--algo", "2"], "invalid choice: 2"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["-g", "inception3", "-p", "8", "--algo", "1"], "operator 135 (mixed_6d/concat) has 11 dependent operators"),
@@ -158,7 +162,7 @@ BAD = [
     (["--mem-limit", "0"], "must be a positive finite number"),
     (["--mem-limit", "1e300"], "must be a positive finite number (at most 1e12)"),
     (["--flops", "1e12", "--bw", "1e-6"], "make one word cost 8e+21 FLOP; the model needs 1e-9 to 1e15"),
-    (["-b", str(2**62)], "batch size must be an integer from 1 to 1,000,000,000"),
+    (["-b", str(2**62)], "-b must be an integer from 1 to 1,000,000,000"),
     (["-p", str(10**18)], "p must be an integer from 1 to 1,000,000"),
     (["--evaluate", ""], "--evaluate: : no such file"),
     (["--output", ""], "--output: '' must end in .json or .csv"),

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from cluster import Cluster
 from conftest import GRAPH_NAMES, built, costed, reference, rel
 from cost_model import (
     CostModel,
@@ -51,6 +52,34 @@ def test_edge_cost_summaries(setting):
             assert abs(got - want) <= TOL * max(abs(want), 1.0), (e["src"], e["tgt"], stat)
 
 
+@pytest.mark.parametrize("g", GRAPH_NAMES)
+def test_every_edge_matrix_entry_by_entry(g):
+    """At p = 8, every entry of every edge's cost matrix against the spec's
+    formula computed here from each configuration's tensor splits (the
+    reference gives only each matrix's sum, min and max, which a permuted
+    matrix would also match)."""
+    p, W = 8, 5000.0
+    graph, cg = built(g), costed(g, 8)
+    ops = operators(graph)
+    ref = {(e["src"], e["tgt"]): e for e in reference(g, p)["edges"]}
+    for (u, v), m in cg.edge_costs.items():
+        d = graph.edges[u, v]
+        ts, tt = ops[u].outputs[d["out"]], ops[v].inputs[d["inp"]]
+        T = np.array(ts.shape, dtype=float)
+
+        def pieces(op, t, configs):
+            splits = np.array([[math.prod(cfg[op.dims.index(c)] for c in a) for a in t.axes]
+                               for cfg in configs.tolist()], dtype=float).reshape(len(configs), len(t.axes))
+            return T / splits, splits.prod(axis=1)  # per-device extents, devices
+
+        a, ps = pieces(ops[u], ts, cg.configs[u])
+        b, pt = pieces(ops[v], tt, cg.configs[v])
+        overlap = np.minimum(a[:, None, :], b[None, :, :]).prod(axis=2)
+        want = W * 2 * np.maximum(b.prod(axis=1)[None, :] - np.where(pt[None, :] > ps[:, None], 0, overlap), 0)
+        np.testing.assert_allclose(m, want, rtol=1e-12, atol=0, err_msg=f"edge {u} -> {v}")
+        assert want.sum() == pytest.approx(ref[(u, v)]["sum"], rel=1e-9, abs=1e-6)
+
+
 def test_reference_optimum_evaluates_to_its_cost(setting):
     g, p = setting
     ref = reference(g, p)
@@ -63,70 +92,81 @@ def test_reference_optimum_evaluates_to_its_cost(setting):
 
 
 def plain_op_cost(op, C, W):
-    D = op.space
-    d = [x / c for x, c in zip(D, C)]
-    e = math.prod(d)
+    """The cost formulas of the PaSE cost model, one configuration at a time,
+    reading the operator's kind and attributes."""
+    size, split = dict(zip(op.dims, op.space)), dict(zip(op.dims, C))
+    e = math.prod(size[c] / split[c] for c in op.dims)
     P = math.prod(C)
+
+    def Z(letters):
+        return math.prod(size[c] for c in letters)
+
+    def S(letters):
+        return math.prod(split[c] for c in letters)
 
     def AR(w, q):
         return W * (w / q) * 2 * (q - 1)
 
-    def gemm(bb, mm, nn, kk, m, n, k, pw):
+    def gemm(batch, m, n, k, pw):
+        bb, mm, nn, kk = Z(batch) / S(batch), Z(m) / S(m), Z(n) / S(n), Z(k) / S(k)
         comp = 3 * mm * nn * kk + 3 * pw * mm * nn
-        comm = AR(mm * nn, k) + AR(mm * kk, n) + AR(nn * kk, m)
+        comm = AR(mm * nn, S(k)) + AR(mm * kk, S(n)) + AR(nn * kk, S(m))
         return bb * (comp + comm)
-
-    def roles():
-        g = op.gemm
-        split = lambda dims: math.prod(C[i] for i in dims)  # noqa: E731
-        size = lambda dims: math.prod(D[i] for i in dims)  # noqa: E731
-        m, n, k = split(g.m), split(g.n), split(g.k)
-        return size(g.batch) / split(g.batch), size(g.m) / m, size(g.n) / n, size(g.k) / k, m, n, k
 
     def halo(t, r, s):
         b, c, h, w = t.shape
-        Q = [math.prod(C[i] for i in a) for a in t.axes]
+        Q = [S(a) for a in t.axes]
         tb, tc, th, tw = b / Q[0], c / Q[1], h / Q[2], w / Q[3]
         return W * ((th + r * (Q[2] > 1)) * (tw + s * (Q[3] > 1)) - th * tw) * tb * tc
 
     def need(src, tgt, ps, pt):
         return max(math.prod(tgt) - (0 if pt > ps else math.prod(map(min, src, tgt))), 0)
 
-    k = op.kind
-    if k == "Conv":
-        return gemm(*roles(), op.pw) + halo(op.inputs[0], D[4], D[5])
-    if k == "Pooling":
-        return e + halo(op.inputs[0], *op.window)
-    if k in ("FC", "Einsum", "Embedding"):
-        return gemm(*roles(), op.pw)
-    if k == "LSTM":
-        L, s, b, u, _ = D
+    kind, a = op.kind.name, op.kind
+    if kind == "Conv":
+        return gemm("g" if "g" in op.dims else "", "bhw", "n", "crs", a.pw) + halo(op.inputs[0], size["r"], size["s"])
+    if kind == "Pooling":
+        return e + halo(op.inputs[0], *a.kernel)
+    if kind == "FC":
+        return gemm("", op.dims[:-2], op.dims[-2], op.dims[-1], a.pw)
+    if kind == "Embedding":
+        return gemm("", op.dims[:-2], op.dims[-2], op.dims[-1], 0)
+    if kind == "Einsum":
+        (in1, in2), out = a.equation.split("->")[0].split(","), a.equation.split("->")[1]
+        return gemm("".join(c for c in out if c in in1 and c in in2), "".join(c for c in out if c not in in2),
+                    "".join(c for c in out if c not in in1), "".join(c for c in in1 if c in in2 and c not in out),
+                    a.pw)
+    if kind == "LSTM":
+        L, s, b, u, _ = op.space
         cl, cs, cb, cn, ck = C
-        cost = gemm(L / cl, s * b / (cs * cb), 4 * u / cn, 2 * u / ck, cs * cb, cn, ck, 3)
-        return cost + L * s * W * need((b / cb, u / cn), (b / cb, u / ck), cb * cn, cb * ck)
-    if k == "Elementwise":
-        return (1 + op.pw) * e
-    if k == "Norm":
-        (a,) = op.axes
-        da = D[a] / C[a]
-        return 16 * e + 4 * AR(e / da, C[a]) + 4 * AR(da, P / C[a])
-    if k == "ReduceMean":
-        return AR(e, math.prod(C[i] for i in op.axes))
-    if k == "Softmax":
-        (a,) = op.axes
-        e1 = e / d[a]
-        return 4 * e + e * D[a] + 2 * AR(e1, C[a]) + AR(e1 * D[a], C[a])
-    if k == "SoftmaxCrossEntropy":
-        bs = e / d[-1]
+        mm, nn, kk = s * b / (cs * cb), 4 * u / cn, 2 * u / ck
+        comp = 3 * mm * nn * kk + 3 * 3 * mm * nn
+        comm = AR(mm * nn, ck) + AR(mm * kk, cn) + AR(nn * kk, cs * cb)
+        return L / cl * (comp + comm) + L * s * W * need((b / cb, u / cn), (b / cb, u / ck), cb * cn, cb * ck)
+    if kind == "Elementwise":
+        return (1 + a.pw) * e
+    if kind in ("Norm", "RMSNorm"):
+        c = op.dims[a.axis]
+        da = size[c] / split[c]
+        stats, grads = AR(e / da, split[c]), AR(da, P / split[c])
+        return 16 * e + 4 * stats + 4 * grads if kind == "Norm" else 8 * e + 2 * stats + 2 * grads
+    if kind == "ReduceMean":
+        return AR(e, S("".join(op.dims[i] for i in a.axes)))
+    if kind == "Softmax":
+        c = op.dims[a.axis]
+        e1 = e / (size[c] / split[c])
+        return 4 * e + e * size[c] + 2 * AR(e1, split[c]) + AR(e1 * size[c], split[c])
+    if kind == "SoftmaxCrossEntropy":
+        bs = e / (size[op.dims[-1]] / C[-1])
         return 4 * e + 2 * bs + (W * 2 * bs if C[-1] > 1 else 0)
-    assert k in ("Concat", "Stack", "Unstack", "Ravel", "Unravel"), k
+    assert kind in ("Concat", "Split", "Stack", "Unstack", "Ravel", "Unravel", "Transpose"), kind
     return 0.0
 
 
 def plain_edge_cost(src, out, tgt, inp, Cs, Ct, W):
     ts, tt = src.outputs[out], tgt.inputs[inp]
-    S = [math.prod(Cs[i] for i in a) for a in ts.axes]
-    Q = [math.prod(Ct[i] for i in a) for a in tt.axes]
+    S = [math.prod(Cs[src.dims.index(c)] for c in a) for a in ts.axes]
+    Q = [math.prod(Ct[tgt.dims.index(c)] for c in a) for a in tt.axes]
     a = [x / s for x, s in zip(ts.shape, S)]
     b = [x / q for x, q in zip(ts.shape, Q)]
     overlap = 0 if math.prod(Q) > math.prod(S) else math.prod(map(min, a, b))
@@ -147,7 +187,7 @@ OTHER_SETTINGS = [
 
 @pytest.mark.parametrize("g, batch, p, flops, bw, width", OTHER_SETTINGS)
 def test_other_settings_match_plain_formulas(g, batch, p, flops, bw, width):
-    model = CostModel(flops, bw)
+    model = CostModel(Cluster(flops, bw))
     W = 8000 * flops / bw
     graph = build_graph(g, batch, width)
     cg = build_costs(graph, p, model)
@@ -171,7 +211,7 @@ def test_other_settings_match_plain_formulas(g, batch, p, flops, bw, width):
 @pytest.mark.parametrize("g", GRAPH_NAMES)
 def test_compute_is_hardware_free_and_communication_scales_with_W(g):
     graph = built(g)
-    base, faster = CostModel(10, 16), CostModel(30, 8)  # W grows 6x
+    base, faster = CostModel(Cluster(10, 16)), CostModel(Cluster(30, 8))  # W grows 6x
     for v, op in enumerate(operators(graph)):
         C = costed(g, 8).configs[v]
         comp0, comm0 = op_cost_parts(op, C, base)
@@ -208,7 +248,7 @@ class TestHandComputed:
         mm, nn, kk = 32 * 55 * 55 / 2, 96 / 3, 3 * 11 * 11  # b split 2, n split 3
         comp = 3 * mm * nn * kk + 3 * 1 * mm * nn
         comm = W * (mm * kk / 3) * 2 * 2 + W * (nn * kk / 2) * 2 * 1  # AR over n=3, over m=2
-        got = op_costs(op, [(2, 1, 1, 1, 1, 1, 3)], CostModel(5, 20))[0]
+        got = op_costs(op, [(2, 1, 1, 1, 1, 1, 3)], CostModel(Cluster(5, 20)))[0]
         assert rel(got, comp + comm) <= 1e-12
 
     def test_pooling_halo(self):
@@ -227,7 +267,7 @@ class TestHandComputed:
         dp = [(64,) + (1,) * (len(op.space) - 1) for op in operators(g)]
         assert (64, 1, 1, 1, 1, 1, 1) not in map(tuple, costed("alexnet", 64).configs[0].tolist())
         sc = evaluate(g, dp)
-        fc8 = operators(g)[12]  # (b, n, k) = (128, 1024, 4096)
+        assert operators(g)[12].space == (128, 1024, 4096)  # fc8 (b, n, k)
         mm, nn, kk = 2, 1024, 4096
         want = 3 * mm * nn * kk + 5000 * (nn * kk / 64) * 2 * 63
         assert rel(sc.compute[12] + sc.comm[12], want) <= 1e-12
@@ -248,16 +288,19 @@ class TestHandComputed:
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
-    [({"flops": 0}, "--flops must be a positive"), ({"bw": -1}, "--bw must be a positive"),
-     ({"flops": float("inf")}, "--flops must be a positive finite"),
-     ({"bw": float("nan")}, "--bw must be a positive"), ({"distinct_rows": 0}, "--distinct-rows must be an integer"),
-     ({"embedding_sync": "ps"}, "embedding_sync must be one of"),
-     ({"flops": 1e300}, "make one word cost 5e\\+302 FLOP"), ({"bw": 1e-300}, "the model needs 1e-9 to 1e15")],
+    "make, message",
+    [(lambda: Cluster(flops=0), "flops must be a positive"), (lambda: Cluster(bw=-1), "bw must be a positive"),
+     (lambda: Cluster(flops=float("inf")), "flops must be a positive finite"),
+     (lambda: Cluster(bw=float("nan")), "bw must be a positive"),
+     (lambda: CostModel(distinct_rows=0), "distinct_rows must be an integer >= 1"),
+     (lambda: CostModel(embedding_sync="ps"), "embedding_sync must be one of"),
+     (lambda: CostModel(embedding_lookup="yes"), "embedding_lookup must be true or false"),
+     (lambda: Cluster(flops=1e300), "make one word cost 5e\\+302 FLOP"),
+     (lambda: Cluster(bw=1e-300), "the model needs 1e-9 to 1e15")],
 )
-def test_bad_cost_model(kwargs, message):
+def test_bad_cost_model(make, message):
     with pytest.raises(ValueError, match=message):
-        CostModel(**kwargs)
+        make()
 
 
 @pytest.mark.parametrize("p", [0, -4, 2.5, True])

@@ -137,7 +137,7 @@ def test_plan_statistics():
 
 
 def test_bad_algo_and_shapes():
-    with pytest.raises(ValueError, match="--algo must be one of"):
+    with pytest.raises(ValueError, match="algo must be one of"):
         search(costed("alexnet", 4), 2)
     with pytest.raises(ValueError, match=r"edge \(0, 1\) has shape"):
         solve([np.zeros(2), np.zeros(3)], {(0, 1): np.zeros((3, 2))}, [0, 1])

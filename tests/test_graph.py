@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import GRAPH_NAMES, built, reference
-from graph import DEFAULT_WIDTH, GRAPHS, build_graph, operators
+from graph import build_graph, graph_names, operators
+from models import MODELS
 
 # The original tool's class names for our operator kinds.
 REFERENCE_OP = {"Embedding": "Einsum"}
@@ -23,7 +24,7 @@ class TestBuiltinGraphs:
     def test_every_operator_matches_reference(self, name):
         ref = reference(name, 8)["nodes"]
         for v, op in enumerate(operators(built(name))):
-            assert REFERENCE_OP.get(op.kind, op.kind) == ref[v]["op"], (v, op)
+            assert REFERENCE_OP.get(op.kind.name, op.kind.name) == ref[v]["op"], (v, op)
             assert list(op.space) == ref[v]["space"], (v, op)
 
     def test_operators_are_described(self, name):
@@ -33,7 +34,7 @@ class TestBuiltinGraphs:
         for op in ops:
             assert op.name and len(op.dims) == len(op.space) == len(set(op.dims)), op
             assert "b" in op.dims, op
-            assert all(0 <= i < len(op.space) for t in op.inputs + op.outputs for a in t.axes for i in a)
+            assert all(set(a) <= set(op.dims) for t in op.inputs + op.outputs for a in t.axes), op
 
     def test_edges_join_equal_tensors(self, name):
         g = built(name)
@@ -47,10 +48,13 @@ class TestBuiltinGraphs:
 
 
 def test_graph_attributes():
-    assert built("alexnet").graph == {"name": "alexnet", "batch": 128, "cutoff": 4}
+    assert built("alexnet").graph == {"name": "alexnet", "batch": 128, "cutoff": 4, "params": {"batch": 128},
+                                      "expert": "one_weird_trick", "model_dims": ""}
     assert built("transformer").graph["cutoff"] == 1
-    assert built("rnnlm").graph["width"] == DEFAULT_WIDTH["rnnlm"] == 2048
-    assert built("transformer").graph["width"] == DEFAULT_WIDTH["transformer"] == 512
+    assert built("rnnlm").graph["width"] == 2048
+    assert built("transformer").graph["width"] == 512
+    assert built("transformer").graph["params"] == {"batch": 128, "width": 512, "seq": 256, "vocab": 50000,
+                                                    "layers": 6}
 
 
 def test_examples_of_names_and_letters():
@@ -88,22 +92,48 @@ def test_rnnlm_width():
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "args, kwargs, message",
     [
-        (("vgg", 128), "unknown graph 'vgg'"),
-        (("alexnet", 0), "batch size must be an integer from 1 to 1,000,000,000"),
-        (("alexnet", -3), "batch size must be an integer from 1 to 1,000,000,000"),
-        (("alexnet", 2.5), "batch size must be an integer from 1 to 1,000,000,000"),
-        (("alexnet", 128, 512), "--model sets the width of rnnlm and transformer only"),
-        (("transformer", 128, 100), "not a multiple of the head width 64"),
-        (("transformer", 128, 0), "model width must be an integer from 1 to 1,000,000,000"),
-        (("rnnlm", 128, -1), "model width must be an integer from 1 to 1,000,000,000"),
+        (("vgg", 128), {}, "graph must be one of alexnet, resnet101, inception3, rnnlm, transformer, got 'vgg'"),
+        (("alexnet", 0), {}, "batch must be an integer from 1 to 1,000,000,000, got 0"),
+        (("alexnet", -3), {}, "batch must be an integer from 1 to 1,000,000,000"),
+        (("alexnet", 2.5), {}, "batch must be an integer from 1 to 1,000,000,000"),
+        (("alexnet", 128, 512), {}, r"width is not a parameter of alexnet \(it takes batch\)"),
+        (("transformer", 128, 100), {}, "width 100 is not a multiple of the head width 64"),
+        (("transformer", 128, 0), {}, "width must be an integer from 1 to 1,000,000,000"),
+        (("rnnlm", 128, -1), {}, "width must be an integer from 1 to 1,000,000,000"),
+        (("rnnlm", 128), {"seq": 0}, "seq must be an integer from 1"),
+        (("transformer", 128), {"heads": 4}, "heads is not a parameter of transformer"),
     ],
 )
-def test_bad_arguments(args, message):
+def test_bad_arguments(args, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        build_graph(*args)
+        build_graph(*args, **kwargs)
 
 
-def test_graph_list():
-    assert GRAPHS == GRAPH_NAMES
+def test_the_registry_holds_the_reference_models():
+    """The registry names exactly the models the reference numbers exist for
+    (an independent list: the file names), each builds under its own name
+    with the node count of its reference file, and --help lists them."""
+    from conftest import REFERENCE
+
+    on_disk = {f.name.split("_p")[0] for f in REFERENCE.glob("*_p*.json.gz")}
+    assert set(MODELS) == set(graph_names()) == on_disk
+    for name, spec in MODELS.items():
+        g = build_graph(name, batch=16)
+        assert g.graph["name"] == name and g.graph["cutoff"] == spec.cutoff
+        assert g.number_of_nodes() == reference(name, 4)["n_nodes"]
+        assert {p.name for p in spec.params} == set(g.graph["params"]) and spec.params[0].name == "batch"
+
+
+@pytest.mark.parametrize("name, params", [("rnnlm", {"seq": 32, "vocab": 1000, "layers": 3}),
+                                          ("transformer", {"seq": 64, "vocab": 800, "layers": 2})])
+def test_sequence_model_parameters(name, params):
+    ops = {op.name: op for op in operators(build_graph(name, 8, **params))}
+    if name == "rnnlm":
+        assert ops["embed"].space == (8, 32, 2048, 1000)
+        assert ops["lstm"].space == (3, 32, 8, 2048, 2048)
+    else:
+        assert ops["enc/embed"].space == (8, 64, 512, 800)
+        assert "enc1/ffn/norm" in ops and "enc2/ffn/norm" not in ops and "dec1/cross/qkv" in ops
+        assert len(ops) == 6 + 2 * (12 + 21)  # embeddings, positions, logits, loss; per layer 12 + 21

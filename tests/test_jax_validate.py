@@ -15,7 +15,7 @@ from conftest import ROOT, built
 sys.path.insert(0, str(ROOT / "benchmarks" / "jax"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from baselines import _mesh_tensorflow, data_parallel  # noqa: E402
+from baselines import data_parallel, mesh_tensorflow  # noqa: E402
 from dp_search import search  # noqa: E402
 from graph import operators  # noqa: E402
 from plan_sharding import PlanNotExpressible, assign, prime_factors  # noqa: E402
@@ -53,7 +53,7 @@ class TestMeshAssignment:
 
     def test_mesh_tensorflow_specs(self):
         g = built("transformer")
-        mp = assign(g, _mesh_tensorflow(g, 2, 4), 8)
+        mp = assign(g, mesh_tensorflow(g, 2, 4), 8)
         qkv = mp.layers["enc0/attn/qkv"]  # (s, b, h, l, k, e)
         assert qkv.dims[1] == ("m0",) and qkv.dims[2] == ("m1", "m2")
         assert qkv.inputs[1] == ((), ("m1", "m2"), (), ())  # weight (s, h, e, k): heads
@@ -137,7 +137,7 @@ def test_small_validation_of_a_model_parallel_plan(tmp_path):
     g = built("transformer")
     plan = tmp_path / "mesh_tf_2x4.json"
     plan.write_text(json.dumps({"layers": [{"id": i, "config": list(c)}
-                                           for i, c in enumerate(_mesh_tensorflow(g, 2, 4))]}))
+                                           for i, c in enumerate(mesh_tensorflow(g, 2, 4))]}))
     proc = _validate("-g", "transformer", "--plan", str(plan), "--quick")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "== transformer, p = 8: mesh_tf_2x4 ==" in proc.stdout and "numerics: PASS" in proc.stdout

@@ -73,8 +73,9 @@ class MeshPlan:
         return PartitionSpec(*[None if not a else (a[0] if len(a) == 1 else a) for a in tensor_axes])
 
 
-def _tensor_axes(tensor, dim_axes):
-    return tuple(tuple(ax for d in group for ax in dim_axes[d]) for group in tensor.axes)
+def _tensor_axes(tensor, dims, dim_axes):
+    """Mesh axes of each tensor axis: those of the letters that split it."""
+    return tuple(tuple(ax for d in group for ax in dim_axes[dims.index(d)]) for group in tensor.axes)
 
 
 def assign(g, strategy, p: int) -> MeshPlan:
@@ -91,8 +92,9 @@ def assign(g, strategy, p: int) -> MeshPlan:
         for u, _, d in g.in_edges(v, data=True):  # the producer's mesh axes for the same split
             t_out = out_axes[(u, d["out"])]
             for j, group in enumerate(op.inputs[d["inp"]].axes):
-                if len(group) == 1 and cfg[group[0]] > 1 and math.prod(size[a] for a in t_out[j]) == cfg[group[0]]:
-                    preferred.setdefault(group[0], t_out[j])
+                i = op.dims.index(group) if len(group) == 1 else None
+                if i is not None and cfg[i] > 1 and math.prod(size[a] for a in t_out[j]) == cfg[i]:
+                    preferred.setdefault(i, t_out[j])
         free = [name for name, _ in axes]
         dim_axes = [()] * len(cfg)
         order = sorted((i for i in range(len(cfg)) if cfg[i] > 1),
@@ -116,8 +118,8 @@ def assign(g, strategy, p: int) -> MeshPlan:
             for a in chosen:
                 free.remove(a)
             dim_axes[i] = tuple(chosen)
-        ins = tuple(_tensor_axes(t, dim_axes) for t in op.inputs)
-        outs = tuple(_tensor_axes(t, dim_axes) for t in op.outputs)
+        ins = tuple(_tensor_axes(t, op.dims, dim_axes) for t in op.inputs)
+        outs = tuple(_tensor_axes(t, op.dims, dim_axes) for t in op.outputs)
         for j, t in enumerate(outs):
             out_axes[(v, j)] = t
         layers[op.name] = LayerSharding(op.name, tuple(dim_axes), ins, outs)

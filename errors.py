@@ -1,0 +1,25 @@
+"""The tool's own error for a bad setting, phrased without command-line flags.
+
+The library raises :class:`SettingError` naming the setting (``flops``,
+``batch``); the command line reports it under its flag (``--flops``, ``-b``).
+"""
+
+from __future__ import annotations
+
+
+class SettingError(ValueError):
+    """A setting with a value the tool cannot use: ``f"{name} {problem}"``."""
+
+    def __init__(self, name: str, problem: str):
+        super().__init__(f"{name} {problem}")
+        self.name = name
+        self.problem = problem
+
+    def __reduce__(self):  # picklable, so that a sweep's worker can return it
+        return (type(self), (self.name, self.problem))
+
+
+def shown(value, limit: int = 40) -> str:
+    """``repr(value)``, cut to ``limit`` characters for a one-line message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,39 @@
+"""Operator kinds: one definition per kind, and the registry of them all.
+
+Each kind is a frozen dataclass deriving from :class:`Kind` and decorated
+with :func:`register`, in one of this package's modules (grouped by family:
+``conv``, ``gemm``, ``pointwise``, ``shape``, ``recurrent``).  Every module
+here is imported when the package is, so a new kind needs its definition
+(and its test) and nothing else.  ``KINDS`` maps a kind's name to its class.
+
+    >>> from kinds import KINDS
+    >>> KINDS["Conv"](out=96, kernel=11, stride=4).stride
+    (4, 4)
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from kinds.base import Extents, Kind, Operator, Ref, Tensor, gemm, halo, need, shard, tensor_splits
+
+__all__ = ["KINDS", "register", "Kind", "Operator", "Tensor", "Ref", "Extents", "gemm", "halo", "need", "shard",
+           "tensor_splits"]
+
+KINDS: dict[str, type[Kind]] = {}
+
+
+def register(cls: type[Kind]) -> type[Kind]:
+    """Class decorator: add a kind to :data:`KINDS` under its class name."""
+    if not issubclass(cls, Kind):
+        raise TypeError(f"{cls.__name__} is not a Kind")
+    if KINDS.get(cls.__name__, cls) is not cls:
+        raise ValueError(f"two operator kinds are named {cls.__name__}")
+    KINDS[cls.__name__] = cls
+    return cls
+
+
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    if _module != "base":
+        importlib.import_module(f"{__name__}.{_module}")

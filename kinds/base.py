@@ -1,0 +1,280 @@
+"""What every operator kind shares: the records kinds build, the per-letter
+views the formulas read, the base class, and the formulas several kinds use.
+
+A *kind* (``Conv``, ``FC``, ``Norm`` ...) is a frozen dataclass whose fields
+are its typed attributes (a convolution's stride, a normalisation's axis).
+Its class says, in one place, everything the tool needs about it:
+
+* ``build``: the operator it makes from its input tensors: the letters of
+  its iteration space (one per dimension, ``b`` the sample), the sizes, and
+  every tensor it reads or writes with its role (activation, weight, data)
+  and the letters whose splits split each tensor axis;
+* ``never_split`` and ``contiguous_only``: the split constraints;
+* ``cost``: compute and communication FLOP for all configurations at once,
+  read by letter (``C["n"]`` is the split of ``n`` of every configuration);
+* ``memory``: per-device elements of its weights and of the activations it
+  keeps for the backward pass, for all configurations at once;
+* ``model_dims`` and ``stage_dim``: what the expert baselines split.
+
+Formulas follow the PaSE paper (Elango, IPDPS 2021, section III) as the
+original tool implements them; symbols are the paper's (``mm, nn, kk`` per
+device extents of a GEMM's M, N, K, split ``m, n, k`` ways).  Nothing here
+checks that a configuration divides the sizes (``cost_model`` does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+
+__all__ = ["ROLES", "Tensor", "Operator", "Ref", "Extents", "Kind", "shard", "tensor_splits", "gemm", "gemm_extents",
+           "halo", "need"]
+
+ROLES = ("activation", "weight", "data")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One input or output of an operator and how it is split.
+
+    ``axes[j]`` holds the iteration-space letters whose splits multiply into
+    the split of tensor axis ``j``: ``("b", "n", "h", "w")`` for a
+    convolution's output, ``("bchw",)`` for the flat side of a reshape, ``""``
+    for an axis that is never split.  ``role`` is ``activation`` (written by
+    another operator or read by one), ``weight`` (a trained parameter) or
+    ``data`` (fed to the network).
+    """
+
+    shape: tuple[int, ...]
+    axes: tuple[str, ...]
+    role: str = "activation"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        object.__setattr__(self, "axes", tuple(self.axes))
+        if len(self.shape) != len(self.axes):
+            raise ValueError(f"tensor shape {self.shape} and axes {self.axes} differ in rank")
+        if self.role not in ROLES:
+            raise ValueError(f"tensor role must be one of {ROLES}, got {self.role!r}")
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+
+class Ref(NamedTuple):
+    """A tensor while a graph is being built: who writes it and its letters."""
+
+    node: int | None  # None for a graph input (weights, data)
+    index: int  # which output of ``node``
+    shape: tuple[int, ...]
+    letters: str
+    role: str = "activation"
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One node of a computation graph; independent of ``p`` and the hardware.
+
+    ``kind`` is the kind with its attributes; ``dims`` one letter per
+    iteration-space dimension (``b`` the sample); ``space`` the sizes.  Two
+    operators that differ only in ``name`` compare equal, so identical layers
+    share their cost arrays.
+    """
+
+    kind: "Kind"
+    dims: str
+    space: tuple[int, ...]
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    name: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "space", tuple(int(s) for s in self.space))
+        if len(self.dims) != len(self.space) or len(set(self.dims)) != len(self.dims):
+            raise ValueError(f"{self.name}: letters {self.dims!r} do not name the space {self.space} one to one")
+        if "b" not in self.dims:
+            raise ValueError(f"{self.name}: iteration space {self.dims!r} has no sample dimension 'b'")
+        for t in self.inputs + self.outputs:
+            stray = set("".join(t.axes)) - set(self.dims)
+            if stray:
+                raise ValueError(f"{self.name}: tensor axes {t.axes} use letters {sorted(stray)} not in {self.dims!r}")
+
+    @property
+    def never_split(self) -> str:
+        return self.kind.never_split(self)
+
+    @property
+    def contiguous_only(self) -> bool:
+        return self.kind.contiguous_only
+
+    def size(self, letters: str) -> int:
+        """The product of the sizes of ``letters``."""
+        return prod(self.space[self.dims.index(c)] for c in letters)
+
+    def __repr__(self) -> str:
+        space = ", ".join(f"{d}={s}" for d, s in zip(self.dims, self.space))
+        return f"Operator({self.kind.name} {self.name!r}: {space})"
+
+
+class Extents:
+    """Per-letter view of sizes, splits or per-device extents.
+
+    ``array`` is ``(n,)`` (one value per letter) or ``(K, n)`` (one row per
+    configuration); ``E["n"]`` is the column of ``n``, ``E["bhw"]`` the
+    product of three columns, ``E[""]`` is 1.
+    """
+
+    __slots__ = ("dims", "array")
+
+    def __init__(self, dims: str, array):
+        self.dims = dims
+        self.array = np.asarray(array, dtype=float)
+
+    def __getitem__(self, letters: str):
+        out = None
+        for c in letters:
+            col = self.array[..., self.dims.index(c)]
+            out = col if out is None else out * col
+        if out is None:
+            return np.ones(self.array.shape[:-1]) if self.array.ndim > 1 else 1.0
+        return out
+
+    def __len__(self) -> int:
+        return self.array.shape[0] if self.array.ndim > 1 else 1
+
+    @property
+    def all(self):
+        """The product over every letter: devices used (splits), volume (extents)."""
+        return np.prod(self.array, axis=-1)
+
+    def other(self, letters: str) -> str:
+        """The letters not in ``letters``, in order."""
+        return "".join(c for c in self.dims if c not in letters)
+
+    def __truediv__(self, other: "Extents") -> "Extents":
+        return Extents(self.dims, self.array / other.array)
+
+
+class Kind:
+    """Base of every operator kind (see the module docstring).
+
+    Subclasses are frozen dataclasses registered with
+    :func:`kinds.register`; ``build`` and ``cost`` must be defined, the rest
+    have defaults.
+    """
+
+    contiguous_only: ClassVar[bool] = False
+    #: the weight gradient touches only the rows the ids select (an
+    #: embedding): what Parallax exchanges sparsely
+    sparse_rows: ClassVar[bool] = False
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def build(self, name: str, refs: tuple[Ref, ...]) -> tuple[Operator, tuple[str, ...]]:
+        """The operator and the letters of each of its outputs."""
+        raise NotImplementedError
+
+    def never_split(self, op: Operator) -> str:
+        """Letters enumerated as if their size were 1."""
+        return ""
+
+    def cost(self, op: Operator, D: Extents, C: Extents, model) -> tuple[np.ndarray, np.ndarray]:
+        """(compute, communication) FLOP per device for each configuration:
+        ``D`` the sizes, ``C`` the splits (K rows), ``model`` the
+        :class:`cost_model.CostModel` (its ``cluster`` prices communication)."""
+        raise NotImplementedError
+
+    def saved(self, op: Operator) -> tuple[Tensor, ...]:
+        """The tensors kept for the backward pass (default: every input that
+        is not a weight; weights are counted as weights)."""
+        return tuple(t for t in op.inputs if t.role != "weight")
+
+    def memory(self, op: Operator, C: Extents) -> tuple[np.ndarray, np.ndarray]:
+        """Per-device elements of (weights, saved activations) for each
+        configuration: each tensor's shard under the configuration; a weight
+        not split along the sample or M letters is held whole by each of the
+        devices that split them."""
+        zero = np.zeros(len(C))
+        weights = sum((shard(t, C) for t in op.inputs if t.role == "weight"), zero)
+        acts = sum((shard(t, C) for t in self.saved(op)), zero)
+        return weights, acts
+
+    def model_dims(self, op: Operator) -> str:
+        """Letters a practitioner splits for model parallelism in this layer
+        ("one weird trick": a classifier's units); empty for data parallel."""
+        return ""
+
+    def stage_dim(self, op: Operator) -> str:
+        """A letter that stacks layers which may go to different devices (GNMT)."""
+        return ""
+
+
+# -- shared formulas -------------------------------------------------------------
+
+
+def tensor_splits(t: Tensor, C: Extents) -> np.ndarray:
+    """How tensor ``t`` is split under the configurations ``C``: (K, rank)."""
+    return np.stack([np.broadcast_to(C[a], (len(C),)) for a in t.axes], axis=-1) if t.axes else \
+        np.ones((len(C), 0))
+
+
+def shard(t: Tensor, C: Extents) -> np.ndarray:
+    """Elements of ``t`` one device holds under each configuration (K,)."""
+    return t.size / np.prod(tensor_splits(t, C), axis=-1)
+
+
+def gemm(D: Extents, C: Extents, net, batch: str, m: str, n: str, k: str, pw: float = 0, weight_sync=None):
+    """A GEMM whose batch, M, N and K dimensions are the letters ``batch``,
+    ``m``, ``n``, ``k`` of the space: :func:`gemm_extents` at the per-device
+    extents ``bb = B/b``, ``mm = M/m``, ``nn = N/n``, ``kk = K/k``."""
+    bb = D[batch] / C[batch]  # (K,)
+    return gemm_extents(bb, D[m] / C[m], D[n] / C[n], D[k] / C[k], C, net, m, n, k, pw, weight_sync)
+
+
+def gemm_extents(bb, mm, nn, kk, C: Extents, net, m: str, n: str, k: str, pw: float = 0, weight_sync=None):
+    """GEMM of per-device extents ``mm x kk`` by ``kk x nn``, repeated ``bb``
+    times, whose M, N, K are split by the letters ``m``, ``n``, ``k``:
+    (compute, communication) per device.
+
+        comp = 3*mm*nn*kk + 3*pw*mm*nn     # forward GEMM, two backward GEMMs; pointwise
+        comm = AR(mm*nn, k) + AR(mm*kk, n) + AR(nn*kk, m)
+
+    ``weight_sync`` replaces the weight-gradient all-reduce ``AR(nn*kk, m)``.
+    """
+    comp = 3.0 * mm * nn * kk + 3.0 * pw * mm * nn  # (K,)
+    sync = net.allreduce(nn * kk, C, m) if weight_sync is None else weight_sync
+    comm = net.allreduce(mm * nn, C, k) + net.allreduce(mm * kk, C, n) + sync  # (K,)
+    return bb * comp, bb * comm
+
+
+def halo(image: Tensor, C: Extents, r: float, s: float, net) -> np.ndarray:
+    """Ghost-cell exchange of an image ``(b, c, h, w)`` split by its tensor
+    configuration ``Q``, for an ``r x s`` window:
+    ``((t_h + r[Q_h > 1]) (t_w + s[Q_w > 1]) - t_h t_w) t_b t_c`` words."""
+    Q = tensor_splits(image, C)  # (K, 4)
+    t = np.asarray(image.shape, dtype=float) / Q  # (K, 4) per-device extents
+    th, tw = t[:, 2], t[:, 3]
+    ghost = ((th + r * (Q[:, 2] > 1)) * (tw + s * (Q[:, 3] > 1)) - th * tw) * t[:, 0] * t[:, 1]
+    return net.send(ghost, C, image.axes[2] + image.axes[3])
+
+
+def need(src, tgt, ps, pt):
+    """Elements a target device lacks ("area needed"):
+    ``prod(tgt) - (0 if pt > ps else prod(min(src, tgt)))``, clipped at 0.
+
+    ``src``, ``tgt``: per-device extents (..., r), broadcastable;
+    ``ps``, ``pt``: device counts, broadcastable to the result.
+    """
+    r = src.shape[-1]
+    overlap = np.minimum(src[..., 0], tgt[..., 0])
+    volume = tgt[..., 0]
+    for j in range(1, r):
+        overlap = overlap * np.minimum(src[..., j], tgt[..., j])
+        volume = volume * tgt[..., j]
+    return np.maximum(volume - np.where(pt > ps, 0.0, overlap), 0.0)

@@ -1,0 +1,113 @@
+"""Convolutions and pooling over NCHW images."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kinds import register
+from kinds.base import Kind, Operator, Tensor, gemm, halo
+
+
+def _pair(v) -> tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    a, b = v
+    return (int(a), int(b))
+
+
+def window_output(size: tuple[int, int], kernel, stride, pad) -> tuple[int, int]:
+    """``h_o = floor((h - r + 2 pad_r) / stride_r) + 1``, likewise ``w_o``."""
+    (h, w), (r, s), (sr, sc), (pr, pc) = size, kernel, stride, pad
+    return (h - r + 2 * pr) // sr + 1, (w - s + 2 * pc) // sc + 1
+
+
+class _Window(Kind):
+    """Kernel, stride and padding as (vertical, horizontal) pairs."""
+
+    def __post_init__(self):
+        for f in ("kernel", "stride", "pad"):
+            object.__setattr__(self, f, _pair(getattr(self, f)))
+
+    def _output_hw(self, name, x):
+        if len(x.shape) != 4:
+            raise ValueError(f"{name}: {self.name} needs an NCHW image, got shape {x.shape}")
+        ho, wo = window_output(x.shape[2:], self.kernel, self.stride, self.pad)
+        if ho < 1 or wo < 1:
+            raise ValueError(f"{name}: a {self.kernel} window does not fit the {x.shape[2:]} image")
+        return ho, wo
+
+
+@register
+@dataclass(frozen=True)
+class Conv(_Window):
+    """2-D convolution with ``out`` filters of ``kernel = (r, s)``.
+
+    Space ``(b, c, h, w, r, s, n)``: batch, input channels, output height and
+    width (never split), filter height and width, output channels.  Grouped
+    (``groups = g > 1``, depthwise when ``g`` equals the channels): space
+    ``(b, g, c, h, w, r, s, n)`` with ``c``, ``n`` the channels of one group;
+    each group is its own GEMM.  Cost: GEMM with ``M = b*h*w``, ``N = n``,
+    ``K = c*r*s`` (batch ``g``), plus the halo exchange of the input image.
+    """
+
+    out: int
+    kernel: tuple[int, int]
+    stride: tuple[int, int] = (1, 1)
+    pad: tuple[int, int] = (0, 0)
+    groups: int = 1
+    pw: int = 0  # pointwise operations per output element (activation)
+    bias: bool = False
+
+    def build(self, name, refs):
+        (x,) = refs
+        b, c, _, _ = x.shape
+        ho, wo = self._output_hw(name, x)
+        (r, s), n, g = self.kernel, self.out, self.groups
+        if g < 1 or c % g or n % g:
+            raise ValueError(f"{name}: {g} groups do not divide {c} input and {n} output channels")
+        gl = "g" if g > 1 else ""
+        dims = "b" + gl + "chwrsn"
+        space = (b,) + ((g,) if g > 1 else ()) + (c // g, ho, wo, r, s, n // g)
+        inputs = [Tensor(x.shape, ("b", gl + "c", "h", "w"), x.role),
+                  Tensor((n, c // g, r, s), (gl + "n", "c", "r", "s"), "weight")]
+        if self.bias:
+            inputs.append(Tensor((n,), (gl + "n",), "weight"))
+        out = Tensor((b, n, ho, wo), ("b", gl + "n", "h", "w"))
+        return Operator(self, dims, space, tuple(inputs), (out,), name), ("bchw",)
+
+    def never_split(self, op):
+        return "hw"
+
+    def cost(self, op, D, C, model):
+        comp, comm = gemm(D, C, model.cluster, "g" if "g" in op.dims else "", "bhw", "n", "crs", self.pw)
+        return comp, comm + halo(op.inputs[0], C, D["r"], D["s"], model.cluster)
+
+
+@register
+@dataclass(frozen=True)
+class Pooling(_Window):
+    """Max or average pooling over a ``kernel = (r, s)`` window.
+
+    Space ``(b, c, h, w)`` of the output, all splittable; input and output
+    use the configuration.  Cost ``e`` (one operation per output element of a
+    device) plus the halo exchange of the input image.
+    """
+
+    kernel: tuple[int, int]
+    stride: tuple[int, int] = (1, 1)
+    pad: tuple[int, int] = (0, 0)
+
+    def build(self, name, refs):
+        (x,) = refs
+        b, c, _, _ = x.shape
+        ho, wo = self._output_hw(name, x)
+        letters = ("b", "c", "h", "w")
+        op = Operator(self, "bchw", (b, c, ho, wo), (Tensor(x.shape, letters, x.role),),
+                      (Tensor((b, c, ho, wo), letters),), name)
+        return op, ("bchw",)
+
+    def cost(self, op, D, C, model):
+        e = (D / C).all  # (K,)
+        r, s = self.kernel
+        return e, halo(op.inputs[0], C, r, s, model.cluster)
+

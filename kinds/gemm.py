@@ -1,0 +1,157 @@
+"""Kinds that are one matrix product: fully connected, einsum, embedding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from kinds import register
+from kinds.base import Kind, Operator, Tensor, gemm
+
+
+def _fresh(taken: str, preferred: str) -> str:
+    """``preferred`` if it is not taken, else the first free lowercase letter."""
+    if preferred not in taken:
+        return preferred
+    return next(c for c in "nkmjiopqrtuxyzacdefglsvwh" if c not in taken)
+
+
+@register
+@dataclass(frozen=True)
+class FC(Kind):
+    """Fully connected layer of ``units`` outputs on the last axis of its input.
+
+    Space: the input's leading letters, then ``n`` (units), then ``k`` (input
+    features).  Input split ``C`` without ``n``; output ``C`` without ``k``;
+    the weight ``(k, n)``.  Cost: GEMM with ``M`` the product of the leading
+    dimensions, ``N = n``, ``K = k``.
+    """
+
+    units: int
+    pw: int = 0
+    bias: bool = False
+
+    def build(self, name, refs):
+        (x,) = refs
+        lead, k = x.shape[:-1], x.shape[-1]
+        ll = x.letters[:-1]
+        nl = _fresh(ll, "n")
+        kl = _fresh(ll + nl, "k")
+        inputs = [Tensor(x.shape, tuple(ll) + (kl,), x.role), Tensor((k, self.units), (kl, nl), "weight")]
+        if self.bias:
+            inputs.append(Tensor((self.units,), (nl,), "weight"))
+        out = Tensor(lead + (self.units,), tuple(ll) + (nl,))
+        return Operator(self, ll + nl + kl, lead + (self.units, k), tuple(inputs), (out,), name), (ll + nl,)
+
+    def cost(self, op, D, C, model):
+        return gemm(D, C, model.cluster, "", op.dims[:-2], op.dims[-2], op.dims[-1], self.pw)
+
+    def model_dims(self, op):
+        return op.dims[-2]
+
+
+def einsum_roles(equation: str) -> tuple[str, str, str, str, str]:
+    """(space letters, batch, m, n, reduced) of ``in1,in2->out``: batch letters
+    are in both inputs and the output, reduced ones in both inputs only, m
+    only in ``in1`` (and the output), n only in ``in2``."""
+    lhs, out = equation.split("->")
+    in1, in2 = lhs.split(",")
+    reduced = "".join(c for c in in1 if c in in2 and c not in out)
+    batch = "".join(c for c in out if c in in1 and c in in2)
+    m = "".join(c for c in out if c in in1 and c not in in2)
+    n = "".join(c for c in out if c in in2 and c not in in1)
+    return out + reduced, batch, m, n, reduced
+
+
+@register
+@dataclass(frozen=True)
+class Einsum(Kind):
+    """A two-operand einsum ``in1,in2->out`` that is a (batched) GEMM.
+
+    Space: the output letters in order, then the reduced letters in order of
+    appearance in ``in1``.  Every tensor is split by ``C`` restricted to its
+    letters.  Cost: GEMM with one batch entry per batch letter, ``M``, ``N``,
+    ``K`` the products of the m, n and reduced letters.  Needs at least one
+    m and one n letter.
+    """
+
+    equation: str
+    pw: int = 0
+
+    def build(self, name, refs):
+        x, y = refs
+        lhs, out = self.equation.split("->")
+        in1, in2 = lhs.split(",")
+        letters, _, m, n, _ = einsum_roles(self.equation)
+        if set(in1 + in2) != set(letters) or len(set(letters)) != len(letters) or len(set(out)) != len(out):
+            raise ValueError(f"{name}: unsupported einsum {self.equation!r}")
+        if not m or not n:
+            raise ValueError(f"{name}: einsum {self.equation!r} needs an M and an N dimension")
+        size = {}
+        for ref, sub in ((x, in1), (y, in2)):
+            if len(ref.shape) != len(sub):
+                raise ValueError(f"{name}: operand {ref.shape} does not match {sub!r}")
+            for c, s in zip(sub, ref.shape):
+                if size.setdefault(c, s) != s:
+                    raise ValueError(f"{name}: dimension {c!r} is {size[c]} and {s}")
+        inputs = (Tensor(x.shape, tuple(in1), x.role), Tensor(y.shape, tuple(in2), y.role))
+        outputs = (Tensor(tuple(size[c] for c in out), tuple(out)),)
+        return Operator(self, letters, tuple(size[c] for c in letters), inputs, outputs, name), (out,)
+
+    def cost(self, op, D, C, model):
+        _, batch, m, n, k = einsum_roles(self.equation)
+        return gemm(D, C, model.cluster, batch, m, n, k, self.pw)
+
+
+@register
+@dataclass(frozen=True)
+class Embedding(Kind):
+    """Token embedding of a ``vocab x width`` table, read by integer ids.
+
+    The original model: an Einsum of a one-hot ``(ids..., v)`` input with the
+    weight ``(v, d)``; space ``(ids..., d, v)``, a GEMM with ``M`` the tokens,
+    ``N = d`` (``letter``), ``K = v``.
+
+    With ``model.embedding_lookup`` it is costed as what it is, a gather of
+    the rows the device's tokens need and a scatter-add of their gradients,
+    ``2 * mm * nn``; the ids have no gradient, so the GEMM's input-gradient
+    reduction ``AR(mm*kk, n)`` goes, while the reduction of partial rows over
+    a split vocabulary ``AR(mm*nn, k)`` stays.  The weight gradient among the
+    ``m`` devices that split the tokens (and share a ``kk x nn`` shard) is
+    exchanged per ``model.embedding_sync``: a dense all-reduce
+    ``AR(nn*kk, m)``, a sparse push and pull of only the rows touched,
+    ``2 * u * nn`` words with ``u = min(distinct rows, mm, kk)`` (none when
+    ``m = 1``), or the cheaper of the two (``best``).
+    """
+
+    vocab: int
+    width: int
+    letter: str = "d"
+    sparse_rows: ClassVar[bool] = True
+
+    def build(self, name, refs):
+        (ids,) = refs
+        ll = ids.letters
+        if self.letter in ll or "v" in ll:
+            raise ValueError(f"{name}: the ids' letters {ll!r} collide with {self.letter!r} or 'v'")
+        inputs = (Tensor(ids.shape, tuple(ll), ids.role),
+                  Tensor((self.vocab, self.width), ("v", self.letter), "weight"))
+        out = Tensor(ids.shape + (self.width,), tuple(ll) + (self.letter,))
+        space = ids.shape + (self.width, self.vocab)
+        return Operator(self, ll + self.letter + "v", space, inputs, (out,), name), (ll + self.letter,)
+
+    def cost(self, op, D, C, model):
+        net = model.cluster
+        m, n, k = op.dims[:-2], op.dims[-2], op.dims[-1]
+        if model.original:
+            return gemm(D, C, net, "", m, n, k)
+        mm, nn, kk = D[m] / C[m], D[n] / C[n], D[k] / C[k]  # (K,) each
+        dense = net.allreduce(nn * kk, C, m)
+        rows = mm if model.distinct_rows is None else np.minimum(mm, float(model.distinct_rows))
+        sparse = net.send(2.0 * np.minimum(rows, kk) * nn, C, m)  # none when m = 1
+        sync = {"dense": dense, "sparse": sparse, "best": np.minimum(dense, sparse)}[model.embedding_sync]
+        if model.embedding_lookup:
+            return 2.0 * mm * nn, net.allreduce(mm * nn, C, k) + sync
+        return gemm(D, C, net, "", m, n, k, weight_sync=sync)

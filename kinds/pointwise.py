@@ -1,0 +1,210 @@
+"""Kinds that work element by element or along one axis: elementwise
+arithmetic, normalisations, softmax, the loss, and reductions.
+
+Their iteration space is the shape of their (first) input with its letters;
+input and output are split by the configuration itself.  ``e`` is the
+per-device volume ``prod(D / C)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kinds import register
+from kinds.base import Kind, Operator, Tensor
+
+
+def _same(x):
+    """Iteration space, input and output tensors of a shape-preserving kind."""
+    t = Tensor(x.shape, tuple(x.letters), x.role)
+    return x.letters, x.shape, (t,), (Tensor(x.shape, tuple(x.letters)),)
+
+
+def _axis(axis: int, rank: int, name: str) -> int:
+    if not -rank <= axis < rank:
+        raise ValueError(f"{name}: axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+@register
+@dataclass(frozen=True)
+class Elementwise(Kind):
+    """Elementwise arithmetic of inputs of one shape, or broadcast to the
+    first input's shape (size-1 axes are never split).  Cost ``(1 + pw) * e``.
+
+    ``keeps_inputs``: the gradient needs the inputs (a product or quotient),
+    not only the output's gradient (a sum); a folded activation (``pw > 0``)
+    keeps the output."""
+
+    pw: int = 0
+    keeps_inputs: bool = False
+
+    def build(self, name, refs):
+        x = refs[0]
+        r = len(x.shape)
+        inputs = [Tensor(x.shape, tuple(x.letters), x.role)]
+        for y in refs[1:]:
+            if len(y.shape) > r:
+                raise ValueError(f"{name}: cannot broadcast {y.shape} to {x.shape}")
+            lead = r - len(y.shape)
+            axes = []
+            for j, s in enumerate(y.shape):
+                full = x.shape[lead + j]
+                if s not in (1, full):
+                    raise ValueError(f"{name}: cannot broadcast {y.shape} to {x.shape}")
+                axes.append(x.letters[lead + j] if s == full and full > 1 else "")
+            inputs.append(Tensor(y.shape, tuple(axes), y.role))
+        out = Tensor(x.shape, tuple(x.letters))
+        return Operator(self, x.letters, x.shape, tuple(inputs), (out,), name), (x.letters,)
+
+    def cost(self, op, D, C, model):
+        e = (D / C).all  # (K,)
+        return (1.0 + self.pw) * e, np.zeros_like(e)
+
+    def saved(self, op):
+        if self.keeps_inputs:
+            return tuple(t for t in op.inputs if t.role != "weight")
+        return op.outputs if self.pw else ()
+
+
+@register
+@dataclass(frozen=True)
+class Norm(Kind):
+    """Normalisation with statistics along ``axis`` (BatchNorm: axis 0;
+    LayerNorm: the last axis) and ``params`` weight vectors (scale, shift)
+    along ``param_axis`` (default ``axis``).  With ``d_a = D_a / c_a``:
+
+        comp = 16 * e
+        comm = 4 * AR(e / d_a, c_a) + 4 * AR(d_a, P(C) / c_a)
+    """
+
+    axis: int
+    param_axis: int | None = None
+    params: int = 2
+
+    def build(self, name, refs):
+        (x,) = refs
+        r = len(x.shape)
+        axis = _axis(self.axis, r, name)
+        pa = axis if self.param_axis is None else _axis(self.param_axis, r, name)
+        kind = type(self)(axis, pa, self.params)
+        dims, space, inputs, outputs = _same(x)
+        weights = tuple(Tensor((x.shape[pa],), (x.letters[pa],), "weight") for _ in range(self.params))
+        return Operator(kind, dims, space, inputs + weights, outputs, name), (x.letters,)
+
+    def _parts(self, op, D, C, model):
+        net = model.cluster
+        a = op.dims[self.axis]
+        e = (D / C).all  # (K,)
+        da = D[a] / C[a]  # (K,)
+        return e, net.allreduce(e / da, C, a), net.allreduce(da, C, C.other(a))
+
+    def cost(self, op, D, C, model):
+        e, stats, grads = self._parts(op, D, C, model)
+        return 16.0 * e, 4.0 * stats + 4.0 * grads
+
+
+@register
+@dataclass(frozen=True)
+class RMSNorm(Norm):
+    """Root-mean-square normalisation along ``axis`` with one scale vector
+    (Llama, Mistral): the :class:`Norm` formula with one statistic (the mean
+    square) instead of two (mean, variance) and one weight instead of two,
+    i.e. half of it:
+
+        comp = 8 * e
+        comm = 2 * AR(e / d_a, c_a) + 2 * AR(d_a, P(C) / c_a)
+    """
+
+    axis: int = -1
+    param_axis: int | None = None
+    params: int = 1
+
+    def cost(self, op, D, C, model):
+        e, stats, grads = self._parts(op, D, C, model)
+        return 8.0 * e, 2.0 * stats + 2.0 * grads
+
+
+@register
+@dataclass(frozen=True)
+class ReduceMean(Kind):
+    """Mean over ``axes`` (global average pooling: axes 2 and 3).  The output
+    keeps the other axes, split like them.  Cost ``AR(e, prod c_A)``."""
+
+    axes: tuple[int, ...]
+
+    def build(self, name, refs):
+        (x,) = refs
+        r = len(x.shape)
+        axes = tuple(sorted({_axis(a, r, name) for a in self.axes}))
+        kept = [i for i in range(r) if i not in axes]
+        letters = "".join(x.letters[i] for i in kept)
+        out = Tensor(tuple(x.shape[i] for i in kept), tuple(letters))
+        op = Operator(type(self)(axes), x.letters, x.shape, (Tensor(x.shape, tuple(x.letters), x.role),), (out,), name)
+        return op, (letters,)
+
+    def cost(self, op, D, C, model):
+        e = (D / C).all  # (K,)
+        reduced = "".join(op.dims[i] for i in self.axes)
+        return np.zeros_like(e), model.cluster.allreduce(e, C, reduced)
+
+    def saved(self, op):
+        return ()
+
+
+@register
+@dataclass(frozen=True)
+class Softmax(Kind):
+    """Softmax along ``axis``.  With ``e' = e / d_a``:
+
+        comp = 4 * e + e * D_a
+        comm = 2 * AR(e', c_a) + AR(e' * D_a, c_a)
+    """
+
+    axis: int
+
+    def build(self, name, refs):
+        (x,) = refs
+        dims, space, inputs, outputs = _same(x)
+        return Operator(type(self)(_axis(self.axis, len(x.shape), name)), dims, space, inputs, outputs,
+                        name), (x.letters,)
+
+    def cost(self, op, D, C, model):
+        net = model.cluster
+        a = op.dims[self.axis]
+        e = (D / C).all  # (K,)
+        e1 = e / (D[a] / C[a])  # e'
+        return 4.0 * e + e * D[a], 2.0 * net.allreduce(e1, C, a) + net.allreduce(e1 * D[a], C, a)
+
+    def saved(self, op):
+        return op.outputs
+
+
+@register
+@dataclass(frozen=True)
+class SoftmaxCrossEntropy(Kind):
+    """Softmax and cross-entropy loss over the classes (the last axis).  With
+    ``bs = e / d_last`` (the samples a device holds):
+
+        comp = 4 * e + 2 * bs
+        comm = 2 * bs words when the classes are split
+    """
+
+    def build(self, name, refs):
+        (x,) = refs
+        dims, space, inputs, outputs = _same(x)
+        return Operator(self, dims, space, inputs, outputs, name), (x.letters,)
+
+    def cost(self, op, D, C, model):
+        last = op.dims[-1]
+        e = (D / C).all  # (K,)
+        bs = e / (D[last] / C[last])  # (K,)
+        return 4.0 * e + 2.0 * bs, model.cluster.send(2.0 * bs, C, last)
+
+    def saved(self, op):
+        return op.outputs
+
+    def model_dims(self, op):
+        return op.dims[-1]

@@ -1,0 +1,206 @@
+"""How a :class:`result.Result` is shown: the text report, JSON, CSV, and the
+graph in Graphviz format.  Everything here reads the record; nothing costs.
+"""
+
+from __future__ import annotations
+
+import json
+
+from result import Result
+
+__all__ = ["render_text", "to_record", "render_json", "render_csv", "render_dot", "LAYER_KEYS"]
+
+LAYER_KEYS = ("id", "name", "op", "dims", "space", "config", "devices", "compute", "communication", "cost")
+
+
+# -- text -----------------------------------------------------------------------------
+
+
+def _align(rows, right: set[int], sep: str = " ") -> list[str]:
+    """Rows of cells as lines of aligned columns (``right``: right-aligned)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [sep.join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+            for row in rows]
+
+
+def fmt_config(cfg) -> str:
+    return "(" + ",".join(map(str, cfg)) + ")"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_seconds(t: float) -> str:
+    return f"{t:.3g} s"
+
+
+def _model_line(r: Result) -> str:
+    """``alexnet, batch 128`` plus every parameter that is not the model's default."""
+    from models import MODELS
+
+    spec = MODELS.get(r.graph)
+    defaults = {p.name: p.default for p in spec.params} if spec else {}
+    shown = [f"{k} {v}" for k, v in r.params if k in ("batch", "width") or defaults.get(k) != v]
+    return ", ".join([r.graph] + shown)
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100 * (b - a) / b:.1f}%"
+
+
+def _first_outside(r: Result) -> str:
+    layer = next(layer for layer in r.layers if not layer.in_space)
+    return f"e.g. {layer.name} {fmt_config(layer.config)} on {layer.dims}"
+
+
+def _comparison(r: Result) -> list[str]:
+    """The baselines beside the result, and what to make of them."""
+    dp_cost = r.baseline("data_parallel").total_cost
+    mine = r.total_cost
+    mine_label = "PaSE" if r.mode == "search" else "this strategy"
+    notes = []
+    for b in r.baselines:
+        if b.note:
+            notes.append(f"  {b.note}")
+        elif b.key == "expert":
+            notes.append(f"  {b.label}")
+        cheaper = b.total_cost < mine * (1 - 1e-12)
+        if cheaper and b.key == "parallax" and r.cost_model.original:
+            notes.append(f"  Parallax is {_pct(b.total_cost, mine)} cheaper than {mine_label}: it exchanges embedding")
+            notes.append("  gradients sparsely, which the default cost model (the original PaSE one) does")
+            notes.append("  not model; --sparse-embeddings searches with that rule")
+        elif cheaper and not b.in_search_space:
+            notes.append(f"  {b.title} is {_pct(b.total_cost, mine)} cheaper than {mine_label}: it uses "
+                         f"configurations outside the search space ({_first_outside(b)})")
+        elif cheaper:
+            notes.append(f"  {b.title} is {_pct(b.total_cost, mine)} cheaper than {mine_label}")
+    if any(not b.in_search_space for b in r.baselines):
+        notes.append("  * uses configurations the search does not enumerate (below the cutoff)")
+    table = [("strategy", "total", "compute", "comm", "speedup", "comm/device")]
+    for label, rec, inside in [(mine_label, r, True)] + [(b.title, b, b.in_search_space) for b in r.baselines]:
+        table.append((label + ("" if inside else " *"), f"{rec.total_cost:.3e}", f"{rec.compute:.3e}",
+                      f"{rec.communication:.3e}", f"{dp_cost / rec.total_cost:.2f}x",
+                      fmt_bytes(rec.comm_bytes_per_device)))
+    lines = ["", "Compared with baselines (FLOP per step; speedup = data-parallel cost / cost):"]
+    return lines + ["  " + line for line in _align(table, right={1, 2, 3, 4, 5}, sep="  ")] + notes
+
+
+def render_text(r: Result) -> str:
+    """The human-readable report: a row per operator, a summary, the total last."""
+    cl = r.cost_model.cluster
+    what = "strategy" if r.mode == "search" else "evaluation of a given strategy"
+    head = [f"PaSE {what}: {_model_line(r)}, p = {r.procs}",
+            f"{cl.describe()}; costs in FLOP (a word moved costs {cl.word:g})"]
+    rows = [("id", "name", "kind", "dims", "config", "dev", "cost")]
+    for layer in r.layers:
+        rows.append((str(layer.id), layer.name, layer.kind, layer.dims, fmt_config(layer.config),
+                     str(layer.devices), f"{layer.cost:.3e}"))
+    lines = head + [""] + _align(rows, right={0, 5, 6}) + [""]
+    lines.append(f"Operators: {r.operators_cost:.4e} (compute {r.compute:.4e}, "
+                 f"communication {r.operators_comm:.4e})")
+    lines.append(f"Edges (re-distribution): {r.edges_cost:.4e}")
+    if r.search is not None:
+        st = r.search
+        lines.append(f"Search: {st.order}, {st.seconds:.3f} s for {len(r.layers)} operators")
+        lines.append(f"  largest K {st.largest_K}, largest dependent set {st.largest_dependent_set}, "
+                     f"largest table {st.largest_table:,} entries")
+        if st.timings:
+            t = st.timings
+            lines.append(f"Timed {len(t)} searches (after 2 warm-up): mean {fmt_seconds(sum(t) / len(t))}, "
+                         f"min {fmt_seconds(min(t))}, max {fmt_seconds(max(t))}")
+    if r.source is not None:
+        lines.append(f"Strategy read from {r.source} (no search).")
+    if r.baselines:
+        lines += _comparison(r)
+    lines.append(f"Total cost: {r.total_cost:.2f}")
+    return "\n".join(lines)
+
+
+# -- files ----------------------------------------------------------------------------
+
+
+def _layer_record(layer) -> dict:
+    return {"id": layer.id, "name": layer.name, "op": layer.kind, "dims": layer.dims, "space": list(layer.space),
+            "config": list(layer.config), "devices": layer.devices, "compute": layer.compute,
+            "communication": layer.communication, "cost": layer.cost}
+
+
+def to_record(r: Result) -> dict:
+    """The result as the JSON document ``--output`` writes (``--evaluate``
+    reads it back)."""
+    cm, cl = r.cost_model, r.cost_model.cluster
+    rec = {
+        "graph": r.graph, "procs": r.procs, "batch": r.param("batch"), "width": r.param("width"),
+        "params": dict(r.params),
+        "flops": cl.flops, "bw": cl.bw, "word_cost": cl.word,
+        "algo": r.search.algo if r.search else None,
+        "embedding_lookup": cm.embedding_lookup, "embedding_sync": cm.embedding_sync,
+        "distinct_rows": cm.distinct_rows,
+        "total_cost": r.total_cost, "search_seconds": r.search.seconds if r.search else None,
+        "compute": r.compute, "communication": r.communication, "edges_cost": r.edges_cost,
+        "operators_cost": r.operators_cost, "comm_bytes_per_device": r.comm_bytes_per_device,
+        "layers": [_layer_record(layer) for layer in r.layers],
+    }
+    if r.search is not None:
+        st = r.search
+        rec["search"] = {"order": st.order, "largest_K": st.largest_K, "largest_dependent_set":
+                         st.largest_dependent_set, "largest_table": st.largest_table, "work": st.work}
+    if r.mode == "baseline":
+        rec["label"] = r.label
+        rec["in_search_space"] = r.in_search_space
+    if r.baselines:
+        dp = r.baseline("data_parallel").total_cost
+        rec["speedup_over_data_parallel"] = dp / r.total_cost
+        rec["baselines"] = {b.key: {**to_record(b), "speedup_over_data_parallel": dp / b.total_cost}
+                            for b in r.baselines}
+    return rec
+
+
+def _dumps(obj, indent: int = 0) -> str:
+    """JSON with one line per key and per list item of dicts: readable and diffable."""
+    pad = " " * (indent + 2)
+    if isinstance(obj, dict) and obj:
+        items = [f"{pad}{json.dumps(k)}: {_dumps(v, indent + 2)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    if isinstance(obj, list) and obj and all(isinstance(x, dict) for x in obj):
+        return "[\n" + ",\n".join(pad + json.dumps(x) for x in obj) + "\n" + " " * indent + "]"
+    return json.dumps(obj)
+
+
+def render_json(r: Result) -> str:
+    return _dumps(to_record(r)) + "\n"
+
+
+def render_csv(r: Result) -> str:
+    """One row per layer (:data:`LAYER_KEYS`)."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(LAYER_KEYS)
+    for layer in r.layers:
+        rec = _layer_record(layer)
+        w.writerow([json.dumps(rec[k]) if isinstance(rec[k], list) else rec[k] for k in LAYER_KEYS])
+    return out.getvalue()
+
+
+def render_dot(g) -> str:
+    """The graph in Graphviz format: one node per operator, one edge per tensor."""
+    import pydot
+
+    dot = pydot.Dot(g.graph["name"], graph_type="digraph", rankdir="TB")
+    dot.set_node_defaults(shape="box", fontname="Helvetica", fontsize="10")
+    dot.set_edge_defaults(fontname="Helvetica", fontsize="9")
+    for v in sorted(g.nodes):
+        op = g.nodes[v]["op"]
+        space = " ".join(f"{d}={s}" for d, s in zip(op.dims, op.space))
+        dot.add_node(pydot.Node(str(v), label=f'"{v}: {op.name}\\n{op.kind.name}\\n{space}"'))
+    for u, v, d in sorted(g.edges(data=True)):
+        shape = "x".join(map(str, g.nodes[u]["op"].outputs[d["out"]].shape))
+        dot.add_edge(pydot.Edge(str(u), str(v), label=f'"{shape}"'))
+    return dot.to_string()

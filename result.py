@@ -1,0 +1,148 @@
+"""The result of a run: one immutable record that every output renders.
+
+A :class:`Result` holds a strategy and every figure about it: per layer its
+configuration, compute and communication; per edge its re-distribution; the
+totals; the search's statistics; the settings it was costed with; and, after
+``--compare``, the baselines as Results of their own.  The text report, JSON,
+CSV and the comparison all read it (``report.py``); none recomputes a cost.
+
+A searched strategy's figures are read from the cost arrays the search used
+(:meth:`cost_model.CostedGraph.figures`); a given strategy's come from the
+same formulas (:func:`cost_model.evaluate`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+__all__ = ["Layer", "SearchStats", "Result", "make_result"]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One operator of the strategy."""
+
+    id: int
+    name: str
+    kind: str
+    dims: str
+    space: tuple[int, ...]
+    config: tuple[int, ...]
+    compute: float
+    communication: float  # inside the operator
+    in_space: bool  # the search space for p holds this configuration
+
+    @property
+    def devices(self) -> int:
+        return math.prod(self.config)
+
+    @property
+    def cost(self) -> float:
+        return self.compute + self.communication
+
+
+@dataclass(frozen=True)
+class SearchStats:
+    """How the search went."""
+
+    algo: int
+    order: str  # GENERATESEQ, breadth-first
+    seconds: float
+    largest_K: int
+    largest_dependent_set: int
+    largest_table: int
+    work: int  # table entries evaluated
+    timings: tuple[float, ...] = ()  # --measure: repeated searches
+
+
+@dataclass(frozen=True)
+class Result:
+    """A strategy and its costs (see the module docstring).
+
+    ``mode``: ``search``, ``evaluate`` or ``baseline``; ``key``, ``title``
+    and ``label`` name a baseline (``data_parallel``, "data parallel",
+    "expert (Mesh-TensorFlow: ...)").
+    """
+
+    mode: str
+    graph: str
+    params: tuple[tuple[str, int], ...]
+    procs: int
+    cost_model: object  # cost_model.CostModel
+    layers: tuple[Layer, ...]
+    edges: tuple[tuple[int, int, float], ...]
+    search: SearchStats | None = None
+    source: str | None = None  # the strategy file evaluated
+    key: str = ""
+    title: str = ""  # short: "data parallel"
+    label: str = ""  # with its description
+    note: str = ""
+    baselines: tuple["Result", ...] = ()
+
+    # -- totals -----------------------------------------------------------------------
+    @property
+    def compute(self) -> float:
+        return math.fsum(layer.compute for layer in self.layers)
+
+    @property
+    def operators_comm(self) -> float:
+        return math.fsum(layer.communication for layer in self.layers)
+
+    @property
+    def edges_cost(self) -> float:
+        return math.fsum(c for _, _, c in self.edges)
+
+    @property
+    def total_cost(self) -> float:
+        return self.compute + self.operators_comm + self.edges_cost
+
+    @property
+    def operators_cost(self) -> float:
+        return self.total_cost - self.edges_cost
+
+    @property
+    def communication(self) -> float:
+        """Inside operators and on edges."""
+        return self.total_cost - self.compute
+
+    @property
+    def comm_bytes_per_device(self) -> float:
+        """Communication of one device per step, in bytes."""
+        c = self.cost_model.cluster
+        return c.word_bytes * self.communication / c.word
+
+    @property
+    def in_search_space(self) -> bool:
+        return all(layer.in_space for layer in self.layers)
+
+    @property
+    def strategy(self) -> list[tuple[int, ...]]:
+        return [layer.config for layer in self.layers]
+
+    def param(self, name: str, default=None):
+        return dict(self.params).get(name, default)
+
+    # -- baselines --------------------------------------------------------------------
+    def baseline(self, key: str) -> "Result | None":
+        return next((b for b in self.baselines if b.key == key), None)
+
+    @property
+    def speedup_over_data_parallel(self) -> float | None:
+        dp = self.baseline("data_parallel")
+        return None if dp is None else dp.total_cost / self.total_cost
+
+    def with_baselines(self, baselines) -> "Result":
+        return replace(self, baselines=tuple(baselines))
+
+
+def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
+    """A :class:`Result` for graph ``g`` from a :class:`cost_model.StrategyCost`."""
+    from graph import operators
+
+    layers = tuple(
+        Layer(v, op.name, op.kind.name, op.dims, op.space, tuple(cfg), sc.compute[v], sc.comm[v], sc.in_space[v])
+        for v, (op, cfg) in enumerate(zip(operators(g), sc.strategy)))
+    edges = tuple((u, v, c) for (u, v), c in sorted(sc.edges.items()))
+    params = tuple(g.graph.get("params", {}).items())
+    return Result(mode, g.graph["name"], params, p, model, layers, edges, **fields)

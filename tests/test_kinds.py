@@ -1,0 +1,182 @@
+"""kinds/: the registry, and hand-worked costs of the kinds beyond the five
+built-in networks (grouped and depthwise convolution, RMS normalisation,
+transpose, split, broadcasting elementwise).  The kinds the built-in networks
+use are checked against the reference numbers in test_cost_model.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from cluster import Cluster
+from conftest import GRAPH_NAMES, built
+from config_space import configurations
+from cost_model import CostModel, build_costs, edge_costs, op_cost_parts
+from dp_search import search
+from graph import GraphBuilder, operators
+from kinds import KINDS, Kind, register
+from kinds.conv import Conv
+from kinds.gemm import FC
+from kinds.pointwise import Elementwise, RMSNorm, SoftmaxCrossEntropy
+from kinds.shape import Concat, Split, Transpose
+
+W = 5000.0
+MODEL = CostModel()
+
+
+def single(kind, *shapes, letters=None):
+    """The operator ``kind`` builds from data inputs of ``shapes``."""
+    B = GraphBuilder("t", cutoff=1)
+    letters = letters or ["bchw"[: len(s)] if len(s) <= 4 else "bcdef"[: len(s)] for s in shapes]
+    B.add("op", kind, *[B.data(s, ls) for s, ls in zip(shapes, letters)])
+    return operators(B.graph)[0]
+
+
+def cost(op, cfg, model=MODEL):
+    comp, comm = op_cost_parts(op, [cfg], model)
+    return float(comp[0]), float(comm[0])
+
+
+def AR(w, q):
+    return W * w / q * 2 * (q - 1)
+
+
+HAND_WORKED = {"Conv", "RMSNorm", "Transpose", "Split", "Elementwise"}
+
+
+def test_every_kind_is_checked_somewhere():
+    """A kind is either used by a built-in network (and so checked against
+    the reference numbers) or has a hand-worked test here."""
+    used = {op.kind.name for g in GRAPH_NAMES for op in operators(built(g))}
+    assert set(KINDS) <= used | HAND_WORKED, set(KINDS) - used - HAND_WORKED
+    assert all(issubclass(k, Kind) and k.__name__ == name for name, k in KINDS.items())
+
+
+def test_register_refuses_a_second_kind_of_the_same_name():
+    class Conv(Kind):  # noqa: F811 - deliberately the name of an existing kind
+        pass
+
+    with pytest.raises(ValueError, match="two operator kinds are named Conv"):
+        register(Conv)
+    with pytest.raises(TypeError, match="is not a Kind"):
+        register(int)
+
+
+class TestGroupedConv:
+    # input (8, 16, 10, 10), 32 filters 3x3 pad 1 in 4 groups: per group 4 in, 8 out channels
+    op = single(Conv(32, 3, pad=1, groups=4), (8, 16, 10, 10))
+
+    def test_space_and_tensors(self):
+        assert self.op.dims == "bgchwrsn" and self.op.space == (8, 4, 4, 10, 10, 3, 3, 8)
+        image, weight = self.op.inputs
+        assert image.axes == ("b", "gc", "h", "w") and weight.shape == (32, 4, 3, 3)
+        assert weight.axes == ("gn", "c", "r", "s") and weight.role == "weight"
+        assert self.op.outputs[0].shape == (8, 32, 10, 10) and self.op.outputs[0].axes == ("b", "gn", "h", "w")
+
+    def test_cost_by_hand(self):
+        # b split 2, g split 2, n split 2: each of bb = 2 groups is a GEMM of
+        # mm = 8*10*10/2 = 400, nn = 8/2 = 4, kk = 4*3*3 = 36; no halo (h, w whole)
+        comp, comm = cost(self.op, (2, 2, 1, 1, 1, 1, 1, 2))
+        assert comp == pytest.approx(2 * 3 * 400 * 4 * 36, rel=1e-12)
+        assert comm == pytest.approx(2 * (AR(400 * 36, 2) + AR(4 * 36, 2)), rel=1e-12)
+
+    def test_split_input_channels_reduce_partial_sums(self):
+        # c split 2 within each group: kk = 4*3*3/2; each of the 4 groups all-reduces its
+        # partial outputs mm*nn = 800*8 over the 2 devices (h, w are never split: no halo)
+        comp, comm = cost(self.op, (1, 1, 2, 1, 1, 1, 1, 1))
+        assert comp == pytest.approx(4 * 3 * 800 * 8 * 18, rel=1e-12)
+        assert comm == pytest.approx(4 * AR(800 * 8, 2), rel=1e-12)
+
+    def test_depthwise(self):
+        op = single(Conv(16, 3, groups=16, pw=1), (8, 16, 10, 10))
+        assert op.space == (8, 16, 1, 8, 8, 3, 3, 1)
+        comp, comm = cost(op, (4, 4, 1, 1, 1, 1, 1, 1))
+        # bb = 16/4 groups per device; mm = 8*8*8/4 = 128, nn = 1, kk = 9; weights shared by 4 batch splits
+        assert comp == pytest.approx(4 * (3 * 128 * 1 * 9 + 3 * 1 * 128 * 1), rel=1e-12)
+        assert comm == pytest.approx(4 * AR(1 * 9, 4), rel=1e-12)
+
+    def test_groups_must_divide_the_channels(self):
+        with pytest.raises(ValueError, match="3 groups do not divide 16 input and 32 output channels"):
+            single(Conv(32, 3, groups=3), (8, 16, 10, 10))
+
+
+def test_rms_norm_by_hand():
+    op = single(RMSNorm(-1), (4, 6, 8), letters=["bse"])
+    assert op.dims == "bse" and [t.shape for t in op.inputs] == [(4, 6, 8), (8,)]
+    comp, comm = cost(op, (2, 1, 4))
+    e, da = 2 * 6 * 2, 8 / 4
+    assert comp == pytest.approx(8 * e, rel=1e-12)
+    assert comm == pytest.approx(2 * AR(e / da, 4) + 2 * AR(da, 2), rel=1e-12)
+
+
+class TestTranspose:
+    op = single(Transpose((0, 2, 1, 3)), (8, 12, 16, 4), letters=["bshd"])
+
+    def test_output_keeps_the_split_of_each_axis(self):
+        assert self.op.outputs[0].shape == (8, 16, 12, 4) and self.op.outputs[0].axes == ("b", "h", "s", "d")
+        assert cost(self.op, (2, 3, 4, 1)) == (0.0, 0.0)
+
+    def test_a_transposed_tensor_read_with_the_same_split_moves_nothing(self):
+        B = GraphBuilder("t", cutoff=1)
+        x = B.data((8, 12, 16, 4), "bshd")
+        y = B.add("t", Transpose((0, 2, 1, 3)), x)
+        B.add("n", RMSNorm(-1), y)
+        t, n = operators(B.graph)
+        assert n.dims == "bhsd"
+        m = edge_costs(t, 0, n, 0, [(2, 3, 4, 1)], [(2, 4, 3, 1), (2, 3, 4, 1)], MODEL)
+        assert m[0, 0] == 0.0  # same split of each axis
+        # read split the other way: a device needs its (4, 4, 4, 4) block, holds a (4, 4, 4, 4) one;
+        # P(Q) = P(S) so the overlap counts: 4*3*4*4 ... the spec's "area needed"
+        a, b = np.array([4, 4, 4, 4.0]), np.array([4, 16 / 3, 3, 4.0])
+        assert m[0, 1] == pytest.approx(W * 2 * max(b.prod() - np.minimum(a, b).prod(), 0), rel=1e-12)
+
+    def test_not_a_permutation(self):
+        with pytest.raises(ValueError, match=r"\(0, 0, 1, 2\) is not a permutation"):
+            single(Transpose((0, 0, 1, 2)), (8, 12, 16, 4))
+
+
+class TestSplit:
+    op = single(Split(1, (4, 12)), (8, 16, 5))
+
+    def test_pieces_and_the_unsplit_axis(self):
+        assert self.op.space == (8, 1, 5) and [t.shape for t in self.op.outputs] == [(8, 4, 5), (8, 12, 5)]
+        assert self.op.never_split == "c"
+        assert {tuple(c)[1] for c in configurations(self.op, 8, 1).tolist()} == {1}
+        assert cost(self.op, (2, 1, 5)) == (0.0, 0.0)
+
+    def test_split_and_concat_in_a_searched_graph(self):
+        B = GraphBuilder("t", cutoff=1, batch=8)
+        x = B.data((8, 16), "bk")
+        a, b = B.add("split", Split(1, (4, 12)), x)
+        a = B.add("fa", FC(8), a)
+        b = B.add("fb", FC(8), b)
+        y = B.add("cat", Concat(1), a, b)
+        B.add("loss", SoftmaxCrossEntropy(), y)
+        r = search(build_costs(B.graph, 4), 0)
+        assert r.cost > 0 and len(r.strategy) == 5
+
+    def test_pieces_must_add_up(self):
+        with pytest.raises(ValueError, match=r"pieces \(4, 4\) do not split axis 1"):
+            single(Split(1, (4, 4)), (8, 16))
+
+
+class TestBroadcastElementwise:
+    op = single(Elementwise(keeps_inputs=True), (8, 16, 6, 6), (8, 16, 1, 1))
+
+    def test_size_one_axes_are_never_split(self):
+        assert self.op.inputs[1].axes == ("b", "c", "", "")
+        comp, comm = cost(self.op, (2, 4, 3, 1))
+        assert comp == 8 / 2 * 16 / 4 * 6 / 3 * 6 and comm == 0.0
+
+    def test_cannot_broadcast(self):
+        with pytest.raises(ValueError, match="cannot broadcast"):
+            single(Elementwise(), (8, 16, 6, 6), (8, 3, 1, 1))
+
+
+def test_communication_scales_with_the_cluster():
+    op = single(RMSNorm(-1), (4, 6, 8), letters=["bse"])
+    slow = CostModel(Cluster(10, 1.6))  # W ten times larger
+    assert cost(op, (2, 1, 4), slow)[1] == pytest.approx(10 * cost(op, (2, 1, 4))[1], rel=1e-12)
+    assert math.isclose(cost(op, (2, 1, 4), slow)[0], cost(op, (2, 1, 4))[0])
