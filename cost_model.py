@@ -133,7 +133,18 @@ def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tg
     Q = tensor_splits(t_tgt, _extents(tgt, tgt_configs)[1])  # (K_tgt, r)
     ps, pt = np.prod(S, axis=1), np.prod(Q, axis=1)  # (K_src,), (K_tgt,)
     words = need((T / S)[:, None, :], (T / Q)[None, :, :], ps[:, None], pt[None, :])  # (K_src, K_tgt)
-    return model.cluster.redistribute(2.0 * words)
+    net = model.cluster
+    if not net.two_level:
+        return net.redistribute(2.0 * words, times=2)
+    # The same "area needed" between nodes: the words a target node lacks,
+    # shared by its devices in proportion to their blocks.
+    NS = net.tensor_nodes(t_src, _extents(src, src_configs)[1])  # (K_src, r) nodes per axis
+    NQ = net.tensor_nodes(t_tgt, _extents(tgt, tgt_configs)[1])  # (K_tgt, r)
+    node_need = need((T / NS)[:, None, :], (T / NQ)[None, :, :], np.prod(NS, axis=1)[:, None],
+                     np.prod(NQ, axis=1)[None, :])  # (K_src, K_tgt)
+    share = np.prod(NQ, axis=1) / pt  # (K_tgt,) a device's part of its node's block
+    cross = np.minimum(node_need * share[None, :], words)
+    return net.redistribute(2.0 * words, 2.0 * cross, times=2)
 
 
 # -- whole graphs ------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from cluster.config import record as cluster_record
 from result import Result
 
 __all__ = ["render_text", "to_record", "render_json", "render_csv", "render_dot", "LAYER_KEYS"]
@@ -48,6 +49,14 @@ def _model_line(r: Result) -> str:
     return ", ".join([r.graph] + shown)
 
 
+def fmt_time(t: float) -> str:
+    """A duration with a unit that keeps 3 significant digits readable."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if t >= scale or unit == "us":
+            return f"{t / scale:.3g} {unit}"
+    return f"{t:.3g} s"
+
+
 def _pct(a: float, b: float) -> str:
     return f"{100 * (b - a) / b:.1f}%"
 
@@ -80,21 +89,25 @@ def _comparison(r: Result) -> list[str]:
             notes.append(f"  {b.title} is {_pct(b.total_cost, mine)} cheaper than {mine_label}")
     if any(not b.in_search_space for b in r.baselines):
         notes.append("  * uses configurations the search does not enumerate (below the cutoff)")
-    table = [("strategy", "total", "compute", "comm", "speedup", "comm/device")]
+    volume = not r.cost_model.cluster.two_level  # bytes follow from the cost on one network only
+    table = [("strategy", "total", "compute", "comm", "speedup", "step time") + (("comm/device",) if volume else ())]
     for label, rec, inside in [(mine_label, r, True)] + [(b.title, b, b.in_search_space) for b in r.baselines]:
-        table.append((label + ("" if inside else " *"), f"{rec.total_cost:.3e}", f"{rec.compute:.3e}",
-                      f"{rec.communication:.3e}", f"{dp_cost / rec.total_cost:.2f}x",
-                      fmt_bytes(rec.comm_bytes_per_device)))
+        table.append((label + ("" if inside else " *"), f"{rec.total_cost:.2e}", f"{rec.compute:.2e}",
+                      f"{rec.communication:.2e}", f"{dp_cost / rec.total_cost:.2f}x", fmt_time(rec.step_seconds))
+                     + ((fmt_bytes(rec.comm_bytes_per_device),) if volume else ()))
     lines = ["", "Compared with baselines (FLOP per step; speedup = data-parallel cost / cost):"]
-    return lines + ["  " + line for line in _align(table, right={1, 2, 3, 4, 5}, sep="  ")] + notes
+    return lines + ["  " + line for line in _align(table, right=set(range(1, 7)), sep="  ")] + notes
 
 
 def render_text(r: Result) -> str:
     """The human-readable report: a row per operator, a summary, the total last."""
     cl = r.cost_model.cluster
     what = "strategy" if r.mode == "search" else "evaluation of a given strategy"
-    head = [f"PaSE {what}: {_model_line(r)}, p = {r.procs}",
-            f"{cl.describe()}; costs in FLOP (a word moved costs {cl.word:g})"]
+    words = f"a word moved costs {cl.word:g}" + (
+        f" inside a node, {cl.inter_word:g} between nodes" if cl.two_level and cl.inter_word != cl.word else "")
+    head = [f"PaSE {what}: {_model_line(r)}, p = {r.procs}"]
+    machine, units = cl.describe(r.procs), f"costs in FLOP ({words})"
+    head += [f"{machine}; {units}"] if len(machine) + len(units) < 78 else [machine, units[0].upper() + units[1:]]
     rows = [("id", "name", "kind", "dims", "config", "dev", "cost")]
     for layer in r.layers:
         rows.append((str(layer.id), layer.name, layer.kind, layer.dims, fmt_config(layer.config),
@@ -114,6 +127,8 @@ def render_text(r: Result) -> str:
                          f"min {fmt_seconds(min(t))}, max {fmt_seconds(max(t))}")
     if r.source is not None:
         lines.append(f"Strategy read from {r.source} (no search).")
+    lines.append(f"Predicted step time: {fmt_time(r.step_seconds)} (compute {fmt_time(cl.seconds(r.compute))}, "
+                 f"communication {fmt_time(cl.seconds(r.communication))})")
     if r.baselines:
         lines += _comparison(r)
     lines.append(f"Total cost: {r.total_cost:.2f}")
@@ -143,6 +158,7 @@ def to_record(r: Result) -> dict:
         "total_cost": r.total_cost, "search_seconds": r.search.seconds if r.search else None,
         "compute": r.compute, "communication": r.communication, "edges_cost": r.edges_cost,
         "operators_cost": r.operators_cost, "comm_bytes_per_device": r.comm_bytes_per_device,
+        "step_seconds": r.step_seconds, "cluster": cluster_record(cl),
         "layers": [_layer_record(layer) for layer in r.layers],
     }
     if r.search is not None:

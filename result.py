@@ -113,6 +113,11 @@ class Result:
         return c.word_bytes * self.communication / c.word
 
     @property
+    def step_seconds(self) -> float:
+        """Predicted time of one training step: the cost at the device's FLOPS."""
+        return self.cost_model.cluster.seconds(self.total_cost)
+
+    @property
     def in_search_space(self) -> bool:
         return all(layer.in_space for layer in self.layers)
 

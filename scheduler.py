@@ -23,13 +23,16 @@ from dataclasses import dataclass, field, replace
 from errors import SettingError
 from models import MODELS  # the registry only: kinds, numpy and networkx load when a model is built
 
-DEFAULTS = {"graph": "alexnet", "procs": 32, "flops": 10.0, "bw": 16.0, "algo": 0}
+DEFAULTS = {"graph": "alexnet", "procs": 32, "algo": 0}
 DOT_FILE = "graph.dot"
 PROG = "scheduler.py"
 MODEL_PARAMS = ("batch", "width", "seq", "vocab", "layers")  # the models' parameters the flags set
 # Settings named by the library, and the flags that set them.
 FLAGS = {"p": "-p", "batch": "-b", "width": "-m", "seq": "--seq", "vocab": "--vocab", "layers": "--layers",
          "graph": "-g", "algo": "--algo", "flops": "--flops", "bw": "--bw", "flops and bw": "--flops and --bw",
+         "inter_bw": "--inter-bw", "flops and inter_bw": "--flops and --inter-bw", "gpus_per_node": "--gpus-per-node",
+         "latency": "--latency", "device": "--device", "precision": "--precision",
+         "device_memory": "--device-memory",
          "distinct_rows": "--distinct-rows", "embedding_sync": "--evaluate: embedding_sync",
          "embedding_lookup": "--evaluate: embedding_lookup"}
 
@@ -49,8 +52,14 @@ class Settings:
     seq: int | None = None
     vocab: int | None = None
     layers: int | None = None
-    flops: float = DEFAULTS["flops"]
-    bw: float = DEFAULTS["bw"]
+    flops: float | None = None  # the cluster: None keeps the preset's, the file's or the default
+    bw: float | None = None
+    inter_bw: float | None = None
+    gpus_per_node: int | None = None
+    latency: float | None = None
+    device: str | None = None
+    precision: str | None = None
+    cluster: str | None = None  # a cluster file
     algo: int = DEFAULTS["algo"]
     profile: bool = False
     measure: bool = False
@@ -76,6 +85,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not (0 < v <= 1e12):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive finite number (at most 1e12)")
+    return v
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (0 <= v <= 1e6):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number from 0 to 1e6")
     return v
 
 
@@ -105,8 +124,19 @@ def build_parser() -> argparse.ArgumentParser:
     a("--vocab", type=_int, help="vocabulary size of rnnlm (default 100000) and transformer (default 50000)")
     a("--layers", type=_int, help="layers of rnnlm (LSTM layers, default 2) and transformer "
       "(encoder and decoder layers each, default 6)")
-    a("--flops", type=_positive_float, help="peak TFLOPS per device (default: 10.0)")
-    a("--bw", type=_positive_float, help="peak interconnect bandwidth in GB/s (default: 16.0)")
+    a("--flops", type=_positive_float, help="peak TFLOPS per device (default: 10.0, or the --device's)")
+    a("--bw", type=_positive_float, help="peak interconnect bandwidth in GB/s, inside a node "
+      "(default: 16.0, or the --device's)")
+    a("--gpus-per-node", type=_int, metavar="G",
+      help="devices per node, numbered node-major (default: one node holds them all)")
+    a("--inter-bw", type=_positive_float, metavar="GB/s", help="bandwidth between nodes (default: --bw)")
+    a("--latency", type=_nonnegative_float, metavar="US", help="microseconds per collective step (default: 0)")
+    a("--device", metavar="NAME", help="a device preset: peak TFLOPS at the precision, memory and bandwidth "
+      "inside a node (v100, a100-40gb, a100-80gb, h100, paper); flags override it")
+    a("--precision", metavar="P", help="training precision: fp64 (the original 8-byte word, default), fp32, "
+      "bf16 or fp16 (mixed precision)")
+    a("--cluster", metavar="FILE", help="a cluster file (JSON or TOML) with any of device, flops, bw, inter_bw, "
+      "gpus_per_node, latency, device_memory, precision; flags override it")
     a("--algo", type=_int, choices=(0, 1),
       help="search order: 0 GENERATESEQ, 1 breadth-first (default: 0)")
     a("--profile", action="store_true", help="profile the search with cProfile and print the top entries")
@@ -174,6 +204,8 @@ def read_strategy_file(path: str) -> tuple[dict, list]:
         layers.append((lid, cfg))
     keys = ("graph", "procs", "flops", "bw", "distinct_rows", "embedding_lookup", "embedding_sync", "batch", "width")
     recorded = {k: data[k] for k in keys if data.get(k) is not None}
+    if isinstance(data.get("cluster"), dict):
+        recorded["cluster"] = data["cluster"]
     params = data.get("params")
     if isinstance(params, dict):  # the model's parameters (files written before it: batch, width only)
         recorded.update({k: v for k, v in params.items() if k in MODEL_PARAMS and v is not None})
@@ -285,7 +317,7 @@ class _Progress:
 
 def _with_file_settings(s: Settings, recorded: dict) -> Settings:
     """Flags not given on the command line come from the strategy file."""
-    names = ("graph", "procs", "flops", "bw", "distinct_rows") + MODEL_PARAMS
+    names = ("graph", "procs", "distinct_rows") + MODEL_PARAMS
     updates = {k: recorded[k] for k in names if k in recorded and k not in s.explicit}
     if "graph" in updates and updates["graph"] not in MODELS:
         raise UsageError(f"--evaluate: the file names an unknown graph {updates['graph']!r}")
@@ -299,9 +331,33 @@ def _with_file_settings(s: Settings, recorded: dict) -> Settings:
     return merged
 
 
+CLUSTER_SETTINGS = ("flops", "bw", "inter_bw", "gpus_per_node", "latency", "precision")
+
+
+def _cluster(s: Settings, recorded: dict):
+    """The cluster the settings, a cluster file, a device preset and a
+    strategy file's record describe (see ``cluster/config.py``)."""
+    from cluster.config import check_fields, read_cluster_file, resolve
+
+    file_fields = None
+    if s.cluster is not None:
+        try:
+            file_fields = read_cluster_file(s.cluster)
+        except ValueError as e:
+            raise UsageError(f"--cluster: {e}") from None
+    old = recorded.get("cluster")
+    if not isinstance(old, dict):  # files written before the cluster was recorded
+        old = {k: recorded[k] for k in ("flops", "bw") if k in recorded}
+    try:
+        old = check_fields(old, "the strategy file's \"cluster\"")
+    except ValueError as e:
+        raise UsageError(f"--evaluate: {e}") from None
+    return resolve({k: getattr(s, k) for k in CLUSTER_SETTINGS}, device=s.device, file_fields=file_fields,
+                   recorded=old)
+
+
 def _cost_model(s: Settings, recorded: dict):
     """The cost model the settings (and a strategy file's record) ask for."""
-    from cluster import Cluster
     from cost_model import CostModel
 
     rules = {}
@@ -309,7 +365,7 @@ def _cost_model(s: Settings, recorded: dict):
         rules = {"embedding_lookup": True, "embedding_sync": "best"}
     elif "embedding_lookup" in recorded or "embedding_sync" in recorded:
         rules = {k: recorded[k] for k in ("embedding_lookup", "embedding_sync") if k in recorded}
-    return CostModel(Cluster(s.flops, s.bw), distinct_rows=s.distinct_rows, **rules)
+    return CostModel(_cluster(s, recorded), distinct_rows=s.distinct_rows, **rules)
 
 
 def _model_params(s: Settings) -> dict:

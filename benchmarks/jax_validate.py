@@ -49,8 +49,13 @@ _GTE = re.compile(r"get-tuple-element\(%(?P<src>[\w.\-]+)\), index=(?P<i>\d+)")
 class Collective:
     kind: str
     elements: int  # of the result (for -start forms: the last array, the output)
-    group: int  # devices per replica group
+    groups: tuple[tuple[int, ...], ...]  # replica groups (collective-permute: source-target pairs)
     op_name: str
+
+    @property
+    def group(self) -> int:
+        """Devices per replica group."""
+        return len(self.groups[0]) if self.groups else 1
 
     @property
     def traffic(self) -> float:
@@ -66,19 +71,42 @@ class Collective:
             "collective-permute": float(w),
         }[self.kind]
 
+    def across_nodes(self, per_node: int) -> bool:
+        """Whether a group joins devices of different nodes (devices numbered
+        node-major: device d sits on node d // per_node)."""
+        return any(len({d // per_node for d in group}) > 1 for group in self.groups)
 
-def _group_size(line: str, p: int) -> int:
-    m = re.search(r"replica_groups=\{(\{[\d,]*\})", line)
+
+def replica_groups(line: str, p: int) -> tuple[tuple[int, ...], ...]:
+    """The device groups of one HLO collective, from any of XLA's spellings:
+    explicit ``{{0,1},{2,3}}``, iota ``[2,4]<=[4,2]T(1,0)``, mesh axes
+    ``mesh['axis_0'=4,'axis_1'=2] {'axis_1'}``, or none (every device);
+    a collective-permute's source-target pairs."""
+    import numpy as np
+
+    m = re.search(r"source_target_pairs=\{((?:\{\d+,\d+\},?)*)\}", line)
     if m:
-        return len(m.group(1).strip("{}").split(","))
-    m = re.search(r"replica_groups=\[(\d+),(\d+)\]<=", line)
+        return tuple(tuple(int(x) for x in pair.split(",")) for pair in re.findall(r"\{(\d+,\d+)\}", m.group(1)))
+    m = re.search(r"replica_groups=\{((?:\{[\d,]*\},?)+)\}", line)
     if m:
-        return int(m.group(2))
-    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line)
+        return tuple(tuple(int(x) for x in grp.split(",") if x) for grp in re.findall(r"\{([\d,]*)\}", m.group(1)))
+    m = re.search(r"replica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", line)
     if m:
-        sizes = {k.strip("' "): int(v) for k, v in (kv.split("=") for kv in m.group(1).split(","))}
-        return math.prod(sizes[a.strip("' ")] for a in m.group(2).split(",") if a.strip())
-    return p  # replica_groups={} or none: every device
+        ids = np.arange(p).reshape([int(d) for d in m.group(3).split(",")])
+        if m.group(4):
+            ids = ids.transpose([int(d) for d in m.group(4).split(",")])
+        return tuple(map(tuple, ids.reshape(int(m.group(1)), int(m.group(2))).tolist()))
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\](?:\s*\{([^}]*)\})?", line)
+    if m:
+        axes = [(k.strip("' "), int(v)) for k, v in (kv.split("=") for kv in m.group(1).split(","))]
+        names = [a for a, _ in axes]
+        chosen = [names.index(a.strip("' ")) for a in (m.group(2) or "").split(",") if a.strip()]
+        chosen = chosen or list(range(len(axes)))
+        ids = np.arange(p).reshape([n for _, n in axes])
+        rest = [i for i in range(len(axes)) if i not in chosen]
+        size = math.prod(axes[i][1] for i in chosen)
+        return tuple(map(tuple, ids.transpose(rest + chosen).reshape(-1, size).tolist()))
+    return (tuple(range(p)),)
 
 
 def collectives(hlo: str, p: int) -> list[Collective]:
@@ -101,12 +129,12 @@ def collectives(hlo: str, p: int) -> list[Collective]:
         arrays = [math.prod(int(d) for d in dims.split(",") if d) for dims in _ARRAY.findall(m.group("shape"))]
         name = _OPNAME.search(line)
         op_name = name.group(1) if name else ""
-        group = _group_size(line, p)
+        groups = replica_groups(line, p)
         if m.group("start") or len(arrays) == 1:
-            out.append(Collective(m.group("kind"), arrays[-1], group, op_name))
+            out.append(Collective(m.group("kind"), arrays[-1], groups, op_name))
             continue
         for i, n in enumerate(arrays):
-            out.append(Collective(m.group("kind"), n, group, part_names.get((m.group("id"), i), op_name)))
+            out.append(Collective(m.group("kind"), n, groups, part_names.get((m.group("id"), i), op_name)))
     return out
 
 
@@ -158,6 +186,31 @@ def predicted_words(g, strategy) -> dict[str, tuple[float, float]]:
     for (u, v), c in sc.edges.items():
         edges[ops[v].name] += c / model.word_cost
     return {name: (own[name], edges[name]) for name in own}
+
+
+def predicted_locality(g, strategy, per_node: int) -> dict[str, tuple[float, float]]:
+    """The cost model's communication per layer (its own and the tensors it
+    reads) split into elements moved inside a node and between nodes, on a
+    cluster of ``per_node`` devices per node: costed at two inter-node
+    bandwidths, the difference gives the inter-node words exactly."""
+    from cluster import Cluster
+    from cost_model import CostModel, evaluate
+    from graph import operators
+
+    costs = []
+    for inter in (16.0, 8.0):
+        model = CostModel(Cluster(gpus_per_node=per_node, inter_bw=inter))
+        sc = evaluate(g, strategy, model)
+        per_layer = list(sc.comm)
+        for (_, v), c in sc.edges.items():
+            per_layer[v] += c
+        costs.append((model.cluster, per_layer))
+    (c1, a), (c2, b) = costs
+    out = {}
+    for op, x, y in zip(operators(g), a, b):
+        across = (y - x) / (c2.inter_word - c1.inter_word)
+        out[op.name] = ((x - across * c1.inter_word) / c1.word, across)
+    return out
 
 
 # -- models -----------------------------------------------------------------------------
@@ -322,7 +375,7 @@ def numerics(graph, mp, mesh, p):
             "single_error": err1, "single_worst": where1, "first_step_s": first, "step_s": sorted(times)[1]}
 
 
-def communication(graph, g, mp, mesh, p, strategy, small):
+def communication(graph, g, mp, mesh, p, strategy, small, per_node):
     """Compile at full (or small) size; per-layer measured and predicted traffic."""
     import jax
     import jax_models as jm
@@ -338,14 +391,15 @@ def communication(graph, g, mp, mesh, p, strategy, small):
     compiled = fn.lower(params, *data).compile()
     compile_s = time.perf_counter() - t0
     names = sorted((op.name for op in operators(g)), key=len, reverse=True)
-    measured = {}
-    kinds = {}
+    measured, locality, kinds = {}, {}, {}
     for c in collectives(compiled.as_text(), p):
         layer = layer_of(c.op_name, names)
         measured[layer] = measured.get(layer, 0.0) + c.traffic
+        inside, across = locality.get(layer, (0.0, 0.0))
+        locality[layer] = (inside, across + c.traffic) if c.across_nodes(per_node) else (inside + c.traffic, across)
         kinds[c.kind] = kinds.get(c.kind, 0) + 1
     return {"compile_s": compile_s, "measured": measured, "predicted": predicted_words(g, strategy),
-            "kinds": kinds}
+            "kinds": kinds, "locality": locality, "predicted_locality": predicted_locality(g, strategy, per_node)}
 
 
 # -- report -----------------------------------------------------------------------------
@@ -372,6 +426,23 @@ def comm_table(comm: dict, markdown: bool) -> str:
     return render(["layer", "model: layer", "model: edges in", "XLA", "XLA / model"], rows, markdown)
 
 
+def locality_table(comm: dict, markdown: bool) -> str:
+    """Per layer: elements moved inside a node and between nodes, cost model
+    beside XLA (whose collectives are classified by their replica groups)."""
+    from table import render
+
+    meas, pred = comm["locality"], comm["predicted_locality"]
+    rows = []
+    for name in list(pred) + ["(other)"]:
+        mi, ma = meas.get(name, (0.0, 0.0))
+        pi, pa = pred.get(name, (0.0, 0.0))
+        if mi + ma + pi + pa > 0:
+            rows.append([name, _fmt(pi), _fmt(pa), _fmt(mi), _fmt(ma)])
+    tot = [sum(x[i] for x in pred.values()) for i in (0, 1)] + [sum(x[i] for x in meas.values()) for i in (0, 1)]
+    rows.append(["total"] + [_fmt(x) for x in tot])
+    return render(["layer", "model: inside", "model: across", "XLA: inside", "XLA: across"], rows, markdown)
+
+
 def _total(pred) -> float:
     return sum(o + e for o, e in pred.values())
 
@@ -385,6 +456,8 @@ def main(argv=None) -> int:
                     help="a plan written by scheduler.py --output (repeatable; default: PaSE and data parallel)")
     ap.add_argument("--expert", action="store_true", help="also run the expert baseline of scheduler.py --compare")
     ap.add_argument("--quick", action="store_true", help="small sizes only, also for the communication check")
+    ap.add_argument("--gpus-per-node", type=int, default=None, metavar="G",
+                    help="devices per node for the locality check, numbered node-major (default: p/2, two nodes)")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--xla-cpu-defaults", action="store_true",
                     help=f"keep XLA's experimental YNNPACK fusions on the CPU (default: off, {NO_YNN}): "
@@ -404,6 +477,7 @@ def main(argv=None) -> int:
     from plan_sharding import PlanNotExpressible, assign
 
     print(f"XLA_FLAGS={os.environ['XLA_FLAGS']}; jax {jax.__version__}, {len(jax.devices())} CPU devices")
+    per_node = args.gpus_per_node or max(1, args.procs // 2)
     t_all = time.perf_counter()
     failures = 0
     for graph in args.graph:
@@ -431,16 +505,22 @@ def main(argv=None) -> int:
             print(f"  time at the small size: sharded step {num['step_s']:.3f} s "
                   f"(first call, with compilation: {num['first_step_s']:.1f} s)")
             failures += not num["ok"]
-            comm = communication(graph, g, mp, mesh, args.procs, strategy, args.quick)
+            comm = communication(graph, g, mp, mesh, args.procs, strategy, args.quick, per_node)
             kinds = ", ".join(f"{n} {k}" for k, n in sorted(comm["kinds"].items()))
             measured = sum(comm["measured"].values())
             if args.quick:  # the cost model speaks of the full size only
+                inside = sum(i for i, _ in comm["locality"].values())
+                across = sum(a for _, a in comm["locality"].values())
                 print(f"communication at the small size (compiled in {comm['compile_s']:.1f} s): "
-                      f"{_fmt(measured)} elements per device ({kinds})")
+                      f"{_fmt(measured)} elements per device ({kinds}); {_fmt(inside)} inside a node and "
+                      f"{_fmt(across)} between nodes of {per_node}")
                 continue
             print(f"communication per device, in tensor elements (compiled at the full size in "
                   f"{comm['compile_s']:.1f} s; {kinds}):")
             print(comm_table(comm, args.markdown))
+            print(f"by locality, with {per_node} devices per node (devices 0..{per_node - 1} form node 0); elements "
+                  "per device moved inside a node and between nodes:")
+            print(locality_table(comm, args.markdown))
             totals[label] = (_total(comm["predicted"]), measured)
         if len(totals) >= 2 and not args.quick:
             (a, (pa, ma)), (b, (pb, mb)) = list(totals.items())[:2]

@@ -1,17 +1,43 @@
-"""The machine a plan runs on: device speed and the network between devices.
+"""The machine a plan runs on: the devices and the network between them.
 
 A :class:`Cluster` is one immutable value passed down to every cost formula;
 the collectives are its methods, so how a group of devices communicates is
 decided here and nowhere else.  Every cost is in FLOP: moving one element
-costs ``word`` FLOP, the time the device could have computed instead
-(``word_bytes * 1000 * flops / bw``: 5000 with the defaults, the PaSE
-paper's 8-byte word at 10 TFLOPS and 16 GB/s).
+costs ``W = bytes * 1000 * flops / bw`` FLOP, the work the device could have
+done meanwhile (5000 with the defaults: the PaSE paper's 8-byte word at 10
+TFLOPS and 16 GB/s), and a time ``t`` costs ``t * flops * 1e12`` FLOP, so a
+step's predicted time is its cost divided by the device's FLOPS.
 
-Group arguments: a configuration's splits ``C`` (a
-:class:`kinds.Extents` of K rows) and the letters of the dimensions whose
-devices take part, e.g. ``allreduce(words, C, "k")`` reduces among the
-``C["k"]`` devices that split ``k`` and hold the same piece of everything
-else.
+**Two levels.**  ``gpus_per_node = G`` devices share a node (links of ``bw``
+GB/s); nodes are joined at ``inter_bw``.  Devices are numbered node-major:
+node 0 holds devices 0..G-1, the last node holds what remains when G does not
+divide p.  A configuration that uses ``P`` devices runs on devices
+``0..P-1``; its *layout* numbers them by the coordinates of its splits in a
+fixed order (mixed radix, slowest first): the sample letter ``b`` first, then
+the other letters in the order of the iteration space.  So the batch, split
+for data parallelism, spreads across nodes, and the model dimensions, whose
+reductions are the most frequent, stay inside a node.  A split letter with
+stride ``s`` (the product of the splits after it) and split ``c`` keeps
+``min(c, max(1, G/s))`` of its ways inside a node and the rest across nodes;
+this is exact when G and the splits are powers of two (more generally, when
+each letter's block of devices is a multiple or a divisor of a node), an
+approximation otherwise.
+
+* An all-reduce over a group of ``q = q_in * q_out`` devices (``q_in`` per
+  node, ``q_out`` nodes) is the hierarchical algorithm: reduce-scatter inside
+  the node, all-reduce of the ``1/q_in`` shard across nodes, all-gather inside:
+  ``2 w (q_in - 1)/q_in`` words at ``bw`` and ``2 (w/q_in)(q_out - 1)/q_out`` at
+  ``inter_bw``; with one node it is the ring ``2 w (q - 1)/q``.
+* A point-to-point exchange runs at ``inter_bw`` when its group spans nodes
+  (the slowest link sets the step), else at ``bw``.
+* A re-distribution charges the words a device needs from other nodes at
+  ``inter_bw`` and the rest at ``bw`` (see :meth:`Cluster.redistribute`).
+* Every collective step pays ``latency`` microseconds: ``2(q_in - 1) +
+  2(q_out - 1)`` steps for an all-reduce, one for an exchange or a
+  re-distribution.
+
+Without ``gpus_per_node`` (or with ``G >= p``), no latency and the default
+device, every number is the original tool's.
 """
 
 from __future__ import annotations
@@ -23,62 +49,175 @@ import numpy as np
 
 from errors import SettingError, shown
 
-__all__ = ["Cluster"]
+__all__ = ["Cluster", "PRECISIONS", "DEFAULT_PRECISION"]
 
 MAX_WORD_COST = 1e15
 MIN_WORD_COST = 1e-9
+#: bytes of one element moved or kept, by training precision; the default is
+#: the original tool's 8-byte word
+PRECISIONS = {"fp64": 8, "fp32": 4, "bf16": 2, "fp16": 2}
+DEFAULT_PRECISION = "fp64"
 
 
-def _positive(name: str, v) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf):
-        raise SettingError(name, f"must be a positive finite number, got {shown(v)}")
+def _positive(name: str, v, high: float = math.inf) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf) or v > high:
+        bound = "" if high == math.inf else f" (at most {high:g})"
+        raise SettingError(name, f"must be a positive finite number{bound}, got {shown(v)}")
     return float(v)
 
 
 @dataclass(frozen=True)
 class Cluster:
-    """Identical devices of ``flops`` peak TFLOPS joined by links of ``bw``
-    GB/s, one element being ``word_bytes`` bytes."""
+    """Identical devices of ``flops`` peak TFLOPS and ``memory`` GB, ``G =
+    gpus_per_node`` per node joined by links of ``bw`` GB/s, nodes joined at
+    ``inter_bw`` GB/s, ``latency`` microseconds per collective step, training
+    in ``precision`` (see the module docstring).  ``device`` names the preset
+    the figures came from, if any."""
 
     flops: float = 10.0
     bw: float = 16.0
-    word_bytes: int = 8
+    inter_bw: float | None = None  # None: as bw
+    gpus_per_node: int | None = None  # None: one node holds every device
+    latency: float = 0.0  # microseconds
+    memory: float | None = None  # GB per device; None: unbounded
+    precision: str = DEFAULT_PRECISION
+    device: str = ""
 
     def __post_init__(self):
         object.__setattr__(self, "flops", _positive("flops", self.flops))
         object.__setattr__(self, "bw", _positive("bw", self.bw))
-        if not MIN_WORD_COST <= self.word <= MAX_WORD_COST:
-            raise SettingError(
-                "flops and bw",
-                f"({self.flops:g} TFLOPS, {self.bw:g} GB/s) make one word cost {self.word:.3g} FLOP; "
-                "the model needs 1e-9 to 1e15 (flops in TFLOPS, bw in GB/s)")
+        if self.inter_bw is not None:
+            object.__setattr__(self, "inter_bw", _positive("inter_bw", self.inter_bw))
+        g = self.gpus_per_node
+        if g is not None and (isinstance(g, bool) or not isinstance(g, int) or not 1 <= g <= 10**6):
+            raise SettingError("gpus_per_node", f"must be an integer from 1 to 1,000,000, got {shown(g)}")
+        lat = self.latency
+        if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not (0 <= lat <= 1e6):
+            raise SettingError("latency", f"must be a number of microseconds from 0 to 1e6, got {shown(lat)}")
+        object.__setattr__(self, "latency", float(lat))
+        if self.memory is not None:
+            object.__setattr__(self, "memory", _positive("device_memory", self.memory, 1e6))
+        if self.precision not in PRECISIONS:
+            raise SettingError("precision", f"must be one of {', '.join(PRECISIONS)}, got {shown(self.precision)}")
+        for name, w in (("flops and bw", self.word), ("flops and inter_bw", self.inter_word)):
+            if not MIN_WORD_COST <= w <= MAX_WORD_COST:
+                raise SettingError(
+                    name, f"({self.flops:g} TFLOPS, {self.bw if name.endswith(' bw') else self.inter_bw:g} GB/s) "
+                          f"make one word cost {w:.3g} FLOP; the model needs 1e-9 to 1e15 (flops in TFLOPS, bw in GB/s)")
+
+    # -- derived figures --------------------------------------------------------------
+    @property
+    def word_bytes(self) -> int:
+        return PRECISIONS[self.precision]
 
     @property
     def word(self) -> float:
-        """``W``: FLOP equivalent of moving one element."""
+        """``W``: FLOP equivalent of moving one element inside a node."""
         return self.word_bytes * 1000.0 * self.flops / self.bw
+
+    @property
+    def inter_word(self) -> float:
+        """FLOP equivalent of moving one element between nodes."""
+        return self.word_bytes * 1000.0 * self.flops / (self.bw if self.inter_bw is None else self.inter_bw)
+
+    @property
+    def step_cost(self) -> float:
+        """FLOP equivalent of one collective step's latency."""
+        return self.latency * 1e-6 * self.flops * 1e12
+
+    @property
+    def two_level(self) -> bool:
+        return self.gpus_per_node is not None
+
+    def nodes(self, p: int) -> int:
+        return 1 if self.gpus_per_node is None else -(-p // self.gpus_per_node)
 
     def seconds(self, flop):
         """Time of ``flop`` FLOP (computed, or equivalent to data moved)."""
         return flop / (self.flops * 1e12)
 
-    def describe(self) -> str:
-        return f"{self.flops:g} TFLOPS and {self.bw:g} GB/s per device"
+    def describe(self, p: int | None = None) -> str:
+        """The cluster in words, for the report's header."""
+        dev = f"{self.device}: " if self.device else ""
+        head = f"{dev}{self.flops:g} TFLOPS"
+        if self.memory is not None:
+            head += f", {self.memory:g} GB"
+        if self.precision != DEFAULT_PRECISION:
+            head += f" ({self.precision})"
+        if not self.two_level:
+            net = f"{self.bw:g} GB/s per device"
+        else:
+            G = self.gpus_per_node
+            layout = "" if p is None else f"{self.nodes(p)} node{'s' * (self.nodes(p) > 1)} of {G}"
+            if p is not None and p % G and p > G:
+                layout += f" (the last holds {p % G})"
+            inter = self.bw if self.inter_bw is None else self.inter_bw
+            net = f"{layout or f'{G} per node'}, {self.bw:g} GB/s inside a node, {inter:g} GB/s between nodes"
+        lat = f", {self.latency:g} us per collective step" if self.latency else ""
+        return f"{head}{' and ' if not self.two_level else '; '}{net}{lat}"
 
-    # -- collectives ---------------------------------------------------------------
+    # -- layouts ------------------------------------------------------------------------
+    def _inter(self, C):
+        """Per letter of ``C`` (K, n): how many of its ways cross nodes (the
+        rest stay inside one).  See the module docstring."""
+        cache = C.cache
+        if "inter" not in cache:
+            order = [C.dims.index("b")] + [i for i, c in enumerate(C.dims) if c != "b"]
+            splits = C.array[..., order]  # (K, n) slowest first
+            after = np.cumprod(splits[..., ::-1], axis=-1)[..., ::-1]  # product from j on
+            stride = np.concatenate([after[..., 1:], np.ones(after.shape[:-1] + (1,))], axis=-1)
+            inside = np.clip(self.gpus_per_node / stride, 1.0, splits)
+            inter = np.empty_like(splits)
+            inter[..., order] = splits / inside
+            cache["inter"] = inter
+        return cache["inter"]
 
+    def tensor_nodes(self, t, C):
+        """(K, rank): over how many nodes the pieces of each axis of tensor
+        ``t`` are spread under the configurations ``C``."""
+        inter = self._inter(C)
+        cols = [np.prod(inter[..., [C.dims.index(c) for c in a]], axis=-1) if a else np.ones(inter.shape[:-1])
+                for a in t.axes]
+        return np.stack(cols, axis=-1) if cols else np.ones(inter.shape[:-1] + (0,))
+
+    def across(self, C, letters: str):
+        """How many nodes the group over ``letters`` spans, per configuration."""
+        if not self.two_level:
+            return np.ones(C.array.shape[:-1]) if C.array.ndim > 1 else 1.0
+        inter = self._inter(C)
+        out = np.ones(inter.shape[:-1])
+        for c in letters:
+            out = out * inter[..., C.dims.index(c)]
+        return out
+
+    # -- collectives --------------------------------------------------------------------
     def allreduce(self, words, C, letters: str):
-        """Ring all-reduce of ``words`` among the ``q = C[letters]`` devices:
-        ``W * words/q * 2(q - 1)`` (zero when ``q = 1``)."""
+        """All-reduce of ``words`` among the ``q = C[letters]`` devices that
+        split ``letters``: the ring ``W w/q 2(q - 1)`` on one node, the
+        hierarchical algorithm across nodes, plus the steps' latency."""
         q = C[letters]
-        return self.word * (words / q) * 2.0 * (q - 1.0)
+        if not self.two_level:
+            cost = self.word * (words / q) * 2.0 * (q - 1.0)
+            return cost + self.step_cost * 2.0 * (q - 1.0) if self.latency else cost
+        q_out = self.across(C, letters)
+        q_in = q / q_out
+        inside = self.word * 2.0 * words * (q_in - 1.0) / q_in
+        between = self.inter_word * 2.0 * (words / q_in) * (q_out - 1.0) / q_out
+        return inside + between + self.step_cost * 2.0 * (q_in - 1.0 + q_out - 1.0)
 
-    def send(self, words, C, letters: str):
+    def send(self, words, C, letters: str, times=1):
         """Each device sends ``words`` to the devices that differ from it only
-        in the ``letters`` coordinates (nothing when there are none)."""
+        in the ``letters`` coordinates (nothing when there are none), in
+        ``times`` rounds."""
         q = C[letters]
-        return np.where(q > 1, self.word * words, 0.0)
+        word = self.word if not self.two_level else np.where(self.across(C, letters) > 1, self.inter_word, self.word)
+        return np.where(q > 1, word * words + times * self.step_cost, 0.0)
 
-    def redistribute(self, words):
-        """A device receives ``words`` from others when a tensor changes split."""
-        return self.word * words
+    def redistribute(self, words, cross=None, times=1):
+        """A device receives ``words`` from others when a tensor changes split,
+        ``cross`` of them from other nodes (``None``: all inside a node), in
+        ``times`` rounds."""
+        step = np.where(words > 0, times * self.step_cost, 0.0) if self.latency else 0.0
+        if cross is None:
+            return self.word * words + step
+        return self.word * (words - cross) + self.inter_word * cross + step

@@ -128,11 +128,12 @@ class Extents:
     product of three columns, ``E[""]`` is 1.
     """
 
-    __slots__ = ("dims", "array")
+    __slots__ = ("dims", "array", "cache")
 
     def __init__(self, dims: str, array):
         self.dims = dims
         self.array = np.asarray(array, dtype=float)
+        self.cache = {}  # figures derived from the splits once (the cluster's layouts)
 
     def __getitem__(self, letters: str):
         out = None
@@ -245,12 +246,14 @@ def gemm_extents(bb, mm, nn, kk, C: Extents, net, m: str, n: str, k: str, pw: fl
         comp = 3*mm*nn*kk + 3*pw*mm*nn     # forward GEMM, two backward GEMMs; pointwise
         comm = AR(mm*nn, k) + AR(mm*kk, n) + AR(nn*kk, m)
 
-    ``weight_sync`` replaces the weight-gradient all-reduce ``AR(nn*kk, m)``.
+    ``weight_sync`` replaces the weight-gradient all-reduce ``AR(nn*kk, m)``
+    (for all ``bb`` repeats).
     """
     comp = 3.0 * mm * nn * kk + 3.0 * pw * mm * nn  # (K,)
-    sync = net.allreduce(nn * kk, C, m) if weight_sync is None else weight_sync
-    comm = net.allreduce(mm * nn, C, k) + net.allreduce(mm * kk, C, n) + sync  # (K,)
-    return bb * comp, bb * comm
+    # the bb repeats reduce together: one collective of bb times the words each
+    sync = net.allreduce(bb * nn * kk, C, m) if weight_sync is None else weight_sync
+    comm = net.allreduce(bb * mm * nn, C, k) + net.allreduce(bb * mm * kk, C, n) + sync  # (K,)
+    return bb * comp, comm
 
 
 def halo(image: Tensor, C: Extents, r: float, s: float, net) -> np.ndarray:

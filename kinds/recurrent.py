@@ -51,7 +51,8 @@ class LSTM(Kind):
         comp, comm = gemm_extents(L / cl, s * b / C["sb"], 4 * u / cn, 2 * u / ck, C, net, "sb", "n", "k", self.pw)
         cell_out = np.stack([b / cb, u / cn], axis=1)  # (K, 2) on cb*cn devices
         cell_in = np.stack([b / cb, u / ck], axis=1)  # (K, 2) on cb*ck devices
-        return comp, comm + net.send(L * s * need(cell_out, cell_in, cb * cn, cb * ck), C, "nk")
+        steps = L * s  # one re-distribution per layer and step
+        return comp, comm + net.send(steps * need(cell_out, cell_in, cb * cn, cb * ck), C, "nk", times=steps)
 
     def saved(self, op):
         """The input, and per layer and step the four gates and the cell state."""

@@ -89,7 +89,7 @@ class TestCollectiveParser:
         cs = jv.collectives(self.HLO, 8)
         assert [(c.kind, c.elements, c.group) for c in cs] == [
             ("all-reduce", 1, 8), ("all-reduce", 24 * 3 * 121, 8), ("all-reduce", 1024 * 2304, 8),
-            ("all-gather", 128 * 9216, 8), ("reduce-scatter", 64, 4), ("collective-permute", 10, 8)]
+            ("all-gather", 128 * 9216, 8), ("reduce-scatter", 64, 4), ("collective-permute", 10, 2)]
         names = ["enc0/attn/out", "softmax", "conv1", "fc6"]
         assert [jv.layer_of(c.op_name, names) for c in cs] == [
             "softmax", "conv1", "fc6", "fc6", "enc0/attn/out", "(other)"]
@@ -98,6 +98,43 @@ class TestCollectiveParser:
         assert traffic[3] == pytest.approx(7 / 8 * 128 * 9216)  # all-gather: the result is whole
         assert traffic[4] == pytest.approx(3 * 64)  # reduce-scatter: the result is one piece
         assert traffic[5] == 10
+
+
+    @pytest.mark.parametrize("text, groups", [
+        ("replica_groups={{0,1},{2,3},{4,5},{6,7}}, to_apply", [(0, 1), (2, 3), (4, 5), (6, 7)]),
+        ("replica_groups=[4,2]<=[8], to_apply", [(0, 1), (2, 3), (4, 5), (6, 7)]),
+        ("replica_groups=[2,4]<=[4,2]T(1,0), to_apply", [(0, 2, 4, 6), (1, 3, 5, 7)]),
+        ("replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_1'}, to", [(0, 1), (2, 3), (4, 5), (6, 7)]),
+        ("replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0'}, to", [(0, 2, 4, 6), (1, 3, 5, 7)]),
+        ("replica_groups=mesh['axis_0'=1,'axis_1'=2,'axis_2'=4], to", [tuple(range(8))]),
+        ("replica_groups={}, to_apply=%add", [tuple(range(8))]),
+        ("source_target_pairs={{0,4},{4,0}}, metadata", [(0, 4), (4, 0)]),
+    ])
+    def test_replica_groups_and_nodes(self, text, groups):
+        import jax_validate as jv
+
+        got = jv.replica_groups("%x = f32[8]{0} all-reduce(%y), " + text, 8)
+        assert list(got) == groups
+        across = jv.Collective("all-reduce", 8, got, "").across_nodes(4)  # nodes {0..3}, {4..7}
+        assert across == any(len({d // 4 for d in grp}) > 1 for grp in groups)
+        assert jv.Collective("all-reduce", 8, ((0, 1), (2, 3)), "").across_nodes(4) is False
+        assert jv.Collective("all-reduce", 8, ((0, 4),), "").across_nodes(4) is True
+
+
+def test_predicted_locality_splits_the_model_words():
+    import jax_validate as jv
+
+    g = built("alexnet")
+    dp = data_parallel(g, 8)
+    total = jv.predicted_words(g, dp)
+    split = jv.predicted_locality(g, dp, 4)
+    for name, (own, edges) in total.items():
+        inside, across = split[name]
+        assert inside + across == pytest.approx(own + edges, rel=1e-9, abs=1e-6), name
+    # data parallel over two nodes: every weight all-reduce is hierarchical, so some words cross
+    assert split["fc6"][1] > 0 and split["fc6"][0] > 0
+    one_node = jv.predicted_locality(g, dp, 8)
+    assert all(across == pytest.approx(0, abs=1e-6) for _, across in one_node.values())
 
 
 @needs_jax
@@ -127,6 +164,7 @@ def test_small_validation_of_pase_and_data_parallel():
     proc = _validate("--quick")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("numerics: PASS") == 4
+    assert proc.stdout.count("between nodes of 4") == 4  # every collective classified by its replica groups
     for title in ("== alexnet, p = 8: PaSE ==", "== alexnet, p = 8: data parallel ==",
                   "== transformer, p = 8: PaSE ==", "== transformer, p = 8: data parallel =="):
         assert title in proc.stdout

@@ -12,8 +12,11 @@ Which mesh axes a dimension gets matters: when a producer and a consumer split
 a tensor the same way but on different mesh axes, XLA must move data the plan
 did not ask for.  So operators are assigned in graph order, and a dimension
 first takes the mesh axes its input tensor already lives on (when the split
-agrees), then the batch dimension takes free axes from the front of the mesh
-and every other dimension from the back.
+agrees).  The other dimensions take free axes from the front of the mesh in
+the cost model's layout order (``cluster/``: the batch dimension first, then
+the others in iteration-space order), so that a mesh position, which is the
+device number, is where the cost model puts that piece: with devices numbered
+node-major, the same devices form a node in both.
 
 This module needs only graph.py; jax is imported by the functions that build
 jax objects.
@@ -98,15 +101,14 @@ def assign(g, strategy, p: int) -> MeshPlan:
         free = [name for name, _ in axes]
         dim_axes = [()] * len(cfg)
         order = sorted((i for i in range(len(cfg)) if cfg[i] > 1),
-                       key=lambda i: (i not in preferred, op.dims[i] != "b", i))
+                       key=lambda i: (i not in preferred, op.dims[i] != "b", i))  # the layout order
         for i in order:
             want = preferred.get(i)
             if want and all(a in free for a in want):
                 chosen = list(want)
             else:
                 chosen, rest = [], cfg[i]
-                pool = free if op.dims[i] == "b" else free[::-1]
-                for a in pool:
+                for a in free:
                     if rest % size[a] == 0 and rest > 1:
                         chosen.append(a)
                         rest //= size[a]

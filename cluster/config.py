@@ -1,0 +1,122 @@
+"""A cluster from its description: a device preset, a cluster file (JSON or
+TOML), a strategy file's record, and explicit settings, in rising order of
+precedence.
+
+A cluster file holds any of :data:`FIELDS`, e.g. (TOML)::
+
+    device = "a100-80gb"
+    precision = "bf16"
+    gpus_per_node = 8
+    inter_bw = 25        # GB/s between nodes
+    latency = 5          # microseconds per collective step
+
+A strategy file written with ``--output`` records the same fields under
+``"cluster"``, so it can serve as a cluster file too.
+"""
+
+from __future__ import annotations
+
+import json
+
+from cluster import DEFAULT_PRECISION, PRECISIONS, Cluster
+from cluster.presets import device as preset
+from errors import SettingError, shown
+
+__all__ = ["FIELDS", "check_fields", "read_cluster_file", "record", "resolve"]
+
+#: the fields of a cluster description and their types
+FIELDS = {"device": str, "flops": float, "bw": float, "inter_bw": float, "gpus_per_node": int, "latency": float,
+          "device_memory": float, "precision": str}
+_TO_CLUSTER = {"device_memory": "memory"}
+MAX_FILE_BYTES = 1 << 20
+
+
+def check_fields(fields: dict, where: str) -> dict:
+    """``fields`` with the keys and types of :data:`FIELDS` (``None`` values
+    dropped); ValueError naming ``where`` otherwise."""
+    out = {}
+    for key, value in fields.items():
+        if value is None:
+            continue
+        if key not in FIELDS:
+            raise ValueError(f"{where}: unknown key {key!r}; the keys are {', '.join(FIELDS)}")
+        kind = FIELDS[key]
+        ok = isinstance(value, str) if kind is str else (
+            isinstance(value, int) and not isinstance(value, bool) if kind is int else
+            isinstance(value, (int, float)) and not isinstance(value, bool))
+        if not ok:
+            raise ValueError(f"{where}: {key} must be {'a string' if kind is str else 'a number'}, got {value!r}")
+        out[key] = value
+    return out
+
+
+def read_cluster_file(path: str) -> dict:
+    """The fields of a cluster file: ``.toml``, else JSON."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path} is a directory") from None
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_FILE_BYTES >> 20} MB: not a cluster file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text file") from None
+    if path.lower().endswith(".toml"):
+        import tomllib
+
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path} is not valid TOML ({e})") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+        except (RecursionError, ValueError) as e:
+            raise ValueError(f"{path} is not a usable JSON file ({type(e).__name__})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a table of cluster fields ({', '.join(FIELDS)})")
+    return check_fields(data, path)
+
+
+def record(c: Cluster) -> dict:
+    """The cluster as file fields (what ``--output`` records)."""
+    return {"device": c.device or None, "flops": c.flops, "bw": c.bw, "inter_bw": c.inter_bw,
+            "gpus_per_node": c.gpus_per_node, "latency": c.latency, "device_memory": c.memory,
+            "precision": c.precision}
+
+
+def resolve(settings: dict, *, device: str | None = None, file_fields: dict | None = None,
+            recorded: dict | None = None) -> Cluster:
+    """The cluster: a device preset (``device``, or the file's), then the
+    cluster file's fields, or else what a strategy file ``recorded``, then
+    the explicit ``settings`` (file-field names; ``None`` values ignored).
+    The paper's 10 TFLOPS and 16 GB/s fill what nothing sets."""
+    file_fields = file_fields or {}
+    settings = {k: v for k, v in settings.items() if v is not None}
+    recorded = {k: v for k, v in (recorded or {}).items() if v is not None and k in FIELDS}
+    described = device is not None or bool(file_fields)
+    source = file_fields if described else recorded
+    precision = settings.get("precision", source.get("precision", DEFAULT_PRECISION))
+    if precision not in PRECISIONS:
+        raise SettingError("precision", f"must be one of {', '.join(PRECISIONS)}, got {shown(precision)}")
+    fields = {}
+    name = device or source.get("device")
+    if name:
+        fields.update(preset(name, precision))
+    fields.update({k: v for k, v in source.items() if k not in ("device", "precision")})
+    fields.update({k: v for k, v in settings.items() if k != "precision"})
+    fields = {_TO_CLUSTER.get(k, k): v for k, v in fields.items()}
+    fields.setdefault("flops", 10.0)
+    fields.setdefault("bw", 16.0)
+    unknown = set(fields) - {"device", "flops", "bw", "inter_bw", "gpus_per_node", "latency", "memory"}
+    if unknown:
+        raise SettingError(sorted(unknown)[0], "is not a cluster field")
+    return Cluster(precision=precision, **fields)
