@@ -35,7 +35,9 @@ __all__ = [
     "StrategyCost",
     "op_cost_parts",
     "op_costs",
+    "op_memory",
     "edge_costs",
+    "OPTIMIZERS",
     "build_costs",
     "check_procs",
     "check_strategy",
@@ -45,6 +47,8 @@ __all__ = [
 
 EMBEDDING_SYNC = ("dense", "sparse", "best")
 MAX_PROCS = 10**6
+#: extra copies of the weights an optimizer keeps (momentum; Adam's two moments)
+OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2}
 
 
 @dataclass(frozen=True)
@@ -59,12 +63,16 @@ class CostModel:
     the rows touched (Parallax), or the cheaper of the two (``"best"``);
     ``distinct_rows`` is the number of distinct vocabulary rows a device's
     tokens touch per step (``None``: one per token).
+
+    ``optimizer`` (``sgd``, ``momentum``, ``adam``) sets the optimizer state
+    of the memory model (:meth:`memory_bytes`); it changes no cost.
     """
 
     cluster: Cluster = Cluster()
     embedding_lookup: bool = False
     embedding_sync: str = "dense"
     distinct_rows: int | None = None
+    optimizer: str = "adam"
 
     def __post_init__(self):
         if not isinstance(self.cluster, Cluster):
@@ -77,6 +85,29 @@ class CostModel:
         u = self.distinct_rows
         if u is not None and (isinstance(u, bool) or not isinstance(u, int) or u < 1):
             raise SettingError("distinct_rows", f"must be an integer >= 1, got {shown(u)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise SettingError("optimizer", f"must be one of {', '.join(OPTIMIZERS)}, got {shown(self.optimizer)}")
+
+    def parameter_bytes(self) -> tuple[float, float, float]:
+        """Bytes per weight element of (weights, gradients, optimizer state).
+
+        In the precision's own type, weights and gradients take its bytes each
+        and every optimizer copy as much (the original's 8-byte word: 8, 8,
+        8 per copy).  In bf16 or fp16, the mixed-precision layout: 2-byte
+        weights and gradients, and a 4-byte master copy of the weights plus
+        4 bytes per optimizer copy (Adam: 2 + 2 + 12 = 16 bytes).
+        """
+        b = self.cluster.word_bytes
+        copies = OPTIMIZERS[self.optimizer]
+        if self.cluster.precision in ("bf16", "fp16"):
+            return float(b), float(b), 4.0 + 4.0 * copies
+        return float(b), float(b), float(b * copies)
+
+    def memory_bytes(self, weights, activations) -> tuple:
+        """(weights, gradients, optimizer state, activations) bytes of the
+        given weight and activation element counts (arrays broadcast)."""
+        wb, gb, ob = self.parameter_bytes()
+        return weights * wb, weights * gb, weights * ob, activations * float(self.cluster.word_bytes)
 
     @property
     def word_cost(self) -> float:
@@ -114,6 +145,16 @@ def op_cost_parts(op: Operator, configs, model: CostModel) -> tuple[np.ndarray, 
     K = len(C)
     return (np.broadcast_to(comp, (K,)).astype(float, copy=True),
             np.broadcast_to(comm, (K,)).astype(float, copy=True))
+
+
+def op_memory(op: Operator, configs) -> tuple[np.ndarray, np.ndarray]:
+    """Per-device elements of ``op``'s (weights, kept activations) at each
+    configuration (K,): its kind's memory formula."""
+    _, C = _extents(op, configs)
+    w, a = op.kind.memory(op, C)
+    K = len(C)
+    return (np.broadcast_to(w, (K,)).astype(float, copy=True),
+            np.broadcast_to(a, (K,)).astype(float, copy=True))
 
 
 def op_costs(op: Operator, configs, model: CostModel) -> np.ndarray:
@@ -162,9 +203,11 @@ class CostedGraph:
     the search reads, and the per-layer figures of its result.
 
     ``configs[v]``: int array (K_v, n_v); ``compute[v]``, ``comm[v]`` and
-    their sum ``node_costs[v]``: (K_v,); ``edge_costs[(u, v)]``: (K_u, K_v)
-    for each graph edge ``u -> v``.  Identical operators and edges share
-    (read-only) arrays.
+    their sum ``node_costs[v]``: (K_v,); ``weights[v]`` and
+    ``activations[v]``: per-device elements (K_v,) of the memory model, and
+    ``memory[v]`` their bytes; ``edge_costs[(u, v)]``: (K_u, K_v) for each
+    graph edge ``u -> v``.  Identical operators and edges share (read-only)
+    arrays.
     """
 
     graph: object
@@ -175,6 +218,15 @@ class CostedGraph:
     comm: list[np.ndarray] = field(repr=False)
     node_costs: list[np.ndarray] = field(repr=False)
     edge_costs: dict[tuple[int, int], np.ndarray] = field(repr=False)
+    weights: list[np.ndarray] = field(repr=False, default_factory=list)
+    activations: list[np.ndarray] = field(repr=False, default_factory=list)
+    memory: list[np.ndarray] = field(repr=False, default_factory=list)
+
+    @property
+    def least_memory(self) -> float:
+        """The smallest per-device memory (bytes) of any strategy: memory is a
+        sum over operators, so each takes its smallest."""
+        return math.fsum(float(m.min()) for m in self.memory)
 
     @property
     def n(self) -> int:
@@ -205,7 +257,9 @@ class CostedGraph:
         comp = tuple(float(self.compute[v][i]) for v, i in enumerate(index))
         comm = tuple(float(self.comm[v][i]) for v, i in enumerate(index))
         edges = {(u, v): float(m[index[u], index[v]]) for (u, v), m in sorted(self.edge_costs.items())}
-        return StrategyCost(strategy, comp, comm, edges, (True,) * len(index))
+        weights = tuple(float(self.weights[v][i]) for v, i in enumerate(index))
+        acts = tuple(float(self.activations[v][i]) for v, i in enumerate(index))
+        return StrategyCost(strategy, comp, comm, edges, (True,) * len(index), weights, acts)
 
 
 class CostTablesTooLarge(MemoryError):
@@ -221,17 +275,18 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
     p = check_procs(p)
     cutoff = g.graph["cutoff"]
     ops = operators(g)
-    configs, comp, comm, costs, seen = [], [], [], [], {}
+    configs, comp, comm, costs, weights, acts, memory, seen = [], [], [], [], [], [], [], {}
     for op in ops:
         if op not in seen:  # identical layers share their arrays
             C = configurations(op, p, cutoff)
             a, b = op_cost_parts(op, C, model)
-            c = a + b
-            for x in (C, a, b, c):
-                x.flags.writeable = False
-            seen[op] = (C, a, b, c)
-        for lst, x in zip((configs, comp, comm, costs), seen[op]):
-            lst.append(x)
+            w, x = op_memory(op, C)
+            arrays = (C, a, b, a + b, w, x, sum(model.memory_bytes(w, x)))
+            for arr in arrays:
+                arr.flags.writeable = False
+            seen[op] = arrays
+        for lst, arr in zip((configs, comp, comm, costs, weights, acts, memory), seen[op]):
+            lst.append(arr)
     graph_edges = sorted(g.edges(data=True))
     keys = {(u, v): (ops[u], d["out"], ops[v], d["inp"]) for u, v, d in graph_edges}
     if memory_limit is not None:
@@ -251,7 +306,7 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
             m.flags.writeable = False
             seen_e[key] = m
         edges[(u, v)] = seen_e[key]
-    return CostedGraph(g, p, model, configs, comp, comm, costs, edges)
+    return CostedGraph(g, p, model, configs, comp, comm, costs, edges, weights, acts, memory)
 
 
 # -- strategies ----------------------------------------------------------------------
@@ -290,7 +345,8 @@ class StrategyCost:
 
     ``compute[v]``, ``comm[v]``: operator ``v``'s own FLOP; ``edges[(u, v)]``:
     re-distribution FLOP of each edge; ``in_space[v]``: whether the search
-    space holds ``strategy[v]``.
+    space holds ``strategy[v]``; ``weights[v]``, ``activations[v]``: the
+    per-device elements of the memory model.
     """
 
     strategy: list
@@ -298,6 +354,8 @@ class StrategyCost:
     comm: tuple[float, ...]
     edges: dict
     in_space: tuple[bool, ...]
+    weights: tuple[float, ...]
+    activations: tuple[float, ...]
 
     @property
     def total(self) -> float:
@@ -320,15 +378,18 @@ def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None) 
     configurations the search space for ``p`` devices holds (else: none)."""
     strategy = check_strategy(g, strategy)
     ops = operators(g)
-    comp, comm = [], []
+    comp, comm, weights, acts = [], [], [], []
     for op, cfg in zip(ops, strategy):
         a, b = op_cost_parts(op, [cfg], model)
+        w, x = op_memory(op, [cfg])
         comp.append(float(a[0]))
         comm.append(float(b[0]))
+        weights.append(float(w[0]))
+        acts.append(float(x[0]))
     edges = {}
     for u, v, d in sorted(g.edges(data=True)):
         m = edge_costs(ops[u], d["out"], ops[v], d["inp"], [strategy[u]], [strategy[v]], model)
         edges[(u, v)] = float(m[0, 0])
     cutoff = g.graph["cutoff"]
     inside = tuple(p is not None and in_space(op, cfg, p, cutoff) for op, cfg in zip(ops, strategy))
-    return StrategyCost(strategy, tuple(comp), tuple(comm), edges, inside)
+    return StrategyCost(strategy, tuple(comp), tuple(comm), edges, inside, tuple(weights), tuple(acts))

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 
 from cluster.config import record as cluster_record
-from result import Result
+from result import MEMORY_PARTS, Result
 
 __all__ = ["render_text", "to_record", "render_json", "render_csv", "render_dot", "LAYER_KEYS"]
 
-LAYER_KEYS = ("id", "name", "op", "dims", "space", "config", "devices", "compute", "communication", "cost")
+LAYER_KEYS = ("id", "name", "op", "dims", "space", "config", "devices", "compute", "communication", "cost",
+              "memory", "weights", "activations")
 
 
 # -- text -----------------------------------------------------------------------------
@@ -28,11 +29,12 @@ def fmt_config(cfg) -> str:
     return "(" + ",".join(map(str, cfg)) + ")"
 
 
-def fmt_bytes(n: float) -> str:
+def fmt_bytes(n: float, compact: bool = False) -> str:
+    """Bytes in decimal units: ``6.06 MB`` (``6.06M`` when ``compact``)."""
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
+            return f"{n / size:.3g}{unit[0]}" if compact else f"{n / size:.3g} {unit}"
+    return f"{n:.0f}" if compact else f"{n:.0f} B"
 
 
 def fmt_seconds(t: float) -> str:
@@ -55,6 +57,31 @@ def fmt_time(t: float) -> str:
         if t >= scale or unit == "us":
             return f"{t / scale:.3g} {unit}"
     return f"{t:.3g} s"
+
+
+def _memory_lines(r: Result) -> list[str]:
+    """The per-device memory, its parts, and whether it fits."""
+    from result import MEMORY_PARTS
+
+    names = ("weights", "gradients", "optimizer", "activations")  # MEMORY_PARTS, short
+    parts = ", ".join(f"{name} {fmt_bytes(x)}" for name, x in zip(names, r.memory))
+    cm = r.cost_model
+    line = f"Memory per device: {fmt_bytes(r.memory_bytes)} ({cm.optimizer}, {cm.cluster.precision})"
+    if r.capacity is not None:
+        line += f": fits the {fmt_bytes(r.capacity)}" if r.fits else f": OVER the {fmt_bytes(r.capacity)} of a device"
+    return [line, f"  {parts}"]
+
+
+def _bound_lines(r: Result) -> list[str]:
+    b = r.bound
+    head = f"Within {fmt_bytes(b.capacity)} per device: "
+    if b.status == "unconstrained optimum fits":
+        return [head + "the unconstrained optimum fits (exact)"]
+    searches = f"  {b.searches} searches, lambda {b.lam:.3g} FLOP/byte"
+    if b.status == "optimal":
+        return [head + "optimal (the Lagrangian bound meets its cost)", searches]
+    return [head + f"within {100 * b.gap:.2f}% of optimal",
+            searches + f"; no strategy that fits costs less than {b.lower_bound:.4e}"]
 
 
 def _pct(a: float, b: float) -> str:
@@ -89,11 +116,14 @@ def _comparison(r: Result) -> list[str]:
             notes.append(f"  {b.title} is {_pct(b.total_cost, mine)} cheaper than {mine_label}")
     if any(not b.in_search_space for b in r.baselines):
         notes.append("  * uses configurations the search does not enumerate (below the cutoff)")
+    if r.capacity is not None and any(not b.fits for b in r.baselines):
+        notes.append(f"  ! needs more memory than the {fmt_bytes(r.capacity)} of a device")
     volume = not r.cost_model.cluster.two_level  # bytes follow from the cost on one network only
-    table = [("strategy", "total", "compute", "comm", "speedup", "step time") + (("comm/device",) if volume else ())]
+    table = [("strategy", "total", "comm", "speedup", "step time", "memory") + (("comm/device",) if volume else ())]
     for label, rec, inside in [(mine_label, r, True)] + [(b.title, b, b.in_search_space) for b in r.baselines]:
-        table.append((label + ("" if inside else " *"), f"{rec.total_cost:.2e}", f"{rec.compute:.2e}",
-                      f"{rec.communication:.2e}", f"{dp_cost / rec.total_cost:.2f}x", fmt_time(rec.step_seconds))
+        table.append((label + ("" if inside else " *"), f"{rec.total_cost:.2e}", f"{rec.communication:.2e}",
+                      f"{dp_cost / rec.total_cost:.2f}x", fmt_time(rec.step_seconds),
+                      fmt_bytes(rec.memory_bytes) + ("!" if rec.fits is False else ""))
                      + ((fmt_bytes(rec.comm_bytes_per_device),) if volume else ()))
     lines = ["", "Compared with baselines (FLOP per step; speedup = data-parallel cost / cost):"]
     return lines + ["  " + line for line in _align(table, right=set(range(1, 7)), sep="  ")] + notes
@@ -108,10 +138,10 @@ def render_text(r: Result) -> str:
     head = [f"PaSE {what}: {_model_line(r)}, p = {r.procs}"]
     machine, units = cl.describe(r.procs), f"costs in FLOP ({words})"
     head += [f"{machine}; {units}"] if len(machine) + len(units) < 78 else [machine, units[0].upper() + units[1:]]
-    rows = [("id", "name", "kind", "dims", "config", "dev", "cost")]
+    rows = [("id", "name", "kind", "dims", "config", "cost", "memory")]
     for layer in r.layers:
         rows.append((str(layer.id), layer.name, layer.kind, layer.dims, fmt_config(layer.config),
-                     str(layer.devices), f"{layer.cost:.3e}"))
+                     f"{layer.cost:.3e}", fmt_bytes(layer.memory_bytes, compact=True)))
     lines = head + [""] + _align(rows, right={0, 5, 6}) + [""]
     lines.append(f"Operators: {r.operators_cost:.4e} (compute {r.compute:.4e}, "
                  f"communication {r.operators_comm:.4e})")
@@ -125,6 +155,9 @@ def render_text(r: Result) -> str:
             t = st.timings
             lines.append(f"Timed {len(t)} searches (after 2 warm-up): mean {fmt_seconds(sum(t) / len(t))}, "
                          f"min {fmt_seconds(min(t))}, max {fmt_seconds(max(t))}")
+    if r.bound is not None:
+        lines += _bound_lines(r)
+    lines += _memory_lines(r)
     if r.source is not None:
         lines.append(f"Strategy read from {r.source} (no search).")
     lines.append(f"Predicted step time: {fmt_time(r.step_seconds)} (compute {fmt_time(cl.seconds(r.compute))}, "
@@ -141,7 +174,8 @@ def render_text(r: Result) -> str:
 def _layer_record(layer) -> dict:
     return {"id": layer.id, "name": layer.name, "op": layer.kind, "dims": layer.dims, "space": list(layer.space),
             "config": list(layer.config), "devices": layer.devices, "compute": layer.compute,
-            "communication": layer.communication, "cost": layer.cost}
+            "communication": layer.communication, "cost": layer.cost, "memory": layer.memory_bytes,
+            "weights": layer.weights, "activations": layer.activations}
 
 
 def to_record(r: Result) -> dict:
@@ -158,13 +192,21 @@ def to_record(r: Result) -> dict:
         "total_cost": r.total_cost, "search_seconds": r.search.seconds if r.search else None,
         "compute": r.compute, "communication": r.communication, "edges_cost": r.edges_cost,
         "operators_cost": r.operators_cost, "comm_bytes_per_device": r.comm_bytes_per_device,
-        "step_seconds": r.step_seconds, "cluster": cluster_record(cl),
+        "step_seconds": r.step_seconds, "cluster": cluster_record(cl), "optimizer": cm.optimizer,
+        "parameters": r.param_count,
+        "memory": {**{k.replace(" ", "_"): x for k, x in zip(MEMORY_PARTS, r.memory)}, "total": r.memory_bytes,
+                   "capacity": r.capacity, "fits": r.fits},
         "layers": [_layer_record(layer) for layer in r.layers],
     }
     if r.search is not None:
         st = r.search
         rec["search"] = {"order": st.order, "largest_K": st.largest_K, "largest_dependent_set":
                          st.largest_dependent_set, "largest_table": st.largest_table, "work": st.work}
+        if r.bound is not None:
+            b = r.bound
+            rec["search"]["within_memory"] = {"capacity": b.capacity, "status": b.status, "lower_bound": b.lower_bound,
+                                              "gap": b.gap, "lambda": b.lam, "searches": b.searches,
+                                              "least_memory": b.least_memory}
     if r.mode == "baseline":
         rec["label"] = r.label
         rec["in_search_space"] = r.in_search_space

@@ -16,7 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-__all__ = ["Layer", "SearchStats", "Result", "make_result"]
+__all__ = ["Layer", "SearchStats", "MemoryBound", "Result", "make_result", "MEMORY_PARTS"]
+
+#: the parts of a device's memory, in the order ``Layer.memory`` holds them
+MEMORY_PARTS = ("weights", "gradients", "optimizer state", "activations")
 
 
 @dataclass(frozen=True)
@@ -32,10 +35,17 @@ class Layer:
     compute: float
     communication: float  # inside the operator
     in_space: bool  # the search space for p holds this configuration
+    weights: float = 0.0  # elements of the weights one device holds
+    activations: float = 0.0  # elements one device keeps for the backward pass
+    memory: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # bytes: MEMORY_PARTS
 
     @property
     def devices(self) -> int:
         return math.prod(self.config)
+
+    @property
+    def memory_bytes(self) -> float:
+        return math.fsum(self.memory)
 
     @property
     def cost(self) -> float:
@@ -57,6 +67,20 @@ class SearchStats:
 
 
 @dataclass(frozen=True)
+class MemoryBound:
+    """How a search within the device memory ended (a Lagrangian relaxation:
+    minimise cost + lambda * memory, see ``dp_search.within_memory``)."""
+
+    capacity: float  # bytes per device
+    status: str  # "unconstrained optimum fits", "optimal", "bound"
+    lower_bound: float  # no strategy that fits costs less
+    gap: float  # (cost - lower_bound) / lower_bound
+    lam: float  # the multiplier of the strategy returned
+    searches: int  # dynamic programs run
+    least_memory: float  # the smallest memory of any strategy (bytes)
+
+
+@dataclass(frozen=True)
 class Result:
     """A strategy and its costs (see the module docstring).
 
@@ -73,12 +97,14 @@ class Result:
     layers: tuple[Layer, ...]
     edges: tuple[tuple[int, int, float], ...]
     search: SearchStats | None = None
+    bound: MemoryBound | None = None  # the search was held within the device memory
     source: str | None = None  # the strategy file evaluated
     key: str = ""
     title: str = ""  # short: "data parallel"
     label: str = ""  # with its description
     note: str = ""
     baselines: tuple["Result", ...] = ()
+    param_count: int = 0  # trained parameters of the model: elements of its weight tensors
 
     # -- totals -----------------------------------------------------------------------
     @property
@@ -113,6 +139,27 @@ class Result:
         return c.word_bytes * self.communication / c.word
 
     @property
+    def memory(self) -> tuple[float, ...]:
+        """Per-device bytes of each of :data:`MEMORY_PARTS`, summed over the
+        layers: an upper bound for every device (see the README)."""
+        return tuple(math.fsum(layer.memory[i] for layer in self.layers) for i in range(len(MEMORY_PARTS)))
+
+    @property
+    def memory_bytes(self) -> float:
+        return math.fsum(self.memory)
+
+    @property
+    def capacity(self) -> float | None:
+        """Bytes per device, if the cluster says."""
+        gb = self.cost_model.cluster.memory
+        return None if gb is None else gb * 1e9
+
+    @property
+    def fits(self) -> bool | None:
+        cap = self.capacity
+        return None if cap is None else self.memory_bytes <= cap
+
+    @property
     def step_seconds(self) -> float:
         """Predicted time of one training step: the cost at the device's FLOPS."""
         return self.cost_model.cluster.seconds(self.total_cost)
@@ -141,13 +188,23 @@ class Result:
         return replace(self, baselines=tuple(baselines))
 
 
+def parameter_count(g) -> int:
+    """Elements of the weight tensors of ``g``'s operators."""
+    from graph import operators
+
+    return sum(t.size for op in operators(g) for t in op.inputs if t.role == "weight")
+
+
 def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
     """A :class:`Result` for graph ``g`` from a :class:`cost_model.StrategyCost`."""
     from graph import operators
 
     layers = tuple(
-        Layer(v, op.name, op.kind.name, op.dims, op.space, tuple(cfg), sc.compute[v], sc.comm[v], sc.in_space[v])
+        Layer(v, op.name, op.kind.name, op.dims, op.space, tuple(cfg), sc.compute[v], sc.comm[v], sc.in_space[v],
+              sc.weights[v], sc.activations[v], tuple(float(x) for x in model.memory_bytes(sc.weights[v],
+                                                                                        sc.activations[v])))
         for v, (op, cfg) in enumerate(zip(operators(g), sc.strategy)))
     edges = tuple((u, v, c) for (u, v), c in sorted(sc.edges.items()))
     params = tuple(g.graph.get("params", {}).items())
+    fields.setdefault("param_count", parameter_count(g))
     return Result(mode, g.graph["name"], params, p, model, layers, edges, **fields)

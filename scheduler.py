@@ -32,7 +32,7 @@ FLAGS = {"p": "-p", "batch": "-b", "width": "-m", "seq": "--seq", "vocab": "--vo
          "graph": "-g", "algo": "--algo", "flops": "--flops", "bw": "--bw", "flops and bw": "--flops and --bw",
          "inter_bw": "--inter-bw", "flops and inter_bw": "--flops and --inter-bw", "gpus_per_node": "--gpus-per-node",
          "latency": "--latency", "device": "--device", "precision": "--precision",
-         "device_memory": "--device-memory",
+         "device_memory": "--device-memory", "optimizer": "--optimizer",
          "distinct_rows": "--distinct-rows", "embedding_sync": "--evaluate: embedding_sync",
          "embedding_lookup": "--evaluate: embedding_lookup"}
 
@@ -60,6 +60,8 @@ class Settings:
     device: str | None = None
     precision: str | None = None
     cluster: str | None = None  # a cluster file
+    device_memory: float | None = None  # GB
+    optimizer: str | None = None
     algo: int = DEFAULTS["algo"]
     profile: bool = False
     measure: bool = False
@@ -135,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
       "inside a node (v100, a100-40gb, a100-80gb, h100, paper); flags override it")
     a("--precision", metavar="P", help="training precision: fp64 (the original 8-byte word, default), fp32, "
       "bf16 or fp16 (mixed precision)")
+    a("--device-memory", type=_positive_float, metavar="GB",
+      help="memory of one device: the search returns the cheapest strategy that fits (default: the --device's, "
+      "else unbounded)")
+    a("--optimizer", metavar="NAME", help="sgd, momentum or adam: 0, 1 or 2 extra copies of the weights in the "
+      "memory model (default: adam)")
     a("--cluster", metavar="FILE", help="a cluster file (JSON or TOML) with any of device, flops, bw, inter_bw, "
       "gpus_per_node, latency, device_memory, precision; flags override it")
     a("--algo", type=_int, choices=(0, 1),
@@ -202,7 +209,8 @@ def read_strategy_file(path: str) -> tuple[dict, list]:
         if not isinstance(cfg, list):
             raise UsageError(f"--evaluate: {path}: layer {lid} has config {cfg!r}, not a list of integers")
         layers.append((lid, cfg))
-    keys = ("graph", "procs", "flops", "bw", "distinct_rows", "embedding_lookup", "embedding_sync", "batch", "width")
+    keys = ("graph", "procs", "flops", "bw", "distinct_rows", "embedding_lookup", "embedding_sync", "batch", "width",
+            "optimizer")
     recorded = {k: data[k] for k in keys if data.get(k) is not None}
     if isinstance(data.get("cluster"), dict):
         recorded["cluster"] = data["cluster"]
@@ -331,7 +339,7 @@ def _with_file_settings(s: Settings, recorded: dict) -> Settings:
     return merged
 
 
-CLUSTER_SETTINGS = ("flops", "bw", "inter_bw", "gpus_per_node", "latency", "precision")
+CLUSTER_SETTINGS = ("flops", "bw", "inter_bw", "gpus_per_node", "latency", "precision", "device_memory")
 
 
 def _cluster(s: Settings, recorded: dict):
@@ -365,7 +373,8 @@ def _cost_model(s: Settings, recorded: dict):
         rules = {"embedding_lookup": True, "embedding_sync": "best"}
     elif "embedding_lookup" in recorded or "embedding_sync" in recorded:
         rules = {k: recorded[k] for k in ("embedding_lookup", "embedding_sync") if k in recorded}
-    return CostModel(_cluster(s, recorded), distinct_rows=s.distinct_rows, **rules)
+    optimizer = s.optimizer if s.optimizer is not None else recorded.get("optimizer", "adam")
+    return CostModel(_cluster(s, recorded), distinct_rows=s.distinct_rows, optimizer=optimizer, **rules)
 
 
 def _model_params(s: Settings) -> dict:
@@ -429,11 +438,15 @@ def run(s: Settings, out=None):
 
 
 def _search(s: Settings, g, model, costed, limit, out):
-    from dp_search import ALGOS, search
-    from result import SearchStats, make_result
+    from dp_search import ALGOS, search, search_within
+    from result import MemoryBound, SearchStats, make_result
+
+    capacity = model.cluster.memory
 
     def once(progress=None):
-        return search(costed, s.algo, memory_limit=limit, progress=progress)
+        if capacity is None:
+            return search(costed, s.algo, memory_limit=limit, progress=progress)
+        return search_within(costed, capacity * 1e9, s.algo, memory_limit=limit, progress=progress)
 
     if s.profile:
         import cProfile
@@ -459,11 +472,20 @@ def _search(s: Settings, g, model, costed, limit, out):
     if s.measure:
         for _ in range(2):
             once()
-        timings = tuple(once().seconds for _ in range(5))
-    st = r.stats
-    stats = SearchStats(s.algo, ALGOS[s.algo], r.seconds, st["K"], st["M"], st["largest_table"], st["work"],
+        timings = tuple(_found(once()).seconds for _ in range(5))
+    bound = None
+    if capacity is not None:
+        bound = MemoryBound(capacity * 1e9, r.status, r.lower_bound, r.gap, r.lam, r.searches, r.least_memory)
+    found = _found(r)
+    st = found.stats
+    stats = SearchStats(s.algo, ALGOS[s.algo], found.seconds, st["K"], st["M"], st["largest_table"], st["work"],
                         timings)
-    return make_result(g, costed.figures(r.index), model, s.procs, "search", search=stats)
+    return make_result(g, costed.figures(found.index), model, s.procs, "search", search=stats, bound=bound)
+
+
+def _found(r):
+    """The search result of a search, or of one held within the memory."""
+    return getattr(r, "result", r)
 
 
 def _message(e: Exception) -> str:

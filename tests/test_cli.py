@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -37,7 +38,7 @@ def test_default_run():
     assert out.startswith("PaSE strategy: alexnet, batch 128, p = 32\n")
     assert total_of(out) == reference("alexnet", 32)["optimal_cost"]
     table = out.split("\n\n")[1].splitlines()
-    assert table[0].split() == ["id", "name", "kind", "dims", "config", "dev", "cost"]
+    assert table[0].split() == ["id", "name", "kind", "dims", "config", "cost", "memory"]
     assert [row.split()[0] for row in table[1:]] == [str(i) for i in range(14)]
     assert "conv1" in table[1] and "bchwrsn" in table[1]
     assert all(len(line) <= 80 for line in out.splitlines()), "AlexNet must fit 80 columns"
@@ -51,8 +52,8 @@ def test_each_graph_matches_reference(graph):
     rows = out.split("\n\n")[1].splitlines()[1:]
     assert len(rows) == reference(graph, p)["n_nodes"]  # one row per operator
     for row in rows:
-        dev = int(row.split()[-2])
-        assert 1 <= dev <= p
+        config = next(cell for cell in row.split() if cell.startswith("("))
+        assert 1 <= math.prod(json.loads("[" + config[1:-1] + "]")) <= p
 
 
 def test_output_json_round_trips_through_evaluate(tmp_path):
