@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster import Cluster
-from config_space import configurations, in_space
+from config_space import configurations, contiguous, in_space
 from errors import SettingError, shown
 from graph import Operator, operators
 from kinds import Extents, need, tensor_splits
@@ -120,14 +120,14 @@ class CostModel:
         return not self.embedding_lookup and self.embedding_sync == "dense"
 
     def describe(self) -> str:
-        """The rules in force, in words, for the report's header."""
+        """The rules in force, in a few words, for the report's header."""
         if self.original:
-            return "the original PaSE cost model (embeddings as one-hot GEMMs, dense gradient all-reduce)"
-        compute = "row lookups" if self.embedding_lookup else "one-hot GEMMs"
-        sync = {"dense": "dense all-reduce", "sparse": "sparse push/pull of the rows touched",
-                "best": "the cheaper of dense all-reduce and sparse push/pull"}[self.embedding_sync]
-        rows = "" if self.distinct_rows is None else f", {self.distinct_rows} distinct rows per device"
-        return f"embeddings as {compute}, gradient exchange by {sync}{rows}"
+            return "original PaSE (embedding = one-hot GEMM, dense gradients)"
+        compute = "row lookup" if self.embedding_lookup else "one-hot GEMM"
+        sync = {"dense": "dense all-reduce", "sparse": "sparse push/pull",
+                "best": "cheaper of dense/sparse"}[self.embedding_sync]
+        rows = "" if self.distinct_rows is None else f", {self.distinct_rows} distinct rows"
+        return f"embedding = {compute}, gradient = {sync}{rows}"
 
 
 # -- operators and edges ---------------------------------------------------------
@@ -266,11 +266,13 @@ class CostTablesTooLarge(MemoryError):
     """The edge cost matrices would not fit the memory limit."""
 
 
-def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | None = None) -> CostedGraph:
+def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | None = None,
+                progress=None) -> CostedGraph:
     """Enumerate and cost every configuration and edge of ``g`` for ``p`` devices.
 
     With ``memory_limit`` (bytes), raise :class:`CostTablesTooLarge` before
-    computing any edge matrix when they would not fit.
+    computing any edge matrix when they would not fit.  ``progress(done,
+    total)`` is called as the edge matrices are built.
     """
     p = check_procs(p)
     cutoff = g.graph["cutoff"]
@@ -299,13 +301,15 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
                 "per operator); use a smaller p or raise the memory limit"
             )
     edges, seen_e = {}, {}
-    for u, v, d in graph_edges:
+    for step, (u, v, d) in enumerate(graph_edges):
         key = keys[(u, v)]
         if key not in seen_e:
             m = edge_costs(ops[u], d["out"], ops[v], d["inp"], configs[u], configs[v], model)
             m.flags.writeable = False
             seen_e[key] = m
         edges[(u, v)] = seen_e[key]
+        if progress is not None:
+            progress(step + 1, len(graph_edges))
     return CostedGraph(g, p, model, configs, comp, comm, costs, edges, weights, acts, memory)
 
 
@@ -314,8 +318,9 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
 
 def check_strategy(g, strategy) -> list[tuple[int, ...]]:
     """Validate one configuration per node: right count, right length,
-    positive integer splits that divide the dimensions.  Returns it as
-    tuples; raises ``ValueError`` naming the first bad node."""
+    positive integer splits that divide the dimensions, a reshape's split
+    contiguous.  Returns it as tuples; raises ``ValueError`` naming the
+    first bad node."""
     ops = operators(g)
     strategy = list(strategy)
     if len(strategy) != len(ops):
@@ -335,6 +340,11 @@ def check_strategy(g, strategy) -> list[tuple[int, ...]]:
             raise ValueError(f"{where}: configuration {cfg} must hold integers >= 1")
         if any(d % c for d, c in zip(op.space, cfg)):
             raise ValueError(f"{where}: configuration {cfg} does not divide its space {op.space}")
+        if op.contiguous_only and not contiguous(np.asarray([cfg]), op.space)[0]:
+            raise ValueError(f"{where}: configuration {cfg} splits a reshape into pieces that are not contiguous "
+                             f"blocks of the flattened tensor, which the cost model cannot price; split "
+                             f"{op.dims} from the left (every dimension whole before the first one split "
+                             "partly, the later ones unsplit)")
         out.append(tuple(int(c) for c in cfg))
     return out
 

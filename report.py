@@ -95,10 +95,14 @@ def _first_outside(r: Result) -> str:
 
 def _comparison(r: Result) -> list[str]:
     """The baselines beside the result, and what to make of them."""
-    dp_cost = r.baseline("data_parallel").total_cost
+    dp = r.baseline("data_parallel")
+    dp_cost = dp.total_cost
     mine = r.total_cost
     mine_label = "PaSE" if r.mode == "search" else "this strategy"
     notes = []
+    most = max(layer.devices for layer in dp.layers)
+    if most < r.procs:
+        notes.append(f"  data parallel uses only {most} of the {r.procs} devices: the batch cannot be split further")
     for b in r.baselines:
         if b.note:
             notes.append(f"  {b.note}")
@@ -129,8 +133,16 @@ def _comparison(r: Result) -> list[str]:
     return lines + ["  " + line for line in _align(table, right=set(range(1, 7)), sep="  ")] + notes
 
 
-def render_text(r: Result) -> str:
-    """The human-readable report: a row per operator, a summary, the total last."""
+def fmt_total(x: float) -> str:
+    """The last line's number: the original's fixed point with two decimals
+    while its digits mean something (below 1e15), else 12 significant digits
+    in e-notation (``--output`` keeps the exact value)."""
+    return f"{x:.2f}" if abs(x) < 1e15 else f"{x:.11e}"
+
+
+def render_text(r: Result, summary: bool = False) -> str:
+    """The human-readable report: a row per operator (not with ``summary``),
+    the totals, the total cost last."""
     cl = r.cost_model.cluster
     what = "strategy" if r.mode == "search" else "evaluation of a given strategy"
     words = f"a word moved costs {cl.word:g}" + (
@@ -138,11 +150,15 @@ def render_text(r: Result) -> str:
     head = [f"PaSE {what}: {_model_line(r)}, p = {r.procs}"]
     machine, units = cl.describe(r.procs), f"costs in FLOP ({words})"
     head += [f"{machine}; {units}"] if len(machine) + len(units) < 78 else [machine, units[0].upper() + units[1:]]
+    rules = f"Cost model: {r.cost_model.describe()}"
+    head.append(rules + (f" (as {r.rules_from} records)" if r.rules_from else ""))
+    outside = r.mode != "search" and not r.in_search_space
     rows = [("id", "name", "kind", "dims", "config", "cost", "memory")]
     for layer in r.layers:
-        rows.append((str(layer.id), layer.name, layer.kind, layer.dims, fmt_config(layer.config),
+        mark = "*" if outside and not layer.in_space else ""
+        rows.append((str(layer.id), layer.name, layer.kind, layer.dims, fmt_config(layer.config) + mark,
                      f"{layer.cost:.3e}", fmt_bytes(layer.memory_bytes, compact=True)))
-    lines = head + [""] + _align(rows, right={0, 5, 6}) + [""]
+    lines = head + [""] + ([] if summary else _align(rows, right={0, 5, 6}) + [""])
     lines.append(f"Operators: {r.operators_cost:.4e} (compute {r.compute:.4e}, "
                  f"communication {r.operators_comm:.4e})")
     lines.append(f"Edges (re-distribution): {r.edges_cost:.4e}")
@@ -160,11 +176,17 @@ def render_text(r: Result) -> str:
     lines += _memory_lines(r)
     if r.source is not None:
         lines.append(f"Strategy read from {r.source} (no search).")
+    if outside:
+        n = sum(not layer.in_space for layer in r.layers)
+        lines.append(f"* {n} configuration{'s' * (n > 1)} outside the search space for p = {r.procs} (below the "
+                     "cutoff, or a split the search does not enumerate): the search would not consider "
+                     f"{'them' if n > 1 else 'it'}")
+    lines += list(r.notes)
     lines.append(f"Predicted step time: {fmt_time(r.step_seconds)} (compute {fmt_time(cl.seconds(r.compute))}, "
                  f"communication {fmt_time(cl.seconds(r.communication))})")
     if r.baselines:
         lines += _comparison(r)
-    lines.append(f"Total cost: {r.total_cost:.2f}")
+    lines.append(f"Total cost: {fmt_total(r.total_cost)}")
     return "\n".join(lines)
 
 

@@ -104,6 +104,8 @@ class Result:
     label: str = ""  # with its description
     note: str = ""
     baselines: tuple["Result", ...] = ()
+    notes: tuple[str, ...] = ()  # what the run itself has to say (an ignored flag, a limit of the model)
+    rules_from: str | None = None  # the file whose recorded cost-model rules are in force
     param_count: int = 0  # trained parameters of the model: elements of its weight tensors
 
     # -- totals -----------------------------------------------------------------------

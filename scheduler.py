@@ -12,16 +12,35 @@ configuration of every operator, and finds the exact minimum-cost strategy.
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import os
-import sys
-import time
-from dataclasses import dataclass, field, replace
+try:  # an interrupt from the first line until the run starts ends quietly (see main)
+    import os
+    import signal
+    import sys
 
-from errors import SettingError
-from models import MODELS  # the registry only: kinds, numpy and networkx load when a model is built
+    def _interrupted(signum=None, frame=None):
+        if sys.stderr is not None:
+            sys.stderr.write("scheduler.py: interrupted\n")
+            sys.stderr.flush()
+        os._exit(130)
+
+    if __name__ == "__main__":
+        signal.signal(signal.SIGINT, _interrupted)
+    import argparse
+    import json
+    import math
+    import re
+    import time
+    from dataclasses import dataclass, field, replace
+
+    from errors import SettingError, shown
+    from models import MODELS  # the registry only: kinds, numpy and networkx load when a model is built
+except KeyboardInterrupt:  # before the handler was in place
+    import os
+    import sys
+
+    if sys.stderr is not None:
+        sys.stderr.write("scheduler.py: interrupted\n")
+    os._exit(130)
 
 DEFAULTS = {"graph": "alexnet", "procs": 32, "algo": 0}
 DOT_FILE = "graph.dot"
@@ -39,6 +58,10 @@ FLAGS = {"p": "-p", "batch": "-b", "width": "-m", "seq": "--seq", "vocab": "--vo
 
 class UsageError(ValueError):
     """A bad command line or input file: reported in one line."""
+
+
+class OutputFailed(OSError):
+    """A result file could not be written (the report was printed)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +93,7 @@ class Settings:
     evaluate: str | None = None
     mem_limit_gb: float | None = None
     compare: bool = False
+    summary: bool = False
     sparse_embeddings: bool = False
     distinct_rows: int | None = None
     explicit: frozenset = field(default=frozenset(), compare=False)  # flags given on the command line
@@ -80,31 +104,35 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+_INT = re.compile(r"[+-]?[0-9]{1,30}")  # ASCII digits only (int() would take '8_0' and Arabic-Indic digits)
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE)
+MAX_FLOAT = 1e12  # largest --flops, --bw, --mem-limit: far beyond any machine
+
+
+def _float(text: str) -> float:
+    if len(text) > 40 or not _FLOAT.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number")
+    return float(text)
+
+
 def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (0 < v <= 1e12):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive finite number (at most 1e12)")
+    v = _float(text)
+    if not (0 < v <= MAX_FLOAT):
+        raise argparse.ArgumentTypeError(f"{shown(text)} must be a positive finite number (at most 1e12)")
     return v
 
 
 def _nonnegative_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    v = _float(text)
     if not (0 <= v <= 1e6):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number from 0 to 1e6")
+        raise argparse.ArgumentTypeError(f"{shown(text)} must be a number from 0 to 1e6")
     return v
 
 
 def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not _INT.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not an integer (ASCII digits, at most 30)")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
       help="cost the strategy in PATH (a JSON file with 'layers': [{'id', 'config'}]) instead of searching")
     a("--mem-limit", type=_positive_float, dest="mem_limit_gb", metavar="GB",
       help="memory the search may use, in GB (default: half the memory available now)")
+    a("-q", "--summary", action="store_true",
+      help="print only the header, the totals and the search line, not a row per operator")
     a("--compare", action="store_true",
       help="also cost data-parallel, expert and Parallax strategies and print predicted speedups")
     a("--sparse-embeddings", action="store_true",
@@ -164,8 +194,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _values_first(parser, argv: list[str]) -> list[str]:
+    """``--flops -inf`` as ``--flops=-inf``: argparse would read ``-inf`` as
+    an option and say the flag lacks its value."""
+    takes = {opt for a in parser._actions if a.nargs is None and a.option_strings for opt in a.option_strings}
+    known = {opt for a in parser._actions for opt in a.option_strings}
+    out, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in takes and i + 1 < len(argv) and argv[i + 1].startswith("-") and argv[i + 1] not in known \
+                and not argv[i + 1].startswith("--"):
+            out.append(f"{arg}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
 def parse_args(argv=None) -> Settings:
-    ns = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ns = parser.parse_args(_values_first(parser, argv))
     given = {k for k, v in vars(ns).items() if v is not None and v is not False}
     values = {k: v for k, v in vars(ns).items() if v is not None}
     return Settings(**values, explicit=frozenset(given))
@@ -174,10 +224,16 @@ def parse_args(argv=None) -> Settings:
 # -- input files ---------------------------------------------------------------
 
 
-def _read_json(path: str, flag: str):
+MAX_STRATEGY_BYTES = 64 << 20  # a strategy file for any built-in graph at p = 10^6 is far smaller
+
+
+def _read_json(path: str, flag: str, limit: int = MAX_STRATEGY_BYTES):
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)
+        if len(raw) > limit:
+            raise UsageError(f"{flag}: {path} is larger than {limit >> 20} MB: not a file this tool wrote")
+        return json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise UsageError(f"{flag}: {path}: no such file") from None
     except IsADirectoryError:
@@ -190,8 +246,19 @@ def _read_json(path: str, flag: str):
         raise UsageError(f"{flag}: {path} is not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
     except RecursionError:
         raise UsageError(f"{flag}: {path} is nested too deeply to be a strategy file") from None
+    except UsageError:
+        raise
     except ValueError as e:  # e.g. an integer with thousands of digits
-        raise UsageError(f"{flag}: {path} is not a usable JSON file ({e})") from None
+        why = "a number has too many digits" if "digits" in str(e) else type(e).__name__
+        raise UsageError(f"{flag}: {path} is not a usable JSON file ({why})") from None
+
+
+# What a strategy file may record, and the types it must have.
+_RECORDED = {"graph": (str,), "procs": (int,), "flops": (int, float), "bw": (int, float), "distinct_rows": (int,),
+             "embedding_lookup": (bool,), "embedding_sync": (str,), "batch": (int,), "width": (int,),
+             "optimizer": (str,), "cluster": (dict,), "params": (dict,)}
+_KIND_NAMES = {(str,): "a string", (int,): "an integer", (int, float): "a number", (bool,): "true or false",
+               (dict,): "an object"}
 
 
 def read_strategy_file(path: str) -> tuple[dict, list]:
@@ -205,18 +272,24 @@ def read_strategy_file(path: str) -> tuple[dict, list]:
             raise UsageError(f"--evaluate: {path}: layers[{i}] needs an \"id\" and a \"config\"")
         lid, cfg = layer["id"], layer["config"]
         if isinstance(lid, bool) or not isinstance(lid, int):
-            raise UsageError(f"--evaluate: {path}: layers[{i}] has id {lid!r}, not an integer")
+            raise UsageError(f"--evaluate: {path}: layers[{i}] has id {shown(lid)}, not an integer")
         if not isinstance(cfg, list):
-            raise UsageError(f"--evaluate: {path}: layer {lid} has config {cfg!r}, not a list of integers")
+            raise UsageError(f"--evaluate: {path}: layer {lid} has config {shown(cfg)}, not a list of integers")
         layers.append((lid, cfg))
-    keys = ("graph", "procs", "flops", "bw", "distinct_rows", "embedding_lookup", "embedding_sync", "batch", "width",
-            "optimizer")
-    recorded = {k: data[k] for k in keys if data.get(k) is not None}
-    if isinstance(data.get("cluster"), dict):
-        recorded["cluster"] = data["cluster"]
-    params = data.get("params")
-    if isinstance(params, dict):  # the model's parameters (files written before it: batch, width only)
-        recorded.update({k: v for k, v in params.items() if k in MODEL_PARAMS and v is not None})
+    recorded = {}
+    for key, kinds in _RECORDED.items():
+        value = data.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds:
+            raise UsageError(f"--evaluate: {path}: {key} is {shown(value)}, not {_KIND_NAMES[kinds]}")
+        recorded[key] = value
+    params = recorded.pop("params", {})  # the model's parameters (files written before it: batch, width only)
+    for key, value in params.items():
+        if key in MODEL_PARAMS and value is not None:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UsageError(f"--evaluate: {path}: params.{key} is {shown(value)}, not an integer")
+            recorded[key] = value
     return recorded, layers
 
 
@@ -253,6 +326,8 @@ def check_writable(path: str, flag: str) -> None:
         return
     parent = os.path.dirname(target)
     if not os.path.isdir(parent):
+        if os.path.islink(path):
+            raise UsageError(f"{flag}: {path} is a link to {target}, whose directory {parent} does not exist")
         raise UsageError(f"{flag}: directory {os.path.dirname(path) or '.'} does not exist")
     if os.path.exists(target) and not os.access(target, os.W_OK):
         raise UsageError(f"{flag}: {path} is not writable")
@@ -299,10 +374,11 @@ def _umask() -> int:
 
 
 class _Progress:
-    """Progress on stderr, only when it is a terminal and the search is slow."""
+    """Progress on stderr, only when it is a terminal and the work is slow."""
 
-    def __init__(self):
-        self.on = sys.stderr.isatty()
+    def __init__(self, what: str = "searching", unit: str = "operators"):
+        self.what, self.unit = what, unit
+        self.on = sys.stderr is not None and sys.stderr.isatty()
         self.t0 = time.perf_counter()
         self.last = 0.0
         self.shown = False
@@ -314,7 +390,7 @@ class _Progress:
         if now - self.t0 > 1.0 and (now - self.last > 0.2 or done == total):
             self.last = now
             self.shown = True
-            sys.stderr.write(f"\rsearching: {done}/{total} operators, {now - self.t0:.1f} s ")
+            sys.stderr.write(f"\r{self.what}: {done}/{total} {self.unit}, {now - self.t0:.1f} s ")
             sys.stderr.flush()
 
     def close(self):
@@ -400,7 +476,7 @@ def run(s: Settings, out=None):
 
     from cost_model import build_costs, check_procs, evaluate
     from dp_search import default_memory_limit
-    from graph import build_graph
+    from graph import build_graph, operators
     from report import render_csv, render_dot, render_json, render_text
     from result import make_result
 
@@ -410,30 +486,67 @@ def run(s: Settings, out=None):
     limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
     if layers is not None:
         from cost_model import check_strategy
-        from graph import operators
 
         strategy = check_strategy(g, _strategy_from_layers(g, layers, s.evaluate))
         for v, (op, cfg) in enumerate(zip(operators(g), strategy)):
             if math.prod(cfg) > s.procs:
                 raise UsageError(f"--evaluate: node {v} ({op.name}) config {tuple(cfg)} uses "
                                  f"{math.prod(cfg)} devices but p is {s.procs}")
+        rules_from = s.evaluate if not s.sparse_embeddings and any(
+            k in recorded for k in ("embedding_lookup", "embedding_sync")) else None
         result = make_result(g, evaluate(g, strategy, model, s.procs), model, s.procs, "evaluate",
-                             source=s.evaluate)
+                             source=s.evaluate, rules_from=rules_from)
+        most = max(math.prod(cfg) for cfg in strategy)
+        if most < s.procs:
+            result = replace(result, notes=result.notes + (
+                f"This strategy uses at most {most} of the {s.procs} devices.",))
     else:
-        result = _search(s, g, model, build_costs(g, s.procs, model, memory_limit=limit), limit, out)
+        progress = _Progress("building the cost tables", "edges")
+        try:
+            costed = build_costs(g, s.procs, model, memory_limit=limit, progress=progress)
+        finally:
+            progress.close()
+        result = _search(s, g, model, costed, limit, out)
+        most = max(int(c.prod(axis=1).max()) for c in costed.configs)
+        if most < s.procs:
+            used = max(layer.devices for layer in result.layers)
+            result = replace(result, notes=result.notes + (
+                f"No operator can use more than {most} of the {s.procs} devices (no configuration splits further "
+                f"at cutoff {g.graph['cutoff']}); this strategy uses at most {used}.",))
+    if s.distinct_rows is not None:
+        why = None
+        if not any(op.kind.sparse_rows for op in operators(g)):
+            why = f"{g.graph['name']} has no embedding"
+        elif model.embedding_sync == "dense" and not s.compare:
+            why = "embedding gradients are all-reduced densely (use --sparse-embeddings or --compare)"
+        if why:
+            result = replace(result, notes=result.notes + (f"--distinct-rows has no effect here: {why}.",))
     if s.compare:
         from baselines import compare
 
         result = result.with_baselines(compare(g, s.procs, model))
     if not math.isfinite(result.total_cost):
         raise ValueError("the total cost is not a finite number; choose realistic --flops and --bw")
+    # The files first, then the report, which is printed even when a file
+    # could not be written (a full disk): the error follows it.
+    files = []
     if s.output is not None:
-        write_atomic(s.output, render_csv(result) if s.output.lower().endswith(".csv") else render_json(result))
+        files.append(("--output", s.output, render_csv if s.output.lower().endswith(".csv") else render_json, result))
     if s.dump_graph:
-        write_atomic(DOT_FILE, render_dot(g))
-        print(f"Wrote the graph ({g.number_of_nodes()} operators, {g.number_of_edges()} edges) to "
-              f"{os.path.abspath(DOT_FILE)}", file=out)
-    print(render_text(result), file=out)
+        files.append(("--dump-graph", DOT_FILE, render_dot, g))
+    failed = None
+    for flag, path, render, what in files:
+        try:
+            write_atomic(path, render(what))
+        except OSError as e:
+            failed = failed or OutputFailed(f"{flag}: could not write {path}: {e.strerror or e}")
+            continue
+        if flag == "--dump-graph":
+            print(f"Wrote the graph ({g.number_of_nodes()} operators, {g.number_of_edges()} edges) to "
+                  f"{os.path.abspath(DOT_FILE)}", file=out)
+    print(render_text(result, summary=s.summary), file=out)
+    if failed is not None:
+        raise failed
     return result
 
 
@@ -495,21 +608,39 @@ def _message(e: Exception) -> str:
     return str(e) or type(e).__name__
 
 
+def _say(line: str) -> None:
+    """One line on stderr, if there is a stderr."""
+    if sys.stderr is not None:
+        try:
+            print(line, file=sys.stderr)
+        except OSError:
+            pass
+
+
 def main(argv=None) -> int:
+    """Exit statuses: 0 done; 2 a bad command line or input (a flag's value, a
+    file the tool cannot use); 1 the run could not be done (it would not fit
+    the memory limit, nothing fits the device, a file could not be written);
+    130 interrupted; 141 the reader of the report went away."""
     if sys.stdout is None:  # started with stdout closed: the report goes nowhere
         sys.stdout = open(os.devnull, "w")
-    s = parse_args(argv)
     try:
+        s = parse_args(argv)
+        if signal.getsignal(signal.SIGINT) is _interrupted:  # from here an interrupt unwinds (files stay whole)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         run(s)
         sys.stdout.flush()
     except BrokenPipeError:  # the reader went away (| head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except (ValueError, MemoryError, OSError) as e:  # our own one-line messages
-        print(f"{PROG}: error: {_message(e)}", file=sys.stderr)
+    except ValueError as e:  # a setting or input the tool cannot use
+        _say(f"{PROG}: error: {_message(e)}")
+        return 2
+    except (MemoryError, OSError) as e:  # the run could not be done
+        _say(f"{PROG}: error: {_message(e)}")
         return 1
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        _say(f"{PROG}: interrupted")
         return 130
     return 0
 

@@ -227,11 +227,11 @@ def test_cli_names_the_cluster_and_predicts_the_step_time(tmp_path):
 ])
 def test_bad_cluster_input(tmp_path, args, message):
     proc = cli(*args, cwd=tmp_path, ok=False)
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr, proc.stderr
 
 
 def test_bad_cluster_file_cli(tmp_path):
     (tmp_path / "c.json").write_text('{"gpus_per_node": 8, "nodes": 2}')
     proc = cli("--cluster", "c.json", cwd=tmp_path, ok=False)
-    assert proc.returncode == 1 and "--cluster: c.json: unknown key 'nodes'" in proc.stderr
+    assert proc.returncode == 2 and "--cluster: c.json: unknown key 'nodes'" in proc.stderr

@@ -1,0 +1,216 @@
+"""Defects an adversarial run of the command line found, each reproduced:
+wrong or misleading answers, resources, crashes and silences, messages."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, reference
+
+SCHEDULER = str(ROOT / "scheduler.py")
+
+
+def run(*args, cwd=None, **kw):
+    return subprocess.run([sys.executable, SCHEDULER, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          timeout=300, **kw)
+
+
+def one_line_error(proc, status, message):
+    assert proc.returncode == status, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert message in proc.stderr, proc.stderr
+
+
+def last(proc) -> str:
+    return proc.stdout.rstrip("\n").splitlines()[-1]
+
+
+# -- wrong or misleading answers -----------------------------------------------------------
+
+
+def test_the_header_names_the_cost_model_rules_and_where_they_came_from(tmp_path):
+    plan = tmp_path / "c.json"
+    first = run("-g", "rnnlm", "-p", 8, "--sparse-embeddings", "--output", plan)
+    assert "Cost model: embedding = row lookup, gradient = cheaper of dense/sparse" in first.stdout
+    recorded = run("--evaluate", plan)
+    assert f"Cost model: embedding = row lookup, gradient = cheaper of dense/sparse (as {plan} records)" \
+        in recorded.stdout
+    data = json.loads(plan.read_text())
+    del data["embedding_lookup"], data["embedding_sync"]
+    plan.write_text(json.dumps(data))
+    plain = run("--evaluate", plan)
+    assert "Cost model: original PaSE (embedding = one-hot GEMM, dense gradients)" in plain.stdout
+    assert float(last(recorded).split()[-1]) == pytest.approx(4.3966e12, rel=1e-4)
+    assert float(last(plain).split()[-1]) == pytest.approx(3.4006e13, rel=1e-4)
+    assert "Cost model: original PaSE" in run("-p", 4).stdout  # every report says it
+
+
+def test_a_non_contiguous_reshape_is_refused(tmp_path):
+    plan = tmp_path / "plan.json"
+    run("-g", "alexnet", "-p", 8, "--output", plan)
+    data = json.loads(plan.read_text())
+    data["layers"][9]["config"] = [1, 8]  # flatten/unravel (b, k): k split while b is not whole
+    plan.write_text(json.dumps(data))
+    one_line_error(run("--evaluate", plan), 2, "node 9 (flatten/unravel): configuration (1, 8) splits a reshape "
+                                               "into pieces that are not contiguous blocks")
+
+
+def test_configurations_outside_the_space_are_marked(tmp_path):
+    plan = tmp_path / "plan.json"
+    run("-g", "alexnet", "-p", 64, "--output", plan)
+    data = json.loads(plan.read_text())
+    data["layers"][0]["config"] = [64, 1, 1, 1, 1, 1, 1]  # 2 samples per device: below the cutoff of 4
+    plan.write_text(json.dumps(data))
+    out = run("--evaluate", plan).stdout
+    assert " 0 conv1 " in out and "(64,1,1,1,1,1,1)*" in out
+    assert "* 1 configuration outside the search space for p = 64" in out
+
+
+def test_the_report_says_when_devices_stay_idle():
+    out = run("-g", "alexnet", "-p", 8, "-b", 1, "--compare").stdout
+    assert "data parallel uses only 1 of the 8 devices: the batch cannot be split further" in out
+    out = run("-g", "resnet101", "-p", 7).stdout
+    assert "No operator can use more than 6 of the 7 devices (no configuration splits further at cutoff 4); " \
+           "this strategy uses at most 4." in out
+
+
+# -- resources -------------------------------------------------------------------------------
+
+
+def test_a_strategy_file_is_read_with_a_bound():
+    proc = run("--evaluate", "/dev/zero")
+    one_line_error(proc, 2, "--evaluate: /dev/zero is larger than 64 MB: not a file this tool wrote")
+
+
+def test_compare_after_evaluate_builds_no_cost_tables(tmp_path):
+    plan = tmp_path / "plan.json"
+    run("-g", "transformer", "-p", 8, "--output", plan)
+    # at p = 100000 the search's tables would need gigabytes: labelling the baselines must not build them
+    proc = run("--evaluate", plan, "-p", 100000, "--compare", "--mem-limit", 0.2)
+    assert proc.returncode == 0, proc.stderr
+    assert "Compared with baselines" in proc.stdout
+
+
+# -- crashes and silences --------------------------------------------------------------------
+
+
+def test_runs_with_stderr_closed():
+    proc = subprocess.run(f"{sys.executable} {SCHEDULER} -p 4 2>&-", shell=True, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and last(proc) == f"Total cost: {reference('alexnet', 4)['optimal_cost']:.2f}"
+    bad = subprocess.run(f"{sys.executable} {SCHEDULER} -p 0 2>&-", shell=True, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and bad.stdout == ""
+
+
+def _opened(pid: int, name: str) -> bool:
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}").endswith(name) for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+@pytest.mark.parametrize("delay", [0.0, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08])
+def test_an_interrupt_while_starting_is_quiet(delay):
+    """SIGINT while the tool imports: from the moment it reads its first
+    module of its own (before that, the interpreter itself is starting)."""
+    proc = subprocess.Popen([sys.executable, SCHEDULER, "-g", "transformer", "-p", "16"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    t0 = time.perf_counter()
+    while not _opened(proc.pid, "errors.py") and proc.poll() is None and time.perf_counter() - t0 < 10:
+        time.sleep(0.0002)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert proc.returncode == 0 or (proc.returncode == 130 and err == "scheduler.py: interrupted\n"), err
+
+
+# -- messages and documentation --------------------------------------------------------------
+
+
+def test_huge_and_fractional_totals_read_well(tmp_path):
+    proc = run("-g", "transformer", "-p", 3, "-b", 10**9, "-q", "--output", tmp_path / "big.json")
+    assert last(proc) == "Total cost: 4.95194366365e+19"
+    assert json.loads((tmp_path / "big.json").read_text())["total_cost"] == pytest.approx(4.95194366365e19)
+    small = run("-g", "alexnet", "-p", 3)
+    assert last(small).startswith("Total cost: ") and last(small).split(".")[1].isdigit()
+
+
+def test_summary_mode():
+    out = run("-g", "resnet101", "-p", 8, "--summary").stdout
+    assert "layer1.0/conv1" not in out and "Operators: " in out and "Search: GENERATESEQ" in out
+    assert out.startswith("PaSE strategy: resnet101") and last(run("-g", "resnet101", "-p", 8)) in out
+
+
+def test_an_output_link_into_a_missing_directory(tmp_path):
+    (tmp_path / "out.json").symlink_to(tmp_path / "gone" / "plan.json")
+    one_line_error(run("-p", 4, "--output", "out.json", cwd=tmp_path), 2,
+                   f"--output: out.json is a link to {tmp_path}/gone/plan.json, whose directory {tmp_path}/gone "
+                   "does not exist")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_disk_names_the_file_and_keeps_the_report(tmp_path):
+    (tmp_path / "plan.json").symlink_to("/dev/full")
+    proc = run("-p", 4, "--output", "plan.json", cwd=tmp_path)
+    one_line_error(proc, 1, "--output: could not write plan.json: No space left on device")
+    assert last(proc) == f"Total cost: {reference('alexnet', 4)['optimal_cost']:.2f}"
+
+
+@pytest.mark.parametrize("args, status, message", [
+    (["--flops", "-inf"], 2, "argument --flops: '-inf' must be a positive finite number"),
+    (["--bw", "-1e3"], 2, "argument --bw: '-1e3' must be a positive finite number"),
+    (["-p", "1" * 5000], 2, "is not an integer (ASCII digits, at most 30)"),
+    (["-p", "١٢"], 2, "'١٢' is not an integer"),
+    (["-p", "8_0"], 2, "'8_0' is not an integer"),
+    (["--flops", "1e13"], 2, "argument --flops: '1e13' must be a positive finite number (at most 1e12)"),
+    (["--flops", "1e12", "--bw", "1e-6"], 2, "make one word cost 8e+21 FLOP"),  # the same kind, the same status
+    (["-p", "9" * 25], 2, "-p must be an integer from 1 to 1,000,000"),
+])
+def test_messages_and_statuses(args, status, message):
+    one_line_error(run(*args), status, message)
+
+
+def test_a_long_integer_in_a_strategy_file(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"layers": [{"id": ' + "7" * 5000 + ', "config": [1]}]}')
+    proc = run("--evaluate", plan)
+    one_line_error(proc, 2, "is not a usable JSON file (a number has too many digits)")
+    assert "set_int_max_str_digits" not in proc.stderr
+
+
+def test_distinct_rows_says_when_it_has_no_effect():
+    assert "--distinct-rows has no effect here: alexnet has no embedding." in run("-p", 4, "--distinct-rows", 9).stdout
+    out = run("-g", "rnnlm", "-p", 4, "--distinct-rows", 9).stdout
+    assert "--distinct-rows has no effect here: embedding gradients are all-reduced densely" in out
+    assert "no effect" not in run("-g", "rnnlm", "-p", 4, "--distinct-rows", 9, "--sparse-embeddings").stdout
+
+
+def test_progress_while_the_cost_tables_are_built(monkeypatch):
+    import scheduler
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    progress = scheduler._Progress("building the cost tables", "edges")
+    progress.t0 -= 2  # as if it had run for two seconds
+    progress(3, 10)
+    assert "building the cost tables: 3/10 edges" in err.getvalue()
+    seen = []
+    real = scheduler._Progress
+    monkeypatch.setattr(scheduler, "_Progress", lambda *a: seen.append(a) or real(*a))
+    scheduler.run(scheduler.parse_args(["-p", "4"]), out=io.StringIO())
+    assert ("building the cost tables", "edges") in seen
