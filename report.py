@@ -61,7 +61,6 @@ def fmt_time(t: float) -> str:
 
 def _memory_lines(r: Result) -> list[str]:
     """The per-device memory, its parts, and whether it fits."""
-    from result import MEMORY_PARTS
 
     names = ("weights", "gradients", "optimizer", "activations")  # MEMORY_PARTS, short
     parts = ", ".join(f"{name} {fmt_bytes(x)}" for name, x in zip(names, r.memory))

@@ -99,11 +99,10 @@ class Cluster:
             object.__setattr__(self, "memory", _positive("device_memory", self.memory, 1e6))
         if self.precision not in PRECISIONS:
             raise SettingError("precision", f"must be one of {', '.join(PRECISIONS)}, got {shown(self.precision)}")
-        for name, w in (("flops and bw", self.word), ("flops and inter_bw", self.inter_word)):
-            if not MIN_WORD_COST <= w <= MAX_WORD_COST:
-                raise SettingError(
-                    name, f"({self.flops:g} TFLOPS, {self.bw if name.endswith(' bw') else self.inter_bw:g} GB/s) "
-                          f"make one word cost {w:.3g} FLOP; the model needs 1e-9 to 1e15 (flops in TFLOPS, bw in GB/s)")
+        for name, bw, w in (("flops and bw", self.bw, self.word), ("flops and inter_bw", self.inter_bw, self.inter_word)):
+            if bw is not None and not MIN_WORD_COST <= w <= MAX_WORD_COST:
+                raise SettingError(name, f"({self.flops:g} TFLOPS, {bw:g} GB/s) make one word cost {w:.3g} FLOP; "
+                                         "the model needs 1e-9 to 1e15 (flops in TFLOPS, bw in GB/s)")
 
     # -- derived figures --------------------------------------------------------------
     @property

@@ -15,9 +15,9 @@ import pytest
 
 from cluster import Cluster
 from conftest import ROOT, built, costed
-from cost_model import CostModel, build_costs, evaluate, op_memory
+from cost_model import CostModel, evaluate, op_memory
 from dp_search import DoesNotFit, generate_seq, search, search_within, solve, within_memory
-from graph import build_graph, operators
+from graph import operators
 from test_dp_search import random_problem
 
 
