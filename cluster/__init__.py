@@ -99,7 +99,8 @@ class Cluster:
             object.__setattr__(self, "memory", _positive("device_memory", self.memory, 1e6))
         if self.precision not in PRECISIONS:
             raise SettingError("precision", f"must be one of {', '.join(PRECISIONS)}, got {shown(self.precision)}")
-        for name, bw, w in (("flops and bw", self.bw, self.word), ("flops and inter_bw", self.inter_bw, self.inter_word)):
+        checks = (("flops and bw", self.bw, self.word), ("flops and inter_bw", self.inter_bw, self.inter_word))
+        for name, bw, w in checks:
             if bw is not None and not MIN_WORD_COST <= w <= MAX_WORD_COST:
                 raise SettingError(name, f"({self.flops:g} TFLOPS, {bw:g} GB/s) make one word cost {w:.3g} FLOP; "
                                          "the model needs 1e-9 to 1e15 (flops in TFLOPS, bw in GB/s)")
