@@ -1,0 +1,82 @@
+"""Where the cost goes: a result's compute, communication inside operators and
+re-distribution on edges, grouped by operator kind and by layer group (the
+name's first path component: ``layer3``, ``enc2``), and, against a baseline,
+the layers where the two differ most.
+
+A re-distribution is charged to the layer that reads the tensor.  Each
+group's figure is the exact sum (``math.fsum``) of its layers', and the
+``total`` row the exact sum of all layers', the report's totals.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+__all__ = ["layers_frame", "grouped", "against", "render"]
+
+PARTS = ("compute", "communication", "edges")
+
+
+def layers_frame(result) -> pd.DataFrame:
+    """One row per layer: its kind, group, configuration and cost parts."""
+    edges = {}
+    for _, v, c in result.edges:
+        edges.setdefault(v, []).append(c)
+    return pd.DataFrame([{
+        "id": layer.id, "name": layer.name, "kind": layer.kind, "group": layer.name.split("/")[0].split(".")[0],
+        "config": layer.config, "compute": layer.compute, "communication": layer.communication,
+        "edges": math.fsum(edges.get(layer.id, ())),
+    } for layer in result.layers])
+
+
+def grouped(df: pd.DataFrame, by: str) -> pd.DataFrame:
+    """The parts summed by ``by`` (``kind`` or ``group``), in order of total
+    cost, with each group's share, and a ``total`` row."""
+    out = df.groupby(by, sort=False)[list(PARTS)].agg(math.fsum)
+    out["total"] = [math.fsum(x) for x in out[list(PARTS)].itertuples(index=False)]
+    total = {p: math.fsum(df[p]) for p in PARTS}
+    total["total"] = math.fsum(total.values())
+    out["share"] = out["total"] / total["total"] if total["total"] else 0.0
+    out = out.sort_values("total", ascending=False)
+    out.loc["total"] = {**total, "share": 1.0}
+    return out
+
+
+def against(result, baseline, top: int = 10) -> pd.DataFrame:
+    """The plan and ``baseline`` joined on the layer id: the ``top`` layers
+    whose costs (own and re-distribution in) differ most."""
+    a, b = layers_frame(result), layers_frame(baseline)
+    for df in (a, b):
+        df["cost"] = [math.fsum(x) for x in df[list(PARTS)].itertuples(index=False)]
+    joined = a[["id", "name", "kind", "config", "cost"]].merge(b[["id", "config", "cost"]], on="id",
+                                                               suffixes=("", "_baseline"))
+    joined["difference"] = joined["cost"] - joined["cost_baseline"]
+    order = joined["difference"].abs().sort_values(ascending=False, kind="stable").index
+    return joined.loc[order[:top]].reset_index(drop=True)
+
+
+def _table(df: pd.DataFrame, name: str) -> str:
+    fmt = {p: (lambda x: f"{x:.4e}") for p in (*PARTS, "total")}
+    fmt["share"] = lambda x: f"{100 * x:.1f}%"
+    return df.reset_index().rename(columns={"index": name}).to_string(index=False, formatters=fmt)
+
+
+def render(result, baseline=None) -> str:
+    """The breakdown as text; with ``baseline``, the layers that differ most."""
+    df = layers_frame(result)
+    lines = ["", "Where the cost goes (FLOP; re-distribution charged to the layer that reads the tensor):", "",
+             _table(grouped(df, "kind"), "kind"), "", _table(grouped(df, "group"), "group")]
+    if baseline is not None:
+        diff = against(result, baseline)
+        fmt = {c: (lambda x: f"{x:.4e}") for c in ("cost", "cost_baseline")}
+        fmt["difference"] = lambda x: f"{x:+.4e}"
+        fmt["config"] = fmt["config_baseline"] = lambda c: "(" + ",".join(map(str, c)) + ")"
+        lines += ["", f"Layers where the plan and {baseline.title} differ most:", "",
+                  diff.rename(columns={"cost_baseline": f"cost ({baseline.key})",
+                                       "config_baseline": f"config ({baseline.key})"}).to_string(
+                      index=False, formatters={
+                          {"cost_baseline": f"cost ({baseline.key})",
+                           "config_baseline": f"config ({baseline.key})"}.get(k, k): f for k, f in fmt.items()})]
+    return "\n".join(lines)

@@ -1,0 +1,60 @@
+"""A sweep's metric against its swept numeric axis (matplotlib, imported here
+only): one line per combination of the other swept axes."""
+
+from __future__ import annotations
+
+__all__ = ["METRICS", "NUMERIC", "plot"]
+
+#: --metric: the column plotted and its axis label
+METRICS = {"speedup": ("speedup", "predicted speedup over data parallel"),
+           "time": ("step_seconds", "predicted time of one training step (s)"),
+           "cost": ("total_cost", "cost of one training step (FLOP)")}
+#: swept axes that can be the x axis, and their labels
+NUMERIC = {"procs": "devices p", "batch": "batch", "width": "model width", "seq": "sequence length",
+           "flops": "peak TFLOPS per device", "bw": "bandwidth (GB/s)", "inter_bw": "bandwidth between nodes (GB/s)",
+           "gpus_per_node": "devices per node", "latency": "latency (us)", "device_memory": "device memory (GB)"}
+
+
+def x_axis(swept: list[str]) -> str:
+    """The first swept numeric axis (in the sweep's axis order)."""
+    for axis in swept:
+        if axis in NUMERIC:
+            return axis
+    raise ValueError("a plot needs a swept numeric setting (-p, -b, -m, --seq, --flops, --bw, ...) for its x axis")
+
+
+def plot(df, path: str, metric: str, swept: list[str], fixed: str = "") -> int:
+    """Write the plot to ``path`` (.png or .svg); returns the number of lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    column, ylabel = METRICS[metric]
+    x = x_axis(swept)
+    others = [a for a in swept if a != x]
+    ok = df[df["error"].isna()] if "error" in df else df
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    groups = ok.groupby(others, sort=False) if others else [((), ok)]
+    lines = 0
+    for key, part in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        label = ", ".join(f"{a} {v}" for a, v in zip(others, key)) or column
+        part = part.sort_values(x)
+        ax.plot(part[x], part[column], marker="o", label=label)
+        lines += 1
+    ax.set_xlabel(NUMERIC[x])
+    ax.set_ylabel(ylabel)
+    if x == "procs" or (len(ok) and ok[x].max() / max(ok[x].min(), 1e-300) >= 16):
+        ax.set_xscale("log", base=2)
+    if metric == "cost":
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    if lines > 1:
+        ax.legend(fontsize=8)
+    title = f"{METRICS[metric][1].split(' (')[0]} against {NUMERIC[x]}"
+    ax.set_title(title + (f"\n{fixed}" if fixed else ""), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return lines

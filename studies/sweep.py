@@ -1,0 +1,111 @@
+"""Run many settings, in parallel on the local cores, into one table.
+
+The settings are the cartesian product of the swept values, in a fixed
+order: the axes in the order of :data:`AXES`, each axis's values in the
+order given, the first axis varying slowest.  Each setting runs in a worker
+process (``jobs`` of them; one runs in this process) and becomes one row:
+its values on the swept axes, then the result's figures (:func:`row`), or
+an ``error`` with the one-line message of a setting that failed.  Rows keep
+the settings' order whatever order the workers finish in.  An interrupt
+stops the workers and returns the rows finished so far.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import signal
+import time
+from dataclasses import replace
+
+__all__ = ["AXES", "MAX_SETTINGS", "expand", "row", "run_sweep", "cores"]
+
+#: the settings a sweep may vary, in the order rows vary them (slowest first)
+AXES = ("graph", "procs", "batch", "width", "seq", "flops", "bw", "inter_bw", "gpus_per_node", "latency",
+        "device", "precision", "device_memory", "optimizer")
+MAX_SETTINGS = 1000  # combinations a sweep may run
+
+
+def expand(settings, values: dict) -> list:
+    """Every combination of ``values`` (axis -> tuple), applied to
+    ``settings`` (a dataclass with the axes as fields), in :data:`AXES` order."""
+    axes = [a for a in AXES if a in values]
+    n = math.prod(len(values[a]) for a in axes)
+    if n > MAX_SETTINGS:
+        raise ValueError(f"the lists make {n:,} combinations; a sweep runs at most {MAX_SETTINGS:,}")
+    return [replace(settings, **dict(zip(axes, combo))) for combo in itertools.product(*(values[a] for a in axes))]
+
+
+def row(result, swept: dict, error: str | None = None) -> dict:
+    """One row of the table: the swept values, then the figures of
+    ``result`` (a :class:`result.Result` with at least the data-parallel
+    baseline), or the ``error``."""
+    out = dict(swept)
+    if error is not None:
+        out["error"] = error
+        return out
+    r = result
+    dp = r.baseline("data_parallel")
+    out.update(total_cost=r.total_cost, step_seconds=r.step_seconds,
+               speedup=None if dp is None else dp.total_cost / r.total_cost)
+    for b in r.baselines:  # with --compare: each baseline's speedup over data parallel
+        if b.key != "data_parallel":
+            out[f"{b.key}_speedup"] = dp.total_cost / b.total_cost
+    out.update(compute=r.compute, communication=r.communication, memory_gb=r.memory_bytes / 1e9)
+    if r.search is not None:
+        out.update(search_seconds=r.search.seconds, largest_K=r.search.largest_K)
+    if r.bound is not None:
+        out["bound"] = r.bound.status if r.bound.status != "bound" else f"within {100 * r.bound.gap:.2f}%"
+    out["error"] = None
+    return out
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _quiet_worker():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the workers
+
+
+def run_sweep(points: list, work, jobs: int, progress=None) -> tuple[list, bool]:
+    """``work(point) -> row`` for every point, ``jobs`` at a time.
+
+    Returns the rows in the points' order (``None`` for a point not run) and
+    whether it was interrupted.  ``progress(done, total)`` after each row.
+    """
+    rows = [None] * len(points)
+    done = 0
+    if jobs <= 1 or len(points) <= 1:
+        try:
+            for i, point in enumerate(points):
+                rows[i] = work(point)
+                done += 1
+                if progress:
+                    progress(done, len(points))
+        except KeyboardInterrupt:
+            return rows, True
+        return rows, False
+    import multiprocessing
+
+    pool = multiprocessing.get_context("fork").Pool(min(jobs, len(points)), initializer=_quiet_worker)
+    pending = {i: pool.apply_async(work, (point,)) for i, point in enumerate(points)}
+    try:
+        while pending:
+            for i in [i for i, a in pending.items() if a.ready()]:
+                rows[i] = pending.pop(i).get()
+                done += 1
+                if progress:
+                    progress(done, len(points))
+            time.sleep(0.01)
+        pool.close()
+        pool.join()
+    except KeyboardInterrupt:
+        pool.terminate()
+        pool.join()
+        return rows, True
+    return rows, False

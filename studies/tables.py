@@ -1,0 +1,73 @@
+"""A sweep's rows as a pandas DataFrame: printed, and written as CSV, JSON
+or Markdown."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+__all__ = ["frame", "render", "render_file", "FORMATS"]
+
+FORMATS = (".csv", ".json", ".md")
+
+
+def frame(rows: list) -> pd.DataFrame:
+    """The rows that ran, in order; columns as the rows name them."""
+    df = pd.DataFrame([r for r in rows if r is not None])
+    if "error" in df and df["error"].isna().all():
+        df = df.drop(columns="error")
+    return df
+
+
+def _seconds(t: float) -> str:
+    if t is None or (isinstance(t, float) and math.isnan(t)):
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if t >= scale or unit == "us":
+            return f"{t / scale:.3g} {unit}"
+    return f"{t:.3g} s"
+
+
+def _formatters(df: pd.DataFrame) -> dict:
+    def num(fmt):
+        return lambda x: "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+    out = {}
+    for col in df.columns:
+        if col in ("total_cost", "compute", "communication"):
+            out[col] = num(".4e")
+        elif col.endswith("speedup"):
+            out[col] = lambda x: "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}x"
+        elif col == "step_seconds":
+            out[col] = _seconds
+        elif col == "search_seconds":
+            out[col] = num(".3f")
+        elif col == "memory_gb":
+            out[col] = num(".3g")
+        elif col == "largest_K":
+            out[col] = lambda x: "-" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
+    return out
+
+
+def render(df: pd.DataFrame) -> str:
+    """The table for the terminal: one line per setting."""
+    if df.empty:
+        return "(no setting finished)"
+    shown = df.rename(columns={"step_seconds": "step time", "memory_gb": "memory GB",
+                               "search_seconds": "search s"})
+    fmt = {{"step_seconds": "step time", "memory_gb": "memory GB", "search_seconds": "search s"}.get(k, k): f
+           for k, f in _formatters(df).items()}
+    return shown.to_string(index=False, formatters=fmt, na_rep="-")
+
+
+def render_file(df: pd.DataFrame, path: str) -> str:
+    """The table in the format ``path``'s extension names (exact numbers)."""
+    ext = path.lower()[path.rfind("."):]
+    if ext == ".csv":
+        return df.to_csv(index=False)
+    if ext == ".json":
+        return df.to_json(orient="records", indent=1) + "\n"
+    if ext == ".md":
+        return df.to_markdown(index=False) + "\n"
+    raise ValueError(f"a sweep's table is written as {', '.join(FORMATS)}, not {path!r}")
