@@ -101,13 +101,14 @@ class GraphBuilder:
 
 
 def build_graph(name: str, batch: int | None = None, width: int | None = None, **params):
-    """Build the built-in model ``name`` (see :func:`graph_names`) with its
-    parameters (``batch``, ``width``, ...; ``None`` keeps a default).
-    Raises ``ValueError`` on bad input."""
-    from models import build_model
+    """Build the model ``name``: a built-in one (see :func:`graph_names`), an
+    ONNX file, a Hugging Face ``config.json`` or a directory holding one,
+    with its parameters (``batch``, ``width``, ``seq``...; ``None`` keeps a
+    default).  Raises ``ValueError`` on bad input."""
+    from models.sources import build
 
     given = {k: v for k, v in dict(params, batch=batch, width=width).items() if v is not None}
-    return build_model(name, **given)
+    return build(name, **given)
 
 
 def graph_names() -> tuple[str, ...]:

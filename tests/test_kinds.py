@@ -247,6 +247,20 @@ class TestEinsumAttributes:
             single(Einsum("bhd,bdt->bht", unsplit="z"), (4, 2, 8), (4, 8, 6), letters=["bhd", "bdt"])
 
 
+    def test_a_size_one_letter_of_one_operand_is_squeezed(self):
+        # grouped-query attention's key (b, g, 1, t, d) read by queries (b, g, r, s, d)
+        op = single(Einsum("bgrsd,bgutd->bgrst", unsplit="d"), (4, 2, 3, 5, 8), (4, 2, 1, 6, 8),
+                    letters=["bgrsd", "bgutd"])
+        assert op.dims == "bgrstdu" and op.space == (4, 2, 3, 5, 6, 8, 1)
+        # batch b g, M = r s, N = t, K = d; b split 2, t split 3
+        comp, comm = cost(op, (2, 1, 1, 1, 3, 1, 1))
+        bb, mm, nn, kk = 2 * 2, 3 * 5, 6 / 3, 8
+        assert comp == pytest.approx(bb * 3 * mm * nn * kk, rel=1e-12)
+        assert comm == pytest.approx(bb * AR(mm * kk, 3), rel=1e-12)
+        with pytest.raises(ValueError, match="'u' is in one operand only .* must have size 1, not 2"):
+            single(Einsum("bgrsd,bgutd->bgrst"), (4, 2, 3, 5, 8), (4, 2, 2, 6, 8), letters=["bgrsd", "bgutd"])
+
+
 class TestTopKGating:
     # logits (b, s, x) = (4, 6, 8): top-2 of 8 experts, 3 slots per expert
     op = single(TopKGating(2, 3), (4, 6, 8), letters=["bsx"])
