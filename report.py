@@ -8,7 +8,7 @@ import json
 
 from result import Result
 
-__all__ = ["render_text", "to_record", "render_json", "render_csv", "render_dot", "LAYER_KEYS"]
+__all__ = ["render_text", "to_record", "model_record", "render_json", "render_csv", "render_dot", "LAYER_KEYS"]
 
 LAYER_KEYS = ("id", "name", "op", "dims", "space", "config", "devices", "compute", "communication", "cost")
 
@@ -46,6 +46,23 @@ def _model_line(r: Result) -> str:
     defaults = {p.name: p.default for p in spec.params} if spec else {}
     shown = [f"{k} {v}" for k, v in r.params if k in ("batch", "width") or defaults.get(k) != v]
     return ", ".join([r.graph] + shown)
+
+
+def _source_line(r: Result) -> str:
+    """The model's size and, for a model read from a file, which file."""
+    src = dict(r.model_source)
+    where = f"read from {src['file']} (sha256 {src['sha256'][:12]})" if src else "built-in model"
+    return f"{r.parameters:,} parameters, {len(r.layers)} operators; {where}"
+
+
+def model_record(r: Result) -> dict | None:
+    """Which model a strategy belongs to, for a model read from a file:
+    its name, file name, path and SHA-256 (``None`` for a built-in one,
+    named by ``graph``)."""
+    src = dict(r.model_source)
+    if not src:
+        return None
+    return {"name": r.graph, "source": src["file"], "path": src["path"], "sha256": src["sha256"]}
 
 
 def _pct(a: float, b: float) -> str:
@@ -95,6 +112,7 @@ def render_text(r: Result) -> str:
     what = "strategy" if r.mode == "search" else "evaluation of a given strategy"
     head = [f"PaSE {what}: {_model_line(r)}, p = {r.procs}",
             f"{cl.describe()}; costs in FLOP (a word moved costs {cl.word:g})"]
+    head.insert(1, _source_line(r))
     rows = [("id", "name", "kind", "dims", "config", "dev", "cost")]
     for layer in r.layers:
         rows.append((str(layer.id), layer.name, layer.kind, layer.dims, fmt_config(layer.config),
@@ -145,6 +163,9 @@ def to_record(r: Result) -> dict:
         "operators_cost": r.operators_cost, "comm_bytes_per_device": r.comm_bytes_per_device,
         "layers": [_layer_record(layer) for layer in r.layers],
     }
+    rec["parameters"] = r.parameters
+    if r.model_source:  # a model read from a file: which one (--evaluate checks it)
+        rec["model"] = model_record(r)
     if r.search is not None:
         st = r.search
         rec["search"] = {"order": st.order, "largest_K": st.largest_K, "largest_dependent_set":

@@ -62,7 +62,8 @@ class Result:
 
     ``mode``: ``search``, ``evaluate`` or ``baseline``; ``key``, ``title``
     and ``label`` name a baseline (``data_parallel``, "data parallel",
-    "expert (Mesh-TensorFlow: ...)").
+    "expert (Mesh-TensorFlow: ...)").  ``model_source``: for a model read
+    from a file, its ``file``, ``path`` and ``sha256``.
     """
 
     mode: str
@@ -79,6 +80,8 @@ class Result:
     label: str = ""  # with its description
     note: str = ""
     baselines: tuple["Result", ...] = ()
+    parameters: int | None = None  # trained parameters of the model
+    model_source: tuple[tuple[str, str], ...] = ()  # a model read from a file: its file, path and sha256
 
     # -- totals -----------------------------------------------------------------------
     @property
@@ -143,6 +146,10 @@ def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
     layers = tuple(
         Layer(v, op.name, op.kind.name, op.dims, op.space, tuple(cfg), sc.compute[v], sc.comm[v], sc.in_space[v])
         for v, (op, cfg) in enumerate(zip(operators(g), sc.strategy)))
+    from graph import parameter_count
+
     edges = tuple((u, v, c) for (u, v), c in sorted(sc.edges.items()))
     params = tuple(g.graph.get("params", {}).items())
-    return Result(mode, g.graph["name"], params, p, model, layers, edges, **fields)
+    source = tuple(g.graph.get("source", {}).items())
+    return Result(mode, g.graph["name"], params, p, model, layers, edges, parameters=parameter_count(g),
+                  model_source=source, **fields)

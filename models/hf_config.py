@@ -201,7 +201,7 @@ def load_config(path: str, **params):
     name = _model_name(path, cfg)
     values = _params(cfg, name, params)
     B = GraphBuilder(name, 1, params=values, expert="mesh_tensorflow", model_dims=MODEL_DIMS,
-                     batch=values["batch"], width=cfg.width, source=file_identity(path))
+                     batch=values["batch"], source=file_identity(path))
     build_decoder(B, cfg, **values)
     return B.graph
 

@@ -619,8 +619,9 @@ class _Importer:
             for i, shp, _, s in mine:
                 if i >= 0:
                     s[i] = c if shp[i] == size else take()
-        sx[mx], sy[ny] = take(lx[mx]), take(ly[ny])
+        sx[mx] = take(lx[mx])
         sx[kx] = sy[ky] = take(lx[kx], ly[ky])
+        sy[ny] = take(ly[ny])
         equation = f"{''.join(sx)},{''.join(sy)}->{''.join(out + [sx[mx], sy[ny]])}"
         return self.einsum(name, equation, x, y)
 

@@ -51,7 +51,7 @@ class TestGraphs:
     def test_attributes(self):
         g = real("llama3-8b")
         assert g.graph["name"] == "llama3-8b" and g.graph["cutoff"] == 1
-        assert g.graph["params"] == {"batch": 128, "seq": 2048} and g.graph["width"] == 4096
+        assert g.graph["params"] == {"batch": 128, "seq": 2048} and g.graph["batch"] == 128
         assert g.graph["expert"] == "mesh_tensorflow" and g.graph["model_dims"] == "xghfv"
         src = g.graph["source"]
         assert src["file"] == "config.json" and len(src["sha256"]) == 64
