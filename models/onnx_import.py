@@ -12,7 +12,8 @@ ONNX's shape inference on it to validate it, and walks its nodes in order:
   ``SimplifiedLayerNormalization`` (Norm, RMSNorm over the last axis),
   ``LRN`` (a Norm over the channels without weights), ``MaxPool``,
   ``AveragePool``, ``LpPool`` (Pooling), ``GlobalAveragePool``,
-  ``GlobalMaxPool`` and the ``Reduce*`` family (ReduceMean), ``Softmax`` and
+  ``GlobalMaxPool``, ``GlobalLpPool`` and the ``Reduce*`` family
+  (ReduceMean), ``Softmax`` and
   ``LogSoftmax``, ``Concat``, ``Split``, ``Slice`` of one contiguous range
   (Split), ``Gather`` of one index of an activation, ``Transpose``,
   ``Reshape``, ``Flatten``, ``Squeeze`` and ``Unsqueeze`` (a reshape: Ravel
@@ -89,6 +90,7 @@ NORMS = {"BatchNormalization", "LayerNormalization", "RMSNormalization", "Simpli
 COMPUTE = {"Conv", "Gemm", "MatMul", "Einsum", "Softmax", "LogSoftmax"} | NORMS | POOLS | REDUCTIONS
 LAYERS = COMPUTE | {"Gather", "Concat", "Split", "Slice", "Transpose"} | RESHAPES
 SUPPORTED = LAYERS | ACTIVATIONS | ARITHMETIC | VANISH
+FOLDED = {"Constant", "ConstantOfShape", "Shape", "Size", "Range", "Expand"}  # on constants (and any op there)
 SMALL = 1 << 16  # constants computed in full up to this many elements (shapes, indices, masks)
 _LETTERS = "cdefghijklmnopqrstuwxyza"  # fresh letters ('b' is the sample, 'v' an embedding's vocabulary)
 _DATA_LETTERS = {1: "b", 2: "bs", 3: "bse", 4: "bchw"}
@@ -327,19 +329,23 @@ class _Importer:
         for index, node in nodes:
             name = node.name or f"{node.op_type}_{index}"
             ins = [self.env[i] if i else None for i in node.input]
-            if any(h is POISON for h in ins):
+            if any(h is POISON for h in ins):  # after an unsupported node: only an unknown op type is reported
+                if node.op_type not in SUPPORTED | FOLDED or node.domain not in _DEFAULT_DOMAINS:
+                    self._unsupported(node, name, Unsupported(""))
                 results = [POISON] * len(node.output)
             else:
                 try:
                     results = self.node(node, name, ins)
                 except Unsupported as e:
-                    label = node.op_type if node.domain in _DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
-                    label += f" {e}" if str(e) else ""
-                    self.unsupported.setdefault(label, []).append(name)
+                    self._unsupported(node, name, e)
                     results = [POISON] * len(node.output)
             for tensor, h in zip(node.output, results):
                 if tensor:
                     self.env[tensor] = h
+
+    def _unsupported(self, node, name: str, e: Unsupported) -> None:
+        label = node.op_type if node.domain in _DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+        self.unsupported.setdefault(label + (f" {e}" if str(e) else ""), []).append(name)
 
     def node(self, node, name, ins) -> list:
         op, a = node.op_type, _attrs(node)
