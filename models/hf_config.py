@@ -13,6 +13,11 @@ letters, fused projections taken apart by an Unstack.  Letters:
     f feed-forward hidden units   v vocabulary   j a stack of fused projections
     x experts          c slots of an expert's buffer (capacity)
 
+Never split: ``d``, the stacks ``j`` and slots ``u`` of fused projections,
+an expert's capacity ``c``, and the tokens ``s`` of a sample in the
+dispatch and combine einsums (GShard splits groups of tokens, here a
+sample's sequence, not the tokens of a group).
+
 Operators, in order: ``embed`` (token embedding; GPT-2 adds learned
 positions, ``pos_embed`` and ``embed/add``), then per layer ``i``
 

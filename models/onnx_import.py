@@ -266,6 +266,7 @@ class _Importer:
         self.weight_reads: set[str] = set()
         self.unsupported: dict[str, list[str]] = {}
         self.softmax_axis: dict[int, int] = {}  # a planned Softmax's index -> its axis
+        self.current = None  # the node being mapped
 
     # -- planning operators -----------------------------------------------------------
     def add(self, name: str, kind, *inputs: Ref, weights=()) -> tuple[Ref, ...]:
