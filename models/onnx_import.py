@@ -37,8 +37,9 @@ ONNX's shape inference on it to validate it, and walks its nodes in order:
   network's inputs alone (casting ids, building a mask, normalising an
   image) are data preparation: free, like reading the input.
 
-The sample dimension is the leading dimension of the graph's data inputs,
-fixed or symbolic; ``batch`` sets it (a model exported with batch 1 is
+The sample dimension is the leading dimension of the graph's data inputs
+(those whose leading dimension is symbolic or the first input's), fixed or
+symbolic; ``batch`` sets it (a model exported with batch 1 is
 planned at ``batch``, and a reshape whose constant target hard-codes the
 exported batch size in its first entry follows).  ``seq`` sets every other
 symbolic dimension of the inputs; one left unset is an error naming it.
@@ -451,7 +452,7 @@ class _Importer:
         x, w = ins[0], self.weight(ins[1], "filter")
         bias = ins[2] if len(ins) > 2 and ins[2] is not None else None
         if len(x.shape) != 4:
-            raise Unsupported(f"over {len(x.shape) - 2} dimensions (only 2)")
+            raise Unsupported(f"over {len(x.shape) - 2} spatial dimension{'s' * (len(x.shape) != 3)} (only 2)")
         if bias is not None:
             self.weight(bias, "bias")
         if any(d != 1 for d in a.get("dilations", [1, 1])):
@@ -493,7 +494,7 @@ class _Importer:
         from kinds.pointwise import ReduceMean
 
         if len(x.shape) != 4 and not op.startswith("Global"):
-            raise Unsupported(f"over {len(x.shape) - 2} dimensions (only 2)")
+            raise Unsupported(f"over {len(x.shape) - 2} spatial dimension{'s' * (len(x.shape) != 3)} (only 2)")
         if op.startswith("Global"):
             kind = ReduceMean(tuple(range(2, len(x.shape))), keepdims=True)
         else:
@@ -585,9 +586,10 @@ class _Importer:
             (out,) = self.add(name, FC(w.shape[0] if tb else w.shape[1], bias=c is not None), self.ref(x),
                               weights=[(1, w.key)])
             return [Act(out)]
-        if c is not None:
-            raise Unsupported("of activations with a bias")
-        return [self.matmul(name, x, w, ta, tb)]
+        y = self.matmul(name, x, w, ta, tb)
+        if c is None:
+            return [y]
+        return [self.arithmetic("Add", f"{name}/bias", [y, c])]
 
     def _MatMul(self, a, name, ins):
         from kinds.gemm import FC
@@ -704,20 +706,23 @@ class _Importer:
         (out,) = self.add(name, Concat(axis), *refs, weights=weights)
         return [Act(out)]
 
-    def _Split(self, a, name, ins):
-        from kinds.shape import Split
-
+    def split_sizes(self, a, ins) -> tuple[int, list[int]]:
+        """The axis and the pieces of a Split node (``self.current``)."""
         x = ins[0]
         axis = _axis(a.get("axis", 0), len(x.shape))
         if "split" in a:
-            sizes = list(a["split"])
-        elif len(ins) > 1 and ins[1] is not None:
-            sizes = self.values(ins[1], "sizes")
-        else:
-            parts = a.get("num_outputs", len(self.current.output))
-            step = -(-x.shape[axis] // parts)
-            sizes = [min(step, x.shape[axis] - i * step) for i in range(parts)]
-        return [Act(o) for o in self.add(name, Split(axis, tuple(sizes)), self.ref(x))]
+            return axis, list(a["split"])
+        if len(ins) > 1 and ins[1] is not None:
+            return axis, self.values(ins[1], "sizes")
+        parts = a.get("num_outputs", len(self.current.output))
+        step = -(-x.shape[axis] // parts)
+        return axis, [min(step, x.shape[axis] - i * step) for i in range(parts)]
+
+    def _Split(self, a, name, ins):
+        from kinds.shape import Split
+
+        axis, sizes = self.split_sizes(a, ins)
+        return [Act(o) for o in self.add(name, Split(axis, tuple(sizes)), self.ref(ins[0]))]
 
     def slice(self, name, x: Act, axis: int, start: int, stop: int) -> Act:
         """Elements ``start:stop`` of ``axis``: a piece of a Split."""
@@ -842,10 +847,11 @@ class _Importer:
         known = all(h.known() for h in present)
         if known and not data:
             return [Val(np.shape(v), v if np.size(v) <= SMALL else None, key=key) for v in self.compute(node, op, a, ins)]
-        shape = self.fold_shape(op, a, ins)
-        if shape is not None:
-            shape, bax = shape
-            return [Val(shape, None, data, key, bax)]
+        self.current = node
+        shapes = self.fold_shape(op, a, ins)
+        if shapes is not None:
+            return [Val(shape, None, data, key, bax) for shape, bax in
+                    (shapes if isinstance(shapes, list) else [shapes])]
         if data:
             raise Unsupported("on the network's inputs")
         shapes = [self.inferred.get(o) for o in node.output]
@@ -855,10 +861,23 @@ class _Importer:
 
     def fold_shape(self, op, a, ins):
         """``(shape, sample axis)`` of a node on values whose elements are
-        not all known, for the ops that need no elements; else ``None``."""
+        not all known, for the ops that need no elements (a list of them for
+        a Split); else ``None``."""
         present = [h for h in ins if h is not None]
+        if not present:
+            return None
         x = ins[0]
         bax = x.bax if x.data else None
+        if op == "Split":
+            axis, sizes = self.split_sizes(a, ins)
+            return [(x.shape[:axis] + (size,) + x.shape[axis + 1:], bax) for size in sizes]
+        if op == "Pad" and "pads" not in a and len(ins) > 1:
+            pads = self.values(ins[1], "pads")
+            axes = self.values(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else range(len(x.shape))
+            shape = list(x.shape)
+            for j, axis in enumerate(axes):
+                shape[_axis(axis, len(shape))] += pads[j] + pads[j + len(pads) // 2]
+            return tuple(shape), bax
         if op in ACTIVATIONS or op in ARITHMETIC:
             shape = _broadcast(*[h.shape for h in present])
             lead = next((h for h in present if h.data and h.bax is not None), None)
@@ -895,8 +914,8 @@ class _Importer:
         """Outputs of ``node`` on known constants: numpy for the common
         shape arithmetic, ONNX's reference implementation for the rest."""
         values = [h.value if h is not None else None for h in ins]
-        x = values[0]
-        if op in NUMPY and None not in values:
+        x = values[0] if values else None
+        if op in NUMPY and values and None not in values:
             f = NUMPY[op]
             if op in ("Sum", "Max", "Min"):
                 out = values[0]
@@ -935,6 +954,8 @@ class _Importer:
             results = ReferenceEvaluator(model).run(None, {n: v for n, v in zip(names, values) if n})
         except Exception as e:  # the reference implementation's own errors, of many types
             raise Unsupported(f"on constants ({type(e).__name__})") from None
+        if not all(isinstance(r, (np.ndarray, np.generic)) for r in results):
+            raise Unsupported("making something else than tensors")
         return [np.asarray(r) for r in results]
 
 
@@ -1041,7 +1062,10 @@ def load_onnx(path: str, **params):
     inferred = _infer(path, model)
     graph = model.graph
     inputs = _data_inputs(path, graph)
-    symbolic = [(inp, i, d) for inp, dims in inputs for i, d in enumerate(dims) if i > 0 and isinstance(d, str)]
+    lead = next((dims[0] for _, dims in inputs if dims), None)  # the first input's leading dimension
+    sampled = {inp for inp, dims in inputs if dims and (isinstance(dims[0], str) or dims[0] == lead)}
+    symbolic = [(inp, i, d) for inp, dims in inputs for i, d in enumerate(dims)
+                if isinstance(d, str) and not (i == 0 and inp in sampled)]
     takes = ("batch", "seq") if symbolic else ("batch",)
     stray = [k for k in params if k not in takes]
     if stray:
@@ -1052,7 +1076,7 @@ def load_onnx(path: str, **params):
         raise SettingError("seq", f"must be given: dimension {dim!r} (axis {axis}) of input {inp!r} of {name} "
                                   "is symbolic")
     seq = check_int("seq", params["seq"]) if symbolic else None
-    exported = next((dims[0] for _, dims in inputs if dims and isinstance(dims[0], int)), None)
+    exported = lead if isinstance(lead, int) else None
     order, live = _live(path, graph)
     given = {t.name for t in graph.initializer} | {inp for inp, _ in inputs}
     written = {o for _, node in order for o in node.output}
@@ -1063,8 +1087,9 @@ def load_onnx(path: str, **params):
     for t in graph.initializer:
         imp.env[t.name] = Val(tuple(t.dims), _tensor_value(t), key=t.name)
     for inp, dims in inputs:
-        shape = tuple(batch if i == 0 else seq if isinstance(d, str) else d for i, d in enumerate(dims))
-        imp.env[inp] = Val(shape, None, True, inp, 0 if shape else None)
+        b = inp in sampled
+        shape = tuple(batch if i == 0 and b else seq if isinstance(d, str) else d for i, d in enumerate(dims))
+        imp.env[inp] = Val(shape, None, True, inp, 0 if b else None)
     imp.run(order)
     if imp.unsupported:
         listed = "; ".join(f"{op}: {len(nodes)} node{'s' * (len(nodes) > 1)}, first {nodes[0]!r}"
@@ -1072,7 +1097,8 @@ def load_onnx(path: str, **params):
         raise ModelFileError(f"{path}: operators the importer does not support: {listed}")
     _loss(imp, graph)
     if not imp.pending:
-        raise ModelFileError(f"{path}: no operator of the graph depends on its inputs")
+        raise ModelFileError(f"{path}: no layer to plan: what the graph computes from its inputs is all "
+                             "elementwise data preparation")
     values = {"batch": batch} if seq is None else {"batch": batch, "seq": seq}
     B = GraphBuilder(name, CUTOFF, params=values, expert="one_weird_trick", batch=batch, source=identity)
     for p in imp.pending:

@@ -277,6 +277,17 @@ class TestInputs:
         with pytest.raises(ValueError, match="batch must be an integer from 1"):
             build_graph(path, batch=0)
 
+    def test_an_input_without_the_sample_dimension(self, tmp_path):
+        """``shift`` (4,) has no batch: its leading dimension is not the first input's."""
+        nodes = [H("MatMul", ["x", "w"], ["h"], name="fc"), H("Add", ["h", "shift"], ["h1"]),
+                 H("Gemm", ["h1", "h1", "c"], ["y"], name="outer", transB=1)]
+        path = model(tmp_path / "m.onnx", nodes, [("x", [1, 8]), ("shift", [4])], [("y", None)],
+                     [("w", (8, 4)), ("c", np.array(1.0, np.float32))])
+        ops = by_name(build_graph(path, batch=16))
+        assert ops["fc"].space == (16, 4, 8) and ops["fc"].kind.pw == 1  # the shift: one more pointwise op
+        outer = ops["outer"]  # a Gemm of two activations: an Einsum, its constant C one more pointwise op
+        assert outer.kind.name == "Einsum" and outer.space == (16, 16, 4) and outer.kind.pw == 1
+
     def test_a_fixed_batch_is_replaced(self, tmp_path):
         path = conv_net(tmp_path / "m.onnx", H("Relu", ["c"], ["y"]), batch=32)
         assert operators(build_graph(path, batch=8))[0].space[0] == 8
