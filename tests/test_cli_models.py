@@ -36,9 +36,11 @@ def sha256(path) -> str:
     return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
-def test_onnx_model_through_output_and_evaluate(tmp_path):
+def test_onnx_model_through_output_evaluate_and_dump(tmp_path):
     plan = tmp_path / "plan.json"
-    out = run("-g", ALEXNET, "-p", 8, "-b", 64, "--output", plan).stdout
+    out = run("-g", ALEXNET, "-p", 8, "-b", 64, "--output", plan, "-d", cwd=tmp_path).stdout
+    assert "Wrote the graph (16 operators, 15 edges)" in out and "11: n15/unravel" in (tmp_path / "graph.dot").read_text()
+    out = out.split("\n", 1)[1]  # the report
     head = out.splitlines()
     assert head[0] == "PaSE strategy: light_bvlc_alexnet, batch 64, p = 8"
     assert head[1] == f"60,965,224 parameters, 16 operators; read from light_bvlc_alexnet.onnx (sha256 {sha256(ALEXNET)[:12]})"
@@ -148,6 +150,23 @@ def test_a_symbolic_dimension_needs_seq(tmp_path):
                  [("ids", ["batch", "sequence"])], [("y", None)], [("wte", (50, 8)), ("w", (8, 50))])
     one_line_error(run("-g", path, ok=False), "--seq must be given: dimension 'sequence' (axis 1) of input 'ids'")
     assert "lm, batch 128, seq 16, p = 4" in run("-g", path, "--seq", 16, "-p", 4).stdout
+
+
+def test_the_same_plan_whatever_the_hash_seed(tmp_path):
+    """An ONNX model and a config, read and searched under two hash seeds."""
+    folder = tmp_path / "moe"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TINY))
+    for arg in (os.path.join(LIGHT, "light_inception_v2.onnx"), folder):
+        plans = []
+        for seed in ("0", "1"):
+            path = tmp_path / f"plan{seed}.json"
+            flags = ["--seq", "16"] if arg == folder else []
+            cmd = [sys.executable, str(ROOT / "scheduler.py"), "-g", str(arg), "-p", "8", *flags, "--output", str(path)]
+            subprocess.run(cmd, env={**os.environ, "PYTHONHASHSEED": seed}, check=True, capture_output=True)
+            data = json.loads(path.read_text())
+            plans.append([(layer["name"], layer["dims"], layer["config"]) for layer in data["layers"]])
+        assert plans[0] == plans[1]
 
 
 def test_a_built_in_run_does_not_import_onnx():
