@@ -532,7 +532,7 @@ class _Importer:
 
         for h in ins[1:3]:
             self.weight(h, "scale")
-        (out,) = self.add(name, Norm(axis=0, param_axis=1), self.ref(ins[0]), weights=[])
+        (out,) = self.add(name, Norm(axis=0, param_axis=1), self.ref(ins[0]))
         return [Act(out)]
 
     def _last_axis(self, a, x):
@@ -830,6 +830,7 @@ class _Importer:
     def fold(self, node, op, a, ins) -> list:
         """A node whose inputs are constants or the network's inputs alone:
         computed when small, else only its shape; never an operator."""
+        self.current = node
         present = [h for h in ins if h is not None]
         data = any(h.data for h in present)
         key = next((h.key for h in present), "")
@@ -846,8 +847,8 @@ class _Importer:
             return [Val(shape, value, key=node.output[0])]
         known = all(h.known() for h in present)
         if known and not data:
-            return [Val(np.shape(v), v if np.size(v) <= SMALL else None, key=key) for v in self.compute(node, op, a, ins)]
-        self.current = node
+            results = self.compute(node, op, a, ins)
+            return [Val(np.shape(v), v if np.size(v) <= SMALL else None, key=key) for v in results]
         shapes = self.fold_shape(op, a, ins)
         if shapes is not None:
             return [Val(shape, None, data, key, bax) for shape, bax in

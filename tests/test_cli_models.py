@@ -39,11 +39,13 @@ def sha256(path) -> str:
 def test_onnx_model_through_output_evaluate_and_dump(tmp_path):
     plan = tmp_path / "plan.json"
     out = run("-g", ALEXNET, "-p", 8, "-b", 64, "--output", plan, "-d", cwd=tmp_path).stdout
-    assert "Wrote the graph (16 operators, 15 edges)" in out and "11: n15/unravel" in (tmp_path / "graph.dot").read_text()
+    assert "Wrote the graph (16 operators, 15 edges)" in out
+    assert "11: n15/unravel" in (tmp_path / "graph.dot").read_text()
     out = out.split("\n", 1)[1]  # the report
     head = out.splitlines()
     assert head[0] == "PaSE strategy: light_bvlc_alexnet, batch 64, p = 8"
-    assert head[1] == f"60,965,224 parameters, 16 operators; read from light_bvlc_alexnet.onnx (sha256 {sha256(ALEXNET)[:12]})"
+    assert head[1] == ("60,965,224 parameters, 16 operators; read from light_bvlc_alexnet.onnx "
+                       f"(sha256 {sha256(ALEXNET)[:12]})")
     data = json.loads(plan.read_text())
     assert data["model"] == {"name": "light_bvlc_alexnet", "source": "light_bvlc_alexnet.onnx", "path": ALEXNET,
                              "sha256": sha256(ALEXNET)}
