@@ -20,7 +20,8 @@ space holds it.
     split by the rest; everything else data parallel;
   - ``mesh_tensorflow`` (Shazeer et al., 2018): batch split m ways and the
     model's model dimensions (``g.graph["model_dims"]``: vocabulary,
-    feed-forward hidden, heads) n ways, m * n = p, with the best (m, n).
+    feed-forward hidden, heads, experts) n ways, m * n = p, with the best
+    (m, n); an operator with several splits the first one named.
 * **Parallax** (Kim et al., EuroSys 2019): data parallel, but each
   embedding's weight gradient is exchanged sparsely through parameter
   servers (only the rows the device's tokens touch) instead of a dense
@@ -78,9 +79,16 @@ def _gnmt(g, p):
 
 
 def mesh_tensorflow(g, m: int, n: int) -> list[tuple[int, ...]]:
-    """Batch split ``m`` ways, the model's model dimensions ``n`` ways."""
+    """Batch split ``m`` ways, the model's model dimensions ``n`` ways: in
+    each operator the first of them (in the order ``model_dims`` names them)
+    that it has, so that no operator uses more than ``m * n`` devices (an
+    expert layer splits its experts, not also their hidden units)."""
     model_dims = g.graph.get("model_dims", "")
-    return [_split(op, {"b": m, **{d: n for d in model_dims}}) for op in operators(g)]
+    out = []
+    for op in operators(g):
+        model = next((d for d in model_dims if d in op.dims), None)
+        out.append(_split(op, {"b": m} if model is None else {"b": m, model: n}))
+    return out
 
 
 def expert(g, p: int, model: CostModel = CostModel()) -> tuple[list[tuple[int, ...]], str]:

@@ -26,7 +26,7 @@ from cluster import Cluster
 from config_space import configurations, contiguous, in_space
 from errors import SettingError, shown
 from graph import Operator, operators
-from kinds import Extents, need, tensor_splits
+from kinds import Extents, need, shard, tensor_splits
 
 __all__ = [
     "CostModel",
@@ -147,11 +147,15 @@ def op_cost_parts(op: Operator, configs, model: CostModel) -> tuple[np.ndarray, 
             np.broadcast_to(comm, (K,)).astype(float, copy=True))
 
 
-def op_memory(op: Operator, configs) -> tuple[np.ndarray, np.ndarray]:
+def op_memory(op: Operator, configs, shared=()) -> tuple[np.ndarray, np.ndarray]:
     """Per-device elements of ``op``'s (weights, kept activations) at each
-    configuration (K,): its kind's memory formula."""
+    configuration (K,): its kind's memory formula, less the weights at the
+    input positions ``shared`` (a tensor another operator holds, e.g. tied
+    embeddings: held once)."""
     _, C = _extents(op, configs)
     w, a = op.kind.memory(op, C)
+    for i in shared:
+        w = w - shard(op.inputs[i], C)
     K = len(C)
     return (np.broadcast_to(w, (K,)).astype(float, copy=True),
             np.broadcast_to(a, (K,)).astype(float, copy=True))
@@ -189,6 +193,15 @@ def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tg
 
 
 # -- whole graphs ------------------------------------------------------------------
+
+
+def _shared(g) -> dict[int, tuple[int, ...]]:
+    """Per node, the input positions whose weight another operator holds."""
+    out = {}
+    for v, i in g.graph.get("shared", ()):
+        out.setdefault(v, ())
+        out[v] += (i,)
+    return out
 
 
 def check_procs(p) -> int:
@@ -277,17 +290,19 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
     p = check_procs(p)
     cutoff = g.graph["cutoff"]
     ops = operators(g)
+    shared = _shared(g)
     configs, comp, comm, costs, weights, acts, memory, seen = [], [], [], [], [], [], [], {}
-    for op in ops:
-        if op not in seen:  # identical layers share their arrays
+    for v, op in enumerate(ops):
+        key = (op, shared.get(v, ()))
+        if key not in seen:  # identical layers share their arrays
             C = configurations(op, p, cutoff)
             a, b = op_cost_parts(op, C, model)
-            w, x = op_memory(op, C)
+            w, x = op_memory(op, C, key[1])
             arrays = (C, a, b, a + b, w, x, sum(model.memory_bytes(w, x)))
             for arr in arrays:
                 arr.flags.writeable = False
-            seen[op] = arrays
-        for lst, arr in zip((configs, comp, comm, costs, weights, acts, memory), seen[op]):
+            seen[key] = arrays
+        for lst, arr in zip((configs, comp, comm, costs, weights, acts, memory), seen[key]):
             lst.append(arr)
     graph_edges = sorted(g.edges(data=True))
     keys = {(u, v): (ops[u], d["out"], ops[v], d["inp"]) for u, v, d in graph_edges}
@@ -389,9 +404,10 @@ def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None) 
     strategy = check_strategy(g, strategy)
     ops = operators(g)
     comp, comm, weights, acts = [], [], [], []
-    for op, cfg in zip(ops, strategy):
+    shared = _shared(g)
+    for v, (op, cfg) in enumerate(zip(ops, strategy)):
         a, b = op_cost_parts(op, [cfg], model)
-        w, x = op_memory(op, [cfg])
+        w, x = op_memory(op, [cfg], shared.get(v, ()))
         comp.append(float(a[0]))
         comm.append(float(b[0]))
         weights.append(float(w[0]))

@@ -15,7 +15,11 @@ Graph-level attributes: ``name``, ``cutoff`` (the smallest per-device extent
 a split may leave), ``params`` (the model's parameters, e.g. batch and
 width), ``expert`` (the hand-written baseline's recipe) and, for models that
 name them, ``model_dims`` (letters split by Mesh-TensorFlow-style model
-parallelism).  ``batch`` and ``width`` are kept at the top level too.
+parallelism).  ``batch`` and ``width`` are kept at the top level too.  A
+model read from a file has ``source`` (its file name, path and SHA-256);
+``shared`` lists the weight inputs ``(node, position)`` that read a tensor
+another operator already reads (tied embeddings), so that
+:func:`parameter_count` counts it once.
 
 Nothing here depends on the number of devices or on the hardware, so one
 graph serves every ``p``.  Example::
@@ -31,7 +35,8 @@ from math import prod
 
 from kinds import Kind, Operator, Ref, Tensor
 
-__all__ = ["GraphBuilder", "Operator", "Tensor", "Ref", "build_graph", "operators", "graph_names"]
+__all__ = ["GraphBuilder", "Operator", "Tensor", "Ref", "build_graph", "operators", "graph_names",
+           "parameter_count"]
 
 
 class GraphBuilder:
@@ -61,9 +66,10 @@ class GraphBuilder:
         return Ref(None, 0, tuple(int(s) for s in shape), letters, "weight")
 
     # -- operators ---------------------------------------------------------------------
-    def add(self, name: str, kind: Kind, *inputs: Ref):
+    def add(self, name: str, kind: Kind, *inputs: Ref, shared: tuple[int, ...] = ()):
         """Add the operator ``kind`` makes of ``inputs``; return its output
-        (or a tuple of them when it has several)."""
+        (or a tuple of them when it has several).  ``shared``: positions of
+        weight inputs that another operator also reads (a tied embedding)."""
         if name in self._names:
             raise ValueError(f"two operators are named {name!r}")
         op, out_letters = kind.build(name, tuple(inputs))
@@ -71,6 +77,10 @@ class GraphBuilder:
         for ref, t in zip(inputs, op.inputs):
             if ref.shape != t.shape:
                 raise ValueError(f"{name}: input shape {ref.shape} is not the {t.shape} it needs")
+        for i in shared:
+            if not 0 <= i < len(op.inputs) or op.inputs[i].role != "weight":
+                raise ValueError(f"{name}: input {i} is not a weight it could share")
+            self.graph.graph.setdefault("shared", []).append((v, i))
         self.graph.add_node(v, op=op)
         self._names.add(name)
         for pos, ref in enumerate(inputs):
@@ -91,13 +101,14 @@ class GraphBuilder:
 
 
 def build_graph(name: str, batch: int | None = None, width: int | None = None, **params):
-    """Build the built-in model ``name`` (see :func:`graph_names`) with its
-    parameters (``batch``, ``width``, ...; ``None`` keeps a default).
-    Raises ``ValueError`` on bad input."""
-    from models import build_model
+    """Build the model ``name``: a built-in one (see :func:`graph_names`), an
+    ONNX file, a Hugging Face ``config.json`` or a directory holding one,
+    with its parameters (``batch``, ``width``, ``seq``...; ``None`` keeps a
+    default).  Raises ``ValueError`` on bad input."""
+    from models.sources import build
 
     given = {k: v for k, v in dict(params, batch=batch, width=width).items() if v is not None}
-    return build_model(name, **given)
+    return build(name, **given)
 
 
 def graph_names() -> tuple[str, ...]:
@@ -110,3 +121,12 @@ def graph_names() -> tuple[str, ...]:
 def operators(g) -> list[Operator]:
     """The operators of a graph in node-id order."""
     return [g.nodes[v]["op"] for v in range(g.number_of_nodes())]
+
+
+def parameter_count(g) -> int:
+    """Trained parameters: the elements of every weight the operators read,
+    each tensor once (a weight listed in ``shared`` is counted where it is
+    first read)."""
+    shared = set(g.graph.get("shared", ()))
+    return sum(t.size for v, op in enumerate(operators(g)) for i, t in enumerate(op.inputs)
+               if t.role == "weight" and (v, i) not in shared)

@@ -9,7 +9,7 @@ import json
 from cluster.config import record as cluster_record
 from result import MEMORY_PARTS, Result
 
-__all__ = ["render_text", "to_record", "render_json", "render_csv", "render_dot", "LAYER_KEYS"]
+__all__ = ["render_text", "to_record", "model_record", "render_json", "render_csv", "render_dot", "LAYER_KEYS"]
 
 LAYER_KEYS = ("id", "name", "op", "dims", "space", "config", "devices", "compute", "communication", "cost",
               "memory", "weights", "activations")
@@ -83,6 +83,23 @@ def _bound_lines(r: Result) -> list[str]:
             searches + f"; no strategy that fits costs less than {b.lower_bound:.4e}"]
 
 
+def _source_line(r: Result) -> str:
+    """The model's size and, for a model read from a file, which file."""
+    src = dict(r.model_source)
+    where = f"read from {src['file']} (sha256 {src['sha256'][:12]})" if src else "built-in model"
+    return f"{r.parameters:,} parameters, {len(r.layers)} operators; {where}"
+
+
+def model_record(r: Result) -> dict | None:
+    """Which model a strategy belongs to, for a model read from a file:
+    its name, file name, path and SHA-256 (``None`` for a built-in one,
+    named by ``graph``)."""
+    src = dict(r.model_source)
+    if not src:
+        return None
+    return {"name": r.graph, "source": src["file"], "path": src["path"], "sha256": src["sha256"]}
+
+
 def _pct(a: float, b: float) -> str:
     return f"{100 * (b - a) / b:.1f}%"
 
@@ -146,7 +163,7 @@ def render_text(r: Result, summary: bool = False) -> str:
     what = "strategy" if r.mode == "search" else "evaluation of a given strategy"
     words = f"a word moved costs {cl.word:g}" + (
         f" inside a node, {cl.inter_word:g} between nodes" if cl.two_level and cl.inter_word != cl.word else "")
-    head = [f"PaSE {what}: {_model_line(r)}, p = {r.procs}"]
+    head = [f"PaSE {what}: {_model_line(r)}, p = {r.procs}", _source_line(r)]
     machine, units = cl.describe(r.procs), f"costs in FLOP ({words})"
     head += [f"{machine}; {units}"] if len(machine) + len(units) < 78 else [machine, units[0].upper() + units[1:]]
     rules = f"Cost model: {r.cost_model.describe()}"
@@ -214,11 +231,13 @@ def to_record(r: Result) -> dict:
         "compute": r.compute, "communication": r.communication, "edges_cost": r.edges_cost,
         "operators_cost": r.operators_cost, "comm_bytes_per_device": r.comm_bytes_per_device,
         "step_seconds": r.step_seconds, "cluster": cluster_record(cl), "optimizer": cm.optimizer,
-        "parameters": r.param_count,
         "memory": {**{k.replace(" ", "_"): x for k, x in zip(MEMORY_PARTS, r.memory)}, "total": r.memory_bytes,
                    "capacity": r.capacity, "fits": r.fits},
         "layers": [_layer_record(layer) for layer in r.layers],
     }
+    rec["parameters"] = r.parameters
+    if r.model_source:  # a model read from a file: which one (--evaluate checks it)
+        rec["model"] = model_record(r)
     if r.search is not None:
         st = r.search
         rec["search"] = {"order": st.order, "largest_K": st.largest_K, "largest_dependent_set":

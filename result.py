@@ -86,7 +86,8 @@ class Result:
 
     ``mode``: ``search``, ``evaluate`` or ``baseline``; ``key``, ``title``
     and ``label`` name a baseline (``data_parallel``, "data parallel",
-    "expert (Mesh-TensorFlow: ...)").
+    "expert (Mesh-TensorFlow: ...)").  ``model_source``: for a model read
+    from a file, its ``file``, ``path`` and ``sha256``.
     """
 
     mode: str
@@ -106,7 +107,8 @@ class Result:
     baselines: tuple["Result", ...] = ()
     notes: tuple[str, ...] = ()  # what the run itself has to say (an ignored flag, a limit of the model)
     rules_from: str | None = None  # the file whose recorded cost-model rules are in force
-    param_count: int = 0  # trained parameters of the model: elements of its weight tensors
+    parameters: int | None = None  # trained parameters of the model
+    model_source: tuple[tuple[str, str], ...] = ()  # a model read from a file: its file, path and sha256
 
     # -- totals -----------------------------------------------------------------------
     @property
@@ -190,13 +192,6 @@ class Result:
         return replace(self, baselines=tuple(baselines))
 
 
-def parameter_count(g) -> int:
-    """Elements of the weight tensors of ``g``'s operators."""
-    from graph import operators
-
-    return sum(t.size for op in operators(g) for t in op.inputs if t.role == "weight")
-
-
 def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
     """A :class:`Result` for graph ``g`` from a :class:`cost_model.StrategyCost`."""
     from graph import operators
@@ -206,7 +201,10 @@ def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
               sc.weights[v], sc.activations[v], tuple(float(x) for x in model.memory_bytes(sc.weights[v],
                                                                                         sc.activations[v])))
         for v, (op, cfg) in enumerate(zip(operators(g), sc.strategy)))
+    from graph import parameter_count
+
     edges = tuple((u, v, c) for (u, v), c in sorted(sc.edges.items()))
     params = tuple(g.graph.get("params", {}).items())
-    fields.setdefault("param_count", parameter_count(g))
-    return Result(mode, g.graph["name"], params, p, model, layers, edges, **fields)
+    source = tuple(g.graph.get("source", {}).items())
+    return Result(mode, g.graph["name"], params, p, model, layers, edges, parameters=parameter_count(g),
+                  model_source=source, **fields)

@@ -5,6 +5,8 @@ Training" (Elango, IPDPS 2021): builds the computation graph, costs every
 configuration of every operator, and finds the exact minimum-cost strategy.
 
     python scheduler.py -g resnet101 -p 32
+    python scheduler.py -g model.onnx -p 32 -b 64
+    python scheduler.py -g llama3-8b/config.json -p 64 --seq 4096
     python scheduler.py -g transformer -p 64 --output plan.json
     python scheduler.py --evaluate plan.json
     python scheduler.py -g alexnet -p 8 -d --measure
@@ -145,12 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     a = p.add_argument
     a("-p", "--procs", type=_int, help="number of devices (default: 32)")
     a("-g", "--graph", metavar="NAME",
-      help=f"network to parallelize: {', '.join(MODELS)} (default: alexnet)")
+      help=f"network to parallelize (default: alexnet): {', '.join(MODELS)}, an ONNX file, a Hugging Face "
+      "config.json (gpt2, llama, mistral, qwen2, mixtral), or a directory holding one")
     a("-b", "--batch", type=_int, help="global mini-batch size (default: 128)")
     a("-m", "--model", type=_int, dest="width", metavar="WIDTH",
       help="model width of rnnlm (hidden units, default 2048) or transformer (embedding width, "
       "default 512; heads = width/64)")
-    a("--seq", type=_int, help="sequence length of rnnlm and transformer (default: 256)")
+    a("--seq", type=_int, help="sequence length of rnnlm and transformer (default: 256), of a config.json "
+      "model (default: 2048, or its limit when smaller) and of an ONNX model's symbolic dimensions")
     a("--vocab", type=_int, help="vocabulary size of rnnlm (default 100000) and transformer (default 50000)")
     a("--layers", type=_int, help="layers of rnnlm (LSTM layers, default 2) and transformer "
       "(encoder and decoder layers each, default 6)")
@@ -290,6 +294,11 @@ def read_strategy_file(path: str) -> tuple[dict, list]:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise UsageError(f"--evaluate: {path}: params.{key} is {shown(value)}, not an integer")
             recorded[key] = value
+    model = data.get("model")  # a model read from a file: which one
+    if model is not None:
+        if not isinstance(model, dict) or not all(isinstance(model.get(k), str) for k in ("source", "sha256")):
+            raise UsageError(f"--evaluate: {path}: \"model\" must name the model's file (source) and its sha256")
+        recorded["model"] = model
     return recorded, layers
 
 
@@ -403,7 +412,9 @@ def _with_file_settings(s: Settings, recorded: dict) -> Settings:
     """Flags not given on the command line come from the strategy file."""
     names = ("graph", "procs", "distinct_rows") + MODEL_PARAMS
     updates = {k: recorded[k] for k in names if k in recorded and k not in s.explicit}
-    if "graph" in updates and updates["graph"] not in MODELS:
+    if "graph" in updates and "model" in recorded:
+        updates["graph"] = _find_model(recorded["model"], s.evaluate)
+    elif "graph" in updates and updates["graph"] not in MODELS:
         raise UsageError(f"--evaluate: the file names an unknown graph {updates['graph']!r}")
     merged = replace(s, **updates)
     if merged.graph in MODELS:
@@ -438,6 +449,29 @@ def _cluster(s: Settings, recorded: dict):
         raise UsageError(f"--evaluate: {e}") from None
     return resolve({k: getattr(s, k) for k in CLUSTER_SETTINGS}, device=s.device, file_fields=file_fields,
                    recorded=old)
+
+
+def _find_model(model: dict, path: str) -> str:
+    """The model file a strategy file names: where it was, or beside the
+    strategy file."""
+    for where in (model.get("path"), os.path.join(os.path.dirname(path), model["source"])):
+        if isinstance(where, str) and where and os.path.exists(where):
+            return where
+    raise UsageError(f"--evaluate: {path} is a strategy for {model['source']}, which is not at "
+                     f"{model.get('path') or model['source']}; give the model with -g")
+
+
+def _check_model(g, recorded: dict, path: str) -> None:
+    """Refuse a strategy file written for another model than ``g``."""
+    source = g.graph.get("source")
+    mine = f"{source['file']} (sha256 {source['sha256'][:12]})" if source else g.graph["name"]
+    model = recorded.get("model")
+    if model is not None:
+        if source is None or source["sha256"] != model["sha256"]:
+            raise UsageError(f"--evaluate: {path} is a strategy for {model['source']} "
+                             f"(sha256 {model['sha256'][:12]}), not for {mine}")
+    elif "graph" in recorded and (source is not None or recorded["graph"] != g.graph["name"]):
+        raise UsageError(f"--evaluate: {path} is a strategy for {recorded['graph']}, not for {mine}")
 
 
 def _cost_model(s: Settings, recorded: dict):
@@ -487,6 +521,7 @@ def run(s: Settings, out=None):
     if layers is not None:
         from cost_model import check_strategy
 
+        _check_model(g, recorded, s.evaluate)
         strategy = check_strategy(g, _strategy_from_layers(g, layers, s.evaluate))
         for v, (op, cfg) in enumerate(zip(operators(g), strategy)):
             if math.prod(cfg) > s.procs:

@@ -42,13 +42,14 @@ print(os.waitstatus_to_exitcode(status), time.perf_counter() - t0, usage.ru_maxr
 """
 
 
-def process_run(graph: str, p: int) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one `scheduler.py -g graph -p p` process."""
-    cmd = [sys.executable, "-c", _LAUNCHER, sys.executable, str(ROOT / "scheduler.py"), "-g", graph, "-p", str(p)]
+def process_run(graph: str, p: int, *flags: str) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of one `scheduler.py -g graph -p p [flags]` process."""
+    cmd = [sys.executable, "-c", _LAUNCHER, sys.executable, str(ROOT / "scheduler.py"), "-g", graph, "-p", str(p),
+           *flags]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     code, seconds, maxrss_kb = out.stdout.split()
     if code != "0":
-        raise RuntimeError(f"scheduler.py -g {graph} -p {p} failed: {out.stderr}")
+        raise RuntimeError(f"scheduler.py -g {graph} -p {p} {' '.join(flags)} failed (exit status {code})")
     return float(seconds), int(maxrss_kb) / 1024  # ru_maxrss is in KB on Linux
 
 

@@ -15,18 +15,31 @@ def _pair(v) -> tuple[int, int]:
     return (int(a), int(b))
 
 
+def _pads(v) -> tuple[int, ...]:
+    """Padding as ``(vertical, horizontal)``, or ``(top, left, bottom,
+    right)`` when the two sides differ (ONNX's ``pads``)."""
+    if isinstance(v, int) or len(v) == 2:
+        return _pair(v)
+    top, left, bottom, right = (int(x) for x in v)
+    return (top, left) if (top, left) == (bottom, right) else (top, left, bottom, right)
+
+
 def window_output(size: tuple[int, int], kernel, stride, pad) -> tuple[int, int]:
-    """``h_o = floor((h - r + 2 pad_r) / stride_r) + 1``, likewise ``w_o``."""
-    (h, w), (r, s), (sr, sc), (pr, pc) = size, kernel, stride, pad
-    return (h - r + 2 * pr) // sr + 1, (w - s + 2 * pc) // sc + 1
+    """``h_o = floor((h - r + pad_top + pad_bottom) / stride_r) + 1``, likewise
+    ``w_o``; a pair ``pad = (pad_r, pad_s)`` pads both sides alike."""
+    (h, w), (r, s), (sr, sc) = size, kernel, stride
+    top, left, bottom, right = pad if len(pad) == 4 else pad + pad
+    return (h - r + top + bottom) // sr + 1, (w - s + left + right) // sc + 1
 
 
 class _Window(Kind):
-    """Kernel, stride and padding as (vertical, horizontal) pairs."""
+    """Kernel and stride as (vertical, horizontal) pairs; padding as a pair,
+    or (top, left, bottom, right) when asymmetric."""
 
     def __post_init__(self):
-        for f in ("kernel", "stride", "pad"):
+        for f in ("kernel", "stride"):
             object.__setattr__(self, f, _pair(getattr(self, f)))
+        object.__setattr__(self, "pad", _pads(self.pad))
 
     def _output_hw(self, name, x):
         if len(x.shape) != 4:
@@ -53,7 +66,7 @@ class Conv(_Window):
     out: int
     kernel: tuple[int, int]
     stride: tuple[int, int] = (1, 1)
-    pad: tuple[int, int] = (0, 0)
+    pad: tuple[int, ...] = (0, 0)
     groups: int = 1
     pw: int = 0  # pointwise operations per output element (activation)
     bias: bool = False
@@ -95,7 +108,7 @@ class Pooling(_Window):
 
     kernel: tuple[int, int]
     stride: tuple[int, int] = (1, 1)
-    pad: tuple[int, int] = (0, 0)
+    pad: tuple[int, ...] = (0, 0)
 
     def build(self, name, refs):
         (x,) = refs

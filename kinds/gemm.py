@@ -74,21 +74,29 @@ class Einsum(Kind):
     appearance in ``in1``.  Every tensor is split by ``C`` restricted to its
     letters.  Cost: GEMM with one batch entry per batch letter, ``M``, ``N``,
     ``K`` the products of the m, n and reduced letters.  Needs at least one
-    m and one n letter.
+    m and one n letter.  A letter of size 1 that only one operand has (and
+    not the output) is squeezed away; it ends the space.  ``bias``: a weight
+    over the n letters is added to the output (free, as in :class:`FC`);
+    ``unsplit``: letters never split (e.g. a head's width).
     """
 
     equation: str
     pw: int = 0
+    bias: bool = False
+    unsplit: str = ""
 
     def build(self, name, refs):
         x, y = refs
         lhs, out = self.equation.split("->")
         in1, in2 = lhs.split(",")
         letters, _, m, n, _ = einsum_roles(self.equation)
-        if set(in1 + in2) != set(letters) or len(set(letters)) != len(letters) or len(set(out)) != len(out):
+        squeezed = "".join(c for c in dict.fromkeys(in1 + in2) if c not in letters)
+        if not set(out) <= set(in1 + in2) or len(set(letters)) != len(letters) or len(set(out)) != len(out):
             raise ValueError(f"{name}: unsupported einsum {self.equation!r}")
         if not m or not n:
             raise ValueError(f"{name}: einsum {self.equation!r} needs an M and an N dimension")
+        if not set(self.unsplit) <= set(letters):
+            raise ValueError(f"{name}: unsplit letters {self.unsplit!r} are not all in {self.equation!r}")
         size = {}
         for ref, sub in ((x, in1), (y, in2)):
             if len(ref.shape) != len(sub):
@@ -96,9 +104,19 @@ class Einsum(Kind):
             for c, s in zip(sub, ref.shape):
                 if size.setdefault(c, s) != s:
                     raise ValueError(f"{name}: dimension {c!r} is {size[c]} and {s}")
-        inputs = (Tensor(x.shape, tuple(in1), x.role), Tensor(y.shape, tuple(in2), y.role))
+        for c in squeezed:
+            if size[c] != 1:
+                raise ValueError(f"{name}: {c!r} is in one operand only and not in the output of "
+                                 f"{self.equation!r}: it must have size 1, not {size[c]}")
+        letters += squeezed
+        inputs = [Tensor(x.shape, tuple(in1), x.role), Tensor(y.shape, tuple(in2), y.role)]
+        if self.bias:
+            inputs.append(Tensor(tuple(size[c] for c in n), tuple(n), "weight"))
         outputs = (Tensor(tuple(size[c] for c in out), tuple(out)),)
-        return Operator(self, letters, tuple(size[c] for c in letters), inputs, outputs, name), (out,)
+        return Operator(self, letters, tuple(size[c] for c in letters), tuple(inputs), outputs, name), (out,)
+
+    def never_split(self, op):
+        return self.unsplit
 
     def cost(self, op, D, C, model):
         _, batch, m, n, k = einsum_roles(self.equation)

@@ -8,7 +8,7 @@ per-device volume ``prod(D / C)``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -74,22 +74,24 @@ class Elementwise(Kind):
 class Norm(Kind):
     """Normalisation with statistics along ``axis`` (BatchNorm: axis 0;
     LayerNorm: the last axis) and ``params`` weight vectors (scale, shift)
-    along ``param_axis`` (default ``axis``).  With ``d_a = D_a / c_a``:
+    along ``param_axis`` (default ``axis``); ``pw`` pointwise operations per
+    element follow it (an activation).  With ``d_a = D_a / c_a``:
 
-        comp = 16 * e
+        comp = (16 + pw) * e
         comm = 4 * AR(e / d_a, c_a) + 4 * AR(d_a, P(C) / c_a)
     """
 
     axis: int
     param_axis: int | None = None
     params: int = 2
+    pw: int = 0
 
     def build(self, name, refs):
         (x,) = refs
         r = len(x.shape)
         axis = _axis(self.axis, r, name)
         pa = axis if self.param_axis is None else _axis(self.param_axis, r, name)
-        kind = type(self)(axis, pa, self.params)
+        kind = replace(self, axis=axis, param_axis=pa)
         dims, space, inputs, outputs = _same(x)
         weights = tuple(Tensor((x.shape[pa],), (x.letters[pa],), "weight") for _ in range(self.params))
         return Operator(kind, dims, space, inputs + weights, outputs, name), (x.letters,)
@@ -103,7 +105,7 @@ class Norm(Kind):
 
     def cost(self, op, D, C, model):
         e, stats, grads = self._parts(op, D, C, model)
-        return 16.0 * e, 4.0 * stats + 4.0 * grads
+        return (16.0 + self.pw) * e, 4.0 * stats + 4.0 * grads
 
 
 @register
@@ -114,35 +116,44 @@ class RMSNorm(Norm):
     square) instead of two (mean, variance) and one weight instead of two,
     i.e. half of it:
 
-        comp = 8 * e
+        comp = (8 + pw) * e
         comm = 2 * AR(e / d_a, c_a) + 2 * AR(d_a, P(C) / c_a)
     """
 
     axis: int = -1
     param_axis: int | None = None
     params: int = 1
+    pw: int = 0
 
     def cost(self, op, D, C, model):
         e, stats, grads = self._parts(op, D, C, model)
-        return 8.0 * e, 2.0 * stats + 2.0 * grads
+        return (8.0 + self.pw) * e, 2.0 * stats + 2.0 * grads
 
 
 @register
 @dataclass(frozen=True)
 class ReduceMean(Kind):
     """Mean over ``axes`` (global average pooling: axes 2 and 3).  The output
-    keeps the other axes, split like them.  Cost ``AR(e, prod c_A)``."""
+    keeps the other axes, split like them, and with ``keepdims`` the reduced
+    ones too, of size 1 (never split).  Cost ``AR(e, prod c_A)``."""
 
     axes: tuple[int, ...]
+    keepdims: bool = False
 
     def build(self, name, refs):
         (x,) = refs
         r = len(x.shape)
         axes = tuple(sorted({_axis(a, r, name) for a in self.axes}))
-        kept = [i for i in range(r) if i not in axes]
-        letters = "".join(x.letters[i] for i in kept)
-        out = Tensor(tuple(x.shape[i] for i in kept), tuple(letters))
-        op = Operator(type(self)(axes), x.letters, x.shape, (Tensor(x.shape, tuple(x.letters), x.role),), (out,), name)
+        if self.keepdims:
+            letters = x.letters
+            out = Tensor(tuple(1 if i in axes else s for i, s in enumerate(x.shape)),
+                         tuple("" if i in axes else c for i, c in enumerate(x.letters)))
+        else:
+            kept = [i for i in range(r) if i not in axes]
+            letters = "".join(x.letters[i] for i in kept)
+            out = Tensor(tuple(x.shape[i] for i in kept), tuple(letters))
+        op = Operator(replace(self, axes=axes), x.letters, x.shape, (Tensor(x.shape, tuple(x.letters), x.role),),
+                      (out,), name)
         return op, (letters,)
 
     def cost(self, op, D, C, model):
@@ -185,26 +196,32 @@ class Softmax(Kind):
 @register
 @dataclass(frozen=True)
 class SoftmaxCrossEntropy(Kind):
-    """Softmax and cross-entropy loss over the classes (the last axis).  With
-    ``bs = e / d_last`` (the samples a device holds):
+    """Softmax and cross-entropy loss over the classes, ``axis`` (default the
+    last; axis 1 for an NCHW classifier's ``(b, classes, 1, 1)``).  With
+    ``bs = e / d_classes`` (the samples a device holds):
 
         comp = 4 * e + 2 * bs
         comm = 2 * bs words when the classes are split
     """
 
+    axis: int = -1
+
     def build(self, name, refs):
         (x,) = refs
+        r = len(x.shape)
+        axis = _axis(self.axis, r, name)
         dims, space, inputs, outputs = _same(x)
-        return Operator(self, dims, space, inputs, outputs, name), (x.letters,)
+        return Operator(replace(self, axis=-1 if axis == r - 1 else axis), dims, space, inputs, outputs,
+                        name), (x.letters,)
 
     def cost(self, op, D, C, model):
-        last = op.dims[-1]
+        cls = op.dims[self.axis]
         e = (D / C).all  # (K,)
-        bs = e / (D[last] / C[last])  # (K,)
-        return 4.0 * e + 2.0 * bs, model.cluster.send(2.0 * bs, C, last)
+        bs = e / (D[cls] / C[cls])  # (K,)
+        return 4.0 * e + 2.0 * bs, model.cluster.send(2.0 * bs, C, cls)
 
     def saved(self, op):
         return op.outputs
 
     def model_dims(self, op):
-        return op.dims[-1]
+        return op.dims[self.axis]

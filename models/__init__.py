@@ -5,7 +5,8 @@ Each model is a :class:`ModelSpec`: a function that builds the graph with a
 sequence, ...) with defaults and bounds, the cutoff of its configuration
 space, and the recipe of its hand-written (expert) baseline.  ``MODELS`` maps
 a name to its spec; :func:`build_model` checks the parameters and builds.
-Models read from files (``models.source``) go through the same builder.
+Models read from files (``models.sources``: ONNX graphs and Hugging Face
+configs) go through the same builder.
 
     >>> g = build_model("transformer", batch=64, width=1024)
     >>> g.graph["params"]

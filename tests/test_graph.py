@@ -137,3 +137,23 @@ def test_sequence_model_parameters(name, params):
         assert ops["enc/embed"].space == (8, 64, 512, 800)
         assert "enc1/ffn/norm" in ops and "enc2/ffn/norm" not in ops and "dec1/cross/qkv" in ops
         assert len(ops) == 6 + 2 * (12 + 21)  # embeddings, positions, logits, loss; per layer 12 + 21
+
+
+def test_parameter_count_of_the_cnns():
+    """torchvision's counts (Inception-v3 without its auxiliary classifier)."""
+    from graph import parameter_count
+
+    assert parameter_count(built("resnet101")) == 44_549_160
+    assert parameter_count(built("inception3")) == 23_834_568
+
+
+def test_a_shared_weight_is_counted_once():
+    from graph import GraphBuilder, parameter_count
+    from kinds.gemm import Einsum, Embedding
+
+    B = GraphBuilder("tied", cutoff=1)
+    x = B.add("embed", Embedding(100, 8, "e"), B.data((4, 6), "bs"))
+    B.add("head", Einsum("bse,ve->bsv"), x, B.weight((100, 8), "ve"), shared=(1,))
+    assert parameter_count(B.graph) == 800 and B.graph.graph["shared"] == [(1, 1)]
+    with pytest.raises(ValueError, match="input 0 is not a weight"):
+        B.add("again", Einsum("bse,ve->bsv"), x, B.weight((100, 8), "ve"), shared=(0,))

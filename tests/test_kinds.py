@@ -1,7 +1,10 @@
 """kinds/: the registry, and hand-worked costs of the kinds beyond the five
 built-in networks (grouped and depthwise convolution, RMS normalisation,
-transpose, split, broadcasting elementwise).  The kinds the built-in networks
-use are checked against the reference numbers in test_cost_model.py."""
+transpose, split, broadcasting elementwise, top-k gating) and of the
+attributes the built-in networks do not use (asymmetric padding, a
+normalisation's activation, the classes on another axis, kept dimensions,
+an einsum's bias and unsplit letters).  The kinds the built-in networks use
+are checked against the reference numbers in test_cost_model.py."""
 
 from __future__ import annotations
 
@@ -17,9 +20,10 @@ from cost_model import CostModel, build_costs, edge_costs, op_cost_parts
 from dp_search import search
 from graph import GraphBuilder, operators
 from kinds import KINDS, Kind, register
-from kinds.conv import Conv
-from kinds.gemm import FC
-from kinds.pointwise import Elementwise, RMSNorm, SoftmaxCrossEntropy
+from kinds.conv import Conv, Pooling
+from kinds.gemm import FC, Einsum
+from kinds.moe import TopKGating
+from kinds.pointwise import Elementwise, Norm, ReduceMean, RMSNorm, SoftmaxCrossEntropy
 from kinds.shape import Concat, Split, Transpose
 
 W = 5000.0
@@ -43,7 +47,7 @@ def AR(w, q):
     return W * w / q * 2 * (q - 1)
 
 
-HAND_WORKED = {"Conv", "RMSNorm", "Transpose", "Split", "Elementwise"}
+HAND_WORKED = {"Conv", "RMSNorm", "Transpose", "Split", "Elementwise", "TopKGating"}
 
 
 def test_every_kind_is_checked_somewhere():
@@ -180,3 +184,99 @@ def test_communication_scales_with_the_cluster():
     slow = CostModel(Cluster(10, 1.6))  # W ten times larger
     assert cost(op, (2, 1, 4), slow)[1] == pytest.approx(10 * cost(op, (2, 1, 4))[1], rel=1e-12)
     assert math.isclose(cost(op, (2, 1, 4), slow)[0], cost(op, (2, 1, 4))[0])
+
+
+class TestAsymmetricPadding:
+    def test_pads_that_differ_per_side(self):
+        # (top, left, bottom, right) = (0, 0, 1, 1): 13 + 1 - 3 = 11, 11 // 2 + 1 = 6
+        op = single(Pooling(3, stride=2, pad=(0, 0, 1, 1)), (8, 16, 13, 13))
+        assert op.kind.pad == (0, 0, 1, 1) and op.outputs[0].shape == (8, 16, 6, 6)
+        assert single(Pooling(3, stride=2, pad=(1, 2, 1, 2)), (8, 16, 13, 13)).kind.pad == (1, 2)
+
+    def test_the_cost_does_not_depend_on_padding(self):
+        # the halo exchange and the count depend on the window and the output only
+        a = single(Conv(8, 3, pad=(1, 1, 1, 1)), (8, 4, 10, 10))
+        b = single(Conv(8, 3, pad=1), (8, 4, 10, 10))
+        assert a == b and cost(a, (2, 2, 1, 1, 1, 1, 2)) == cost(b, (2, 2, 1, 1, 1, 1, 2))
+
+
+def test_a_normalisation_with_an_activation():
+    op = single(Norm(axis=0, param_axis=1, pw=2), (8, 4, 6, 6))
+    comp, comm = cost(op, (2, 2, 1, 1))
+    e, da = 4 * 2 * 36, 8 / 2
+    assert comp == pytest.approx((16 + 2) * e, rel=1e-12)
+    assert comm == pytest.approx(4 * AR(e / da, 2) + 4 * AR(da, 2), rel=1e-12)
+    rms = single(RMSNorm(-1, pw=1), (4, 6, 8), letters=["bse"])
+    assert cost(rms, (2, 1, 1))[0] == pytest.approx(9 * 2 * 6 * 8, rel=1e-12)
+
+
+def test_softmax_cross_entropy_over_channels():
+    """An NCHW classifier's (b, classes, 1, 1): the classes are axis 1."""
+    op = single(SoftmaxCrossEntropy(axis=1), (8, 10, 1, 1))
+    assert op.kind.model_dims(op) == "c"
+    comp, comm = cost(op, (2, 5, 1, 1))
+    e, bs = 4 * 2, 4  # per device: 4 samples x 2 classes; 4 samples
+    assert comp == 4 * e + 2 * bs and comm == W * 2 * bs
+    assert single(SoftmaxCrossEntropy(axis=1), (8, 10)) == single(SoftmaxCrossEntropy(), (8, 10))
+
+
+def test_reduce_mean_keeping_dimensions():
+    op = single(ReduceMean((2, 3), keepdims=True), (8, 16, 6, 6))
+    out = op.outputs[0]
+    assert out.shape == (8, 16, 1, 1) and out.axes == ("b", "c", "", "")
+    comp, comm = cost(op, (2, 2, 3, 1))
+    assert comp == 0 and comm == pytest.approx(AR(4 * 8 * 2 * 6, 3), rel=1e-12)
+
+
+class TestEinsumAttributes:
+    def test_bias_over_the_n_letters(self):
+        op = single(Einsum("bse,cehd->cbhsd", bias=True), (4, 6, 8), (3, 8, 2, 5), letters=["bse", "cehd"])
+        assert [(t.shape, t.axes) for t in op.inputs[2:]] == [((3, 2, 5), ("c", "h", "d"))]
+        # the bias is free: the GEMM's cost, M = b s, N = c h d, K = e; b split 2 (dims cbhsde)
+        assert op.dims == "cbhsde"
+        comp, comm = cost(op, (1, 2, 1, 1, 1, 1))
+        mm, nn, kk = 4 * 6 / 2, 3 * 2 * 5, 8
+        assert comp == pytest.approx(3 * mm * nn * kk, rel=1e-12)
+        assert comm == pytest.approx(AR(nn * kk, 2), rel=1e-12)  # the weight gradient, over the b split
+
+    def test_unsplit_letters_are_never_split(self):
+        op = single(Einsum("bhd,bdt->bht", unsplit="d"), (4, 2, 8), (4, 8, 6), letters=["bhd", "bdt"])
+        assert op.never_split == "d"
+        assert set(configurations(op, 8, 1)[:, op.dims.index("d")].tolist()) == {1}
+        with pytest.raises(ValueError, match="unsplit letters 'z'"):
+            single(Einsum("bhd,bdt->bht", unsplit="z"), (4, 2, 8), (4, 8, 6), letters=["bhd", "bdt"])
+
+
+    def test_a_size_one_letter_of_one_operand_is_squeezed(self):
+        # grouped-query attention's key (b, g, 1, t, d) read by queries (b, g, r, s, d)
+        op = single(Einsum("bgrsd,bgutd->bgrst", unsplit="d"), (4, 2, 3, 5, 8), (4, 2, 1, 6, 8),
+                    letters=["bgrsd", "bgutd"])
+        assert op.dims == "bgrstdu" and op.space == (4, 2, 3, 5, 6, 8, 1)
+        # batch b g, M = r s, N = t, K = d; b split 2, t split 3
+        comp, comm = cost(op, (2, 1, 1, 1, 3, 1, 1))
+        bb, mm, nn, kk = 2 * 2, 3 * 5, 6 / 3, 8
+        assert comp == pytest.approx(bb * 3 * mm * nn * kk, rel=1e-12)
+        assert comm == pytest.approx(bb * AR(mm * kk, 3), rel=1e-12)
+        with pytest.raises(ValueError, match="'u' is in one operand only .* must have size 1, not 2"):
+            single(Einsum("bgrsd,bgutd->bgrst"), (4, 2, 3, 5, 8), (4, 2, 2, 6, 8), letters=["bgrsd", "bgutd"])
+
+
+class TestTopKGating:
+    # logits (b, s, x) = (4, 6, 8): top-2 of 8 experts, 3 slots per expert
+    op = single(TopKGating(2, 3), (4, 6, 8), letters=["bsx"])
+
+    def test_space_and_tensors(self):
+        assert self.op.dims == "bsxc" and self.op.space == (4, 6, 8, 3) and self.op.never_split == "c"
+        assert self.op.inputs[0].axes == ("b", "s", "x") and self.op.outputs[0].shape == (4, 6, 8, 3)
+
+    def test_cost_by_hand(self):
+        # b split 2, x split 4: a device holds 2 x 6 tokens and 2 of the 8 experts
+        comp, comm = cost(self.op, (2, 1, 4, 1))
+        ex, e, tokens = 2 * 6 * 2, 2 * 6 * 2 * 3, 2 * 6
+        assert comp == pytest.approx(4 * ex + ex * 8 + 2 * ex + e, rel=1e-12)
+        assert comm == pytest.approx(2 * AR(tokens, 4) + AR(tokens * 8, 4), rel=1e-12)
+        assert cost(self.op, (2, 3, 1, 1))[1] == 0  # the experts whole: no reduction
+
+    def test_bad_gating(self):
+        with pytest.raises(ValueError, match="top-9 of 8 experts"):
+            single(TopKGating(9, 3), (4, 6, 8), letters=["bsx"])

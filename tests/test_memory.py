@@ -16,6 +16,7 @@ import pytest
 from cluster import Cluster
 from conftest import ROOT, built, costed
 from cost_model import CostModel, evaluate, op_memory
+from graph import build_graph
 from dp_search import DoesNotFit, generate_seq, search, search_within, solve, within_memory
 from graph import operators
 from test_dp_search import random_problem
@@ -72,7 +73,13 @@ def transformer_parameters(e=512, v=50000, layers=6):
     return 2 * v * e + layers * (attention + ffn) + layers * (2 * attention + ffn) + e * v
 
 
+CONFIGS = ROOT / "tests" / "data" / "configs"
+
+
 @pytest.mark.parametrize("graph, want", [
+    (str(CONFIGS / "gpt2" / "config.json"), 124_439_808),  # the published counts; GPT-2 ties its head
+    (str(CONFIGS / "llama3-8b" / "config.json"), 8_030_261_248),
+    (str(CONFIGS / "mixtral-8x7b" / "config.json"), 46_702_792_704),
     ("resnet101", 44_549_160),  # torchvision's resnet101
     ("inception3", 23_834_568),  # torchvision's inception_v3 without the auxiliary classifier
     ("alexnet", alexnet_parameters()),
@@ -80,13 +87,13 @@ def transformer_parameters(e=512, v=50000, layers=6):
     ("transformer", transformer_parameters()),
 ])
 def test_parameter_count_is_the_sum_of_weight_elements(graph, want):
-    g = built(graph)
+    g = built(graph) if "/" not in graph else build_graph(graph, batch=1, seq=16)
     ones = [(1,) * len(op.space) for op in operators(g)]
     sc = evaluate(g, ones, CostModel(), 1)
     assert math.fsum(sc.weights) == want  # one device holds every weight whole
     from result import make_result
 
-    assert make_result(g, sc, CostModel(), 1, "evaluate").param_count == want
+    assert make_result(g, sc, CostModel(), 1, "evaluate").parameters == want
 
 
 def brute_force_within(nodes, emats, mems, capacity):

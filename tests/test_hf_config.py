@@ -1,0 +1,159 @@
+"""models/hf_config.py: decoder-only models from a config.json.  The real
+configs' parameter counts against the published ones, the graph's shape, the
+search and the baselines on small configs, and every bad config."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import pytest
+
+from baselines import data_parallel, expert, mesh_tensorflow
+from conftest import ROOT
+from cost_model import build_costs, evaluate
+from dp_search import search
+from graph import build_graph, operators, parameter_count
+
+CONFIGS = ROOT / "tests" / "data" / "configs"
+PUBLISHED = {"gpt2": 124_439_808, "llama3-8b": 8_030_261_248, "mistral-7b": 7_241_732_096,
+             "mixtral-8x7b": 46_702_792_704, "qwen2-0.5b": 494_032_768}
+
+
+@lru_cache(maxsize=None)
+def real(name: str, **params):
+    return build_graph(str(CONFIGS / name / "config.json"), **params)
+
+
+def ops_by_name(g):
+    return {op.name: op for op in operators(g)}
+
+
+def write(tmp_path, config: dict, name="tiny"):
+    folder = tmp_path / name
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder / "config.json"
+
+
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 320,
+              "max_position_embeddings": 512, "tie_word_embeddings": False}
+TINY_MIXTRAL = dict(TINY_LLAMA, model_type="mixtral", num_local_experts=4, num_experts_per_tok=2)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_count_equals_the_published_one(name):
+    assert parameter_count(real(name)) == PUBLISHED[name]
+
+
+class TestGraphs:
+    def test_attributes(self):
+        g = real("llama3-8b")
+        assert g.graph["name"] == "llama3-8b" and g.graph["cutoff"] == 1
+        assert g.graph["params"] == {"batch": 128, "seq": 2048} and g.graph["batch"] == 128
+        assert g.graph["expert"] == "mesh_tensorflow" and g.graph["model_dims"] == "xghfv"
+        src = g.graph["source"]
+        assert src["file"] == "config.json" and len(src["sha256"]) == 64
+        assert src["path"] == str(CONFIGS / "llama3-8b" / "config.json")
+
+    def test_grouped_query_attention(self):
+        """32 heads on 8 key/value heads: g = 8 groups of r = 4 query heads,
+        a key and a value (u = 6 slots) of width d = 128."""
+        ops = ops_by_name(real("llama3-8b"))
+        qkv = ops["layer0/attn/qkv"]
+        assert qkv.dims == "bgusde" and qkv.space == (128, 8, 6, 2048, 128, 4096)
+        q, k, v = (t.shape for t in ops["layer0/attn/split"].outputs)
+        assert q == (128, 8, 4, 2048, 128) and k == v == (128, 8, 1, 2048, 128)
+        assert ops["layer0/attn/scores"].dims == "bgrstdu" and ops["layer0/attn/scores"].never_split == "d"
+        assert ops["layer0/mlp/gate_up"].space == (2, 128, 2048, 14336, 4096)
+        assert ops["logits"].space == (128, 2048, 128256, 4096)
+        assert len(ops) == 4 + 32 * (8 + 6)  # embed, norm, logits, loss; attention 8, MLP 6 per layer
+
+    def test_gpt2_ties_the_head_to_the_embedding_and_learns_positions(self):
+        g = real("gpt2")
+        ops = ops_by_name(g)
+        assert g.graph["params"] == {"batch": 128, "seq": 1024}  # its limit, below 2048
+        assert ops["pos_embed"].space == (128, 1024, 768, 1024) and ops["layer0/attn/qkv"].dims == "jbhsde"
+        head = list(ops).index("logits")
+        assert g.graph["shared"] == [(head, 1)]
+        assert ops["layer0/mlp/up"].kind.pw == 1 and ops["layer0/attn/norm"].kind.name == "Norm"
+
+    def test_mixtral_experts(self):
+        ops = ops_by_name(real("mixtral-8x7b"))
+        assert ops["layer0/mlp/gate"].space == (128, 2048, 8, 512)  # capacity 2 * 2048 / 8
+        assert ops["layer0/mlp/dispatch"].dims == "xbces"
+        assert ops["layer0/mlp/gate_up"].space == (2, 8, 128, 512, 14336, 4096)
+        assert ops["layer0/mlp/combine"].dims == "bsexc"
+
+    def test_sequence_length(self):
+        assert real("mistral-7b", seq=4096).graph["params"]["seq"] == 4096
+        ops = ops_by_name(real("gpt2", seq=2048))  # beyond n_positions: the table keeps its rows
+        assert ops["pos_embed"].space == (128, 2048, 768, 1024)
+        assert parameter_count(real("gpt2", seq=2048)) == PUBLISHED["gpt2"]
+
+
+class TestSearch:
+    @pytest.mark.parametrize("config", [TINY_LLAMA, TINY_MIXTRAL, dict(TINY_LLAMA, num_key_value_heads=8),
+                                        dict(TINY_LLAMA, model_type="gpt2")], ids=["gqa", "moe", "mha", "gpt2"])
+    def test_search_is_never_dearer_than_the_baselines(self, tmp_path, config):
+        g = build_graph(str(write(tmp_path, config)), batch=8, seq=16)
+        costed = build_costs(g, 8)
+        r = search(costed)
+        assert r.cost == pytest.approx(evaluate(g, r.strategy).total, rel=1e-12)
+        for strategy in (data_parallel(g, 8), expert(g, 8)[0]):
+            assert r.cost <= evaluate(g, strategy).total * (1 + 1e-12)
+
+    def test_mesh_tensorflow_splits_experts_heads_hidden_and_vocabulary(self, tmp_path):
+        g = build_graph(str(write(tmp_path, TINY_MIXTRAL)), batch=8, seq=16)
+        mt = {op.name: dict(zip(op.dims, cfg)) for op, cfg in zip(operators(g), mesh_tensorflow(g, 2, 4))}
+        assert mt["layer0/mlp/gate_up"] == {"j": 1, "x": 4, "b": 2, "c": 1, "f": 1, "e": 1}  # experts, not f too
+        assert mt["layer0/attn/qkv"]["g"] == 2 and mt["layer0/attn/qkv"]["b"] == 2  # 2 key/value heads
+        assert mt["logits"]["v"] == 4 and mt["layer0/mlp/norm"] == {"b": 2, "s": 1, "e": 1}
+
+
+BAD = [
+    ({"hidden_size": 64}, "missing key 'model_type'"),
+    (dict(TINY_LLAMA, model_type="bert"), "model_type 'bert' is not a decoder family the tool reads "
+                                          "(gpt2, llama, mistral, qwen2, mixtral)"),
+    ({k: v for k, v in TINY_LLAMA.items() if k != "hidden_size"}, "missing key 'hidden_size'"),
+    ({k: v for k, v in TINY_LLAMA.items() if k != "vocab_size"}, "missing key 'vocab_size'"),
+    (dict(TINY_LLAMA, num_attention_heads=7), "num_attention_heads 7 does not divide hidden_size 64"),
+    (dict(TINY_LLAMA, num_key_value_heads=3), "num_key_value_heads 3 does not divide num_attention_heads 8"),
+    ({"model_type": "gpt2", "n_embd": 100, "n_layer": 2, "n_head": 12, "vocab_size": 10, "n_positions": 8},
+     "n_head 12 does not divide n_embd 100"),
+    (dict(TINY_LLAMA, hidden_size="64"), "hidden_size must be a positive integer, got '64'"),
+    (dict(TINY_LLAMA, num_hidden_layers=0), "num_hidden_layers must be a positive integer, got 0"),
+    (dict(TINY_LLAMA, tie_word_embeddings="yes"), "tie_word_embeddings must be true or false"),
+    (dict(TINY_MIXTRAL, num_experts_per_tok=5), "num_experts_per_tok 5 is more than num_local_experts 4"),
+    ({k: v for k, v in TINY_MIXTRAL.items() if k != "num_local_experts"}, "missing key 'num_local_experts'"),
+    ([1, 2], "not a model config"),
+]
+
+
+@pytest.mark.parametrize("config, message", BAD, ids=[m for _, m in BAD])
+def test_bad_configs(tmp_path, config, message):
+    path = write(tmp_path, config)
+    with pytest.raises(ValueError, match="^" + str(path).replace(".", r"\.") + ": ") as e:
+        build_graph(str(path))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_files_that_are_not_configs(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("{oops")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        build_graph(str(path))
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(ValueError, match="not a text file"):
+        build_graph(str(path))
+
+
+def test_parameters_it_does_not_take(tmp_path):
+    path = write(tmp_path, TINY_LLAMA)
+    with pytest.raises(ValueError, match=r"width is not a parameter of tiny \(it takes batch, seq\)"):
+        build_graph(str(path), width=128)
+    with pytest.raises(ValueError, match="seq must be an integer from 1"):
+        build_graph(str(path), seq=0)
+    g = build_graph(str(tmp_path / "tiny"), batch=4)  # the directory holding the config
+    assert g.graph["params"] == {"batch": 4, "seq": 512}  # the config's limit, below 2048
