@@ -156,14 +156,14 @@ def plans_for(graph: str, p: int, files: list[str], with_expert: bool = False):
     from cost_model import build_costs, check_strategy
     from dp_search import search
     from graph import build_graph
-    from scheduler import _strategy_from_layers, read_strategy_file
+    from cli import read_strategy_file, strategy_from_layers
 
     g = build_graph(graph)
     if files:
         out = []
         for path in files:
             _, layers = read_strategy_file(path)
-            out.append((Path(path).stem, check_strategy(g, _strategy_from_layers(g, layers, path))))
+            out.append((Path(path).stem, check_strategy(g, strategy_from_layers(g, layers, path))))
         return g, out
     out = [("PaSE", search(build_costs(g, p), 0).strategy), ("data parallel", data_parallel(g, p))]
     if with_expert:

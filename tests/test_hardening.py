@@ -197,7 +197,7 @@ def test_distinct_rows_says_when_it_has_no_effect():
 
 
 def test_progress_while_the_cost_tables_are_built(monkeypatch):
-    import scheduler
+    import cli.runner
 
     class Terminal(io.StringIO):
         def isatty(self):
@@ -205,12 +205,12 @@ def test_progress_while_the_cost_tables_are_built(monkeypatch):
 
     err = Terminal()
     monkeypatch.setattr(sys, "stderr", err)
-    progress = scheduler._Progress("building the cost tables", "edges")
+    progress = cli.runner.Progress("building the cost tables", "edges")
     progress.t0 -= 2  # as if it had run for two seconds
     progress(3, 10)
     assert "building the cost tables: 3/10 edges" in err.getvalue()
     seen = []
-    real = scheduler._Progress
-    monkeypatch.setattr(scheduler, "_Progress", lambda *a: seen.append(a) or real(*a))
-    scheduler.run(scheduler.parse_args(["-p", "4"]), out=io.StringIO())
+    real = cli.runner.Progress
+    monkeypatch.setattr(cli.runner, "Progress", lambda *a: seen.append(a) or real(*a))
+    cli.runner.run(cli.runner.parse_args(["-p", "4"]), out=io.StringIO())
     assert ("building the cost tables", "edges") in seen

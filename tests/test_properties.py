@@ -17,21 +17,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import scheduler
+import cli
 from conftest import GRAPH_NAMES
 
 KEEP = "keep me\n"
 
 
 def run_main(argv, cwd):
-    """(status, stdout, stderr) of ``scheduler.main(argv)`` run in ``cwd``."""
+    """(status, stdout, stderr) of ``cli.main(argv)`` run in ``cwd``."""
     out, err = io.StringIO(), io.StringIO()
     old = os.getcwd()
     os.chdir(cwd)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                status = scheduler.main(argv)
+                status = cli.main(argv)
             except SystemExit as e:  # argparse's own exits
                 status = e.code
     finally:
