@@ -117,21 +117,26 @@ def parallax(g, p: int, model: CostModel = CostModel()) -> tuple[list[tuple[int,
     return data_parallel(g, p), replace(model, embedding_sync="sparse")
 
 
-def compare(g, p: int, model: CostModel) -> tuple[Result, ...]:
-    """The three baselines as results.  ``model`` is the search's cost model;
-    the baselines use its hardware and embedding compute but their own
-    gradient exchange (a dense all-reduce, sparse for Parallax)."""
+def compare(g, p: int, model: CostModel, keys=BASELINES) -> tuple[Result, ...]:
+    """The baselines named by ``keys`` (all three by default) as results.
+    ``model`` is the search's cost model; the baselines use its hardware and
+    embedding compute but their own gradient exchange (a dense all-reduce,
+    sparse for Parallax)."""
     base = replace(model, embedding_sync="dense")
     has_embedding = any(op.kind.sparse_rows for op in operators(g))
-    ex, ex_label = expert(g, p, base)
-    px, px_model = parallax(g, p, base)
+    wanted = []
+    if "data_parallel" in keys:
+        wanted.append(("data_parallel", "data parallel", "data parallel", data_parallel(g, p), base, ""))
+    if "expert" in keys:
+        ex, ex_label = expert(g, p, base)
+        wanted.append(("expert", "expert", f"expert ({ex_label})", ex, base, ""))
+    if "parallax" in keys:
+        px, px_model = parallax(g, p, base)
+        wanted.append(("parallax", "Parallax", "Parallax (sparse embedding gradients)", px, px_model,
+                       "" if has_embedding else f"Parallax equals data parallel here: {g.graph['name']} has no "
+                       "embeddings"))
     out = []
-    for key, name, label, strategy, m, note in [
-        ("data_parallel", "data parallel", "data parallel", data_parallel(g, p), base, ""),
-        ("expert", "expert", f"expert ({ex_label})", ex, base, ""),
-        ("parallax", "Parallax", "Parallax (sparse embedding gradients)", px, px_model,
-         "" if has_embedding else f"Parallax equals data parallel here: {g.graph['name']} has no embeddings"),
-    ]:
+    for key, name, label, strategy, m, note in wanted:
         sc = evaluate(g, strategy, m, p)
         out.append(make_result(g, sc, m, p, "baseline", key=key, title=name, label=label, note=note))
     return tuple(out)

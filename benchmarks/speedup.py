@@ -1,6 +1,7 @@
 """Predicted speedups over data parallelism: expert, Parallax and PaSE (the paper's Fig. 6).
 
-For each graph and p, every strategy is costed with the same cost model (the
+A thin call of the tool's sweep (``scheduler.py -g ... -p 4,...,64 --compare``):
+for each graph and p, every strategy is costed with the same cost model (the
 original PaSE model, batch 128, 10 TFLOPS, 16 GB/s); the speedup of a
 strategy is the data-parallel cost divided by its cost.  A `*` marks a
 baseline that uses configurations outside the search space.  Then, for RNNLM
@@ -14,84 +15,79 @@ and the Transformer, how the search changes with --sparse-embeddings.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from baselines import compare  # noqa: E402
-from cost_model import CostModel, build_costs  # noqa: E402
-from dp_search import search  # noqa: E402
-from graph import build_graph, graph_names, operators  # noqa: E402
+from cli import parse_args  # noqa: E402
+from cli.study import sweep  # noqa: E402
+from graph import graph_names  # noqa: E402
 from table import render  # noqa: E402
 
-SPARSE = CostModel(embedding_lookup=True, embedding_sync="best")
+
+def speedups(graphs, procs, *flags):
+    """The sweep's table (one row per graph and p, with the baselines and
+    each row's plan)."""
+    sw = sweep(parse_args(["-g", ",".join(graphs), "-p", ",".join(map(str, procs)), "--compare", *flags]),
+               keep_plans=True)
+    sw.table["plan"] = [json.loads(outcome[1]) for outcome in sw.outcomes]
+    return sw.table
 
 
-def speedups(graph: str, p: int, model: CostModel = CostModel()) -> dict:
-    g = build_graph(graph)
-    costed = build_costs(g, p, model)
-    r = search(costed, 0)
-    base = {b.key: b for b in compare(g, p, model)}
-    dp = base["data_parallel"].total_cost
-    row = {"graph": graph, "p": p, "pase_cost": r.cost, "pase": dp / r.cost, "strategy": r.strategy,
-           "expert_label": base["expert"].label}
-    for key, b in base.items():
-        row[key] = dp / b.total_cost
-        row[f"{key}_cost"] = b.total_cost
-        row[f"{key}_inside"] = b.in_search_space
-    return row
-
-
-def speedup_table(rows, markdown):
+def speedup_table(df, markdown):
     head = ["graph", "p", "data parallel", "expert", "Parallax", "PaSE", "PaSE cost (FLOP)"]
 
     def cell(r, key):
-        return f"{r[key]:.2f}" + ("" if r.get(f"{key}_inside", True) else "*")
+        value = 1.0 if key == "data_parallel" else r[f"{key}_speedup"]
+        return f"{value:.2f}" + ("" if r[f"{key}_inside"] else "*")
 
-    lines = [[r["graph"], str(r["p"]), cell(r, "data_parallel"), cell(r, "expert"), cell(r, "parallax"),
-              f"{r['pase']:.2f}", f"{r['pase_cost']:.4e}"] for r in rows]
+    lines = [[r["graph"], str(r["procs"]), cell(r, "data_parallel"), cell(r, "expert"), cell(r, "parallax"),
+              f"{r['speedup']:.2f}", f"{r['total_cost']:.4e}"] for _, r in df.iterrows()]
     return render(head, lines, markdown)
 
 
-def _embedding_configs(graph, strategy):
-    g = build_graph(graph)
-    return ", ".join(f"{op.name} {op.dims}=({','.join(map(str, c))})"
-                     for op, c in zip(operators(g), strategy) if op.kind.sparse_rows)
+def _embedding_configs(plan):
+    return ", ".join(f"{layer['name']} {layer['dims']}=({','.join(map(str, layer['config']))})"
+                     for layer in plan["layers"] if layer["op"] == "Embedding")
 
 
-def sparse_table(rows_dense, rows_sparse, markdown):
+def sparse_table(dense, sparse, markdown):
     head = ["graph", "p", "PaSE", "PaSE sparse", "Parallax sparse", "change", "embedding split: default",
             "with --sparse-embeddings"]
     lines = []
-    for d, s in zip(rows_dense, rows_sparse):
-        lines.append([d["graph"], str(d["p"]), f"{d['pase_cost']:.4e}", f"{s['pase_cost']:.4e}",
-                      f"{s['parallax_cost']:.4e}" + ("" if s["parallax_inside"] else "*"),
-                      f"{100 * (s['pase_cost'] / d['pase_cost'] - 1):+.1f}%",
-                      _embedding_configs(d["graph"], d["strategy"]), _embedding_configs(s["graph"], s["strategy"])])
+    for (_, d), (_, s) in zip(dense.iterrows(), sparse.iterrows()):
+        parallax = s["total_cost"] * s["speedup"] / s["parallax_speedup"]  # its cost: data parallel's / its speedup
+        lines.append([d["graph"], str(d["procs"]), f"{d['total_cost']:.4e}", f"{s['total_cost']:.4e}",
+                      f"{parallax:.4e}" + ("" if s["parallax_inside"] else "*"),
+                      f"{100 * (s['total_cost'] / d['total_cost'] - 1):+.1f}%",
+                      _embedding_configs(d["plan"]), _embedding_configs(s["plan"])])
     return render(head, lines, markdown)
 
 
-def plot(rows, path):
+def plot(df, path):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    graphs = list(dict.fromkeys(r["graph"] for r in rows))
+    graphs = list(dict.fromkeys(df["graph"]))
     fig, axes = plt.subplots(1, len(graphs), figsize=(3.2 * len(graphs), 3.4), sharey=False)
     axes = np.atleast_1d(axes)
     series = [("data_parallel", "data parallel", "#bbbbbb"), ("expert", "expert", "#4c72b0"),
               ("parallax", "Parallax", "#dd8452"), ("pase", "PaSE", "#55a868")]
     for ax, graph in zip(axes, graphs):
-        rs = [r for r in rows if r["graph"] == graph]
+        rs = df[df["graph"] == graph]
         x = np.arange(len(rs))
         width = 0.2
         for i, (key, label, color) in enumerate(series):
-            ax.bar(x + (i - 1.5) * width, [r[key] for r in rs], width, label=label, color=color)
-        ax.set_xticks(x, [str(r["p"]) for r in rs])
+            heights = {"data_parallel": np.ones(len(rs)), "pase": rs["speedup"]}.get(key)
+            heights = rs[f"{key}_speedup"] if heights is None else heights
+            ax.bar(x + (i - 1.5) * width, heights, width, label=label, color=color)
+        ax.set_xticks(x, [str(p) for p in rs["procs"]])
         ax.set_xlabel("devices p")
         ax.set_title(graph)
         ax.axhline(1.0, color="black", linewidth=0.6)
@@ -111,15 +107,15 @@ def main(argv=None) -> None:
     ap.add_argument("--png", default=str(ROOT / "benchmarks" / "speedup.png"), help="bar chart to write")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
-    rows = [speedups(g, p) for g in args.graphs for p in args.procs]
-    print("Speedup over data parallel (* = uses configurations outside the search space)")
-    print(speedup_table(rows, args.markdown))
-    plot(rows, args.png)
-    print(f"\nWrote {args.png}")
     seq = [g for g in args.graphs if g in ("rnnlm", "transformer")]
+    df = speedups(args.graphs, args.procs)
+    print("Speedup over data parallel (* = uses configurations outside the search space)")
+    print(speedup_table(df, args.markdown))
+    plot(df, args.png)
+    print(f"\nWrote {args.png}")
     if seq:
-        dense = [r for r in rows if r["graph"] in seq]
-        sparse = [speedups(g, p, SPARSE) for g in seq for p in args.procs]
+        dense = df[df["graph"].isin(seq)]
+        sparse = speedups(seq, args.procs, "--sparse-embeddings")
         print("\nWith --sparse-embeddings (costs in FLOP; Parallax costed with the same lookup compute)")
         print(sparse_table(dense, sparse, args.markdown))
 

@@ -6,6 +6,7 @@ models).  Numbers are ASCII digits; a value that looks like an option
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -63,6 +64,12 @@ class Settings:
     summary: bool = False
     sparse_embeddings: bool = False
     distinct_rows: int | None = None
+    breakdown: bool = False
+    jobs: int | None = None  # a sweep's worker processes (default: every core)
+    plans: str | None = None  # a sweep: a directory for each setting's plan
+    plot: str | None = None  # a sweep: a .png or .svg of --metric against the swept numeric axis
+    metric: str = "speedup"
+    sweep: tuple = ()  # ((setting, (values...)), ...): the flags given several values
     explicit: frozenset = field(default=frozenset(), compare=False)  # flags given on the command line
 
 
@@ -102,6 +109,32 @@ def _int(text: str) -> int:
     return int(text)
 
 
+#: the settings a comma-separated list sweeps (see studies/sweep.py), and their flags
+SWEEPABLE = {"graph": "-g", "procs": "-p", "batch": "-b", "width": "-m", "seq": "--seq", "flops": "--flops",
+             "bw": "--bw", "inter_bw": "--inter-bw", "gpus_per_node": "--gpus-per-node", "latency": "--latency",
+             "device": "--device", "precision": "--precision", "device_memory": "--device-memory",
+             "optimizer": "--optimizer"}
+
+
+def _listed(convert):
+    """An argparse type: one value, or a comma-separated list of them (a
+    sweep), as a tuple; empty items and repeated values are refused."""
+
+    def parse(text: str) -> tuple:
+        if convert is str and os.path.exists(text):  # a model file whose name has a comma
+            return (text,)
+        items = text.split(",")
+        if len(items) > 1 and any(not item.strip() for item in items):
+            raise argparse.ArgumentTypeError(f"{shown(text)} has an empty item")
+        values = tuple(convert(item.strip() if len(items) > 1 else item) for item in items)
+        for i, v in enumerate(values):
+            if v in values[:i]:
+                raise argparse.ArgumentTypeError(f"{shown(items[i])} appears twice in {shown(text)}")
+        return values
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog=PROG,
@@ -110,34 +143,34 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example: python scheduler.py -g resnet101 -p 32 --output plan.json",
     )
     a = p.add_argument
-    a("-p", "--procs", type=_int, help="number of devices (default: 32)")
-    a("-g", "--graph", metavar="NAME",
+    a("-p", "--procs", type=_listed(_int), help="number of devices (default: 32)")
+    a("-g", "--graph", type=_listed(str), metavar="NAME",
       help=f"network to parallelize (default: alexnet): {', '.join(MODELS)}, an ONNX file, a Hugging Face "
       "config.json (gpt2, llama, mistral, qwen2, mixtral), or a directory holding one")
-    a("-b", "--batch", type=_int, help="global mini-batch size (default: 128)")
-    a("-m", "--model", type=_int, dest="width", metavar="WIDTH",
+    a("-b", "--batch", type=_listed(_int), help="global mini-batch size (default: 128)")
+    a("-m", "--model", type=_listed(_int), dest="width", metavar="WIDTH",
       help="model width of rnnlm (hidden units, default 2048) or transformer (embedding width, "
       "default 512; heads = width/64)")
-    a("--seq", type=_int, help="sequence length of rnnlm and transformer (default: 256), of a config.json "
+    a("--seq", type=_listed(_int), help="sequence length of rnnlm and transformer (default: 256), of a config.json "
       "model (default: 2048, or its limit when smaller) and of an ONNX model's symbolic dimensions")
     a("--vocab", type=_int, help="vocabulary size of rnnlm (default 100000) and transformer (default 50000)")
     a("--layers", type=_int, help="layers of rnnlm (LSTM layers, default 2) and transformer "
       "(encoder and decoder layers each, default 6)")
-    a("--flops", type=_positive_float, help="peak TFLOPS per device (default: 10.0, or the --device's)")
-    a("--bw", type=_positive_float, help="peak interconnect bandwidth in GB/s, inside a node "
+    a("--flops", type=_listed(_positive_float), help="peak TFLOPS per device (default: 10.0, or the --device's)")
+    a("--bw", type=_listed(_positive_float), help="peak interconnect bandwidth in GB/s, inside a node "
       "(default: 16.0, or the --device's)")
-    a("--gpus-per-node", type=_int, metavar="G",
+    a("--gpus-per-node", type=_listed(_int), metavar="G",
       help="devices per node, numbered node-major (default: one node holds them all)")
-    a("--inter-bw", type=_positive_float, metavar="GB/s", help="bandwidth between nodes (default: --bw)")
-    a("--latency", type=_nonnegative_float, metavar="US", help="microseconds per collective step (default: 0)")
-    a("--device", metavar="NAME", help="a device preset: peak TFLOPS at the precision, memory and bandwidth "
+    a("--inter-bw", type=_listed(_positive_float), metavar="GB/s", help="bandwidth between nodes (default: --bw)")
+    a("--latency", type=_listed(_nonnegative_float), metavar="US", help="microseconds per collective step (default: 0)")
+    a("--device", type=_listed(str), metavar="NAME", help="a device preset: peak TFLOPS at the precision, memory and bandwidth "
       "inside a node (v100, a100-40gb, a100-80gb, h100, paper); flags override it")
-    a("--precision", metavar="P", help="training precision: fp64 (the original 8-byte word, default), fp32, "
+    a("--precision", type=_listed(str), metavar="P", help="training precision: fp64 (the original 8-byte word, default), fp32, "
       "bf16 or fp16 (mixed precision)")
-    a("--device-memory", type=_positive_float, metavar="GB",
+    a("--device-memory", type=_listed(_positive_float), metavar="GB",
       help="memory of one device: the search returns the cheapest strategy that fits (default: the --device's, "
       "else unbounded)")
-    a("--optimizer", metavar="NAME", help="sgd, momentum or adam: 0, 1 or 2 extra copies of the weights in the "
+    a("--optimizer", type=_listed(str), metavar="NAME", help="sgd, momentum or adam: 0, 1 or 2 extra copies of the weights in the "
       "memory model (default: adam)")
     a("--cluster", metavar="FILE", help="a cluster file (JSON or TOML) with any of device, flops, bw, inter_bw, "
       "gpus_per_node, latency, device_memory, precision; flags override it")
@@ -160,6 +193,21 @@ def build_parser() -> argparse.ArgumentParser:
     a("--distinct-rows", type=_int, metavar="U",
       help="distinct vocabulary rows a device's tokens touch per step, for sparse embedding "
       "gradients (default: one per token)")
+    a("--breakdown", action="store_true",
+      help="where the cost goes: compute, communication and re-distribution by operator kind and by layer "
+      "group (pandas); with --compare, the layers where the plan and data parallel differ most")
+    g = p.add_argument_group("sweeps", "Give any of -g, -p, -b, -m, --seq, --flops, --bw, --inter-bw, "
+                             "--gpus-per-node, --latency, --device, --precision, --device-memory, --optimizer a "
+                             "comma-separated list to run every combination: one row per setting, in a table "
+                             "(pandas). --output then writes the table (.csv, .json or .md).")
+    g.add_argument("--jobs", type=_int, metavar="N", help="settings run at once, one process each "
+                   "(default: every core)")
+    g.add_argument("--plans", metavar="DIR", help="also write each setting's plan (JSON) into DIR")
+    g.add_argument("--plot", metavar="FILE", help="plot --metric against the swept numeric setting: .png or "
+                   ".svg (matplotlib), one line per value of the other swept settings")
+    g.add_argument("--metric", choices=("speedup", "time", "cost"),
+                   help="what --plot shows: speedup over data parallel, predicted step time, or cost "
+                   "(default: speedup)")
     return p
 
 
@@ -187,6 +235,8 @@ def parse_args(argv=None) -> Settings:
     ns = parser.parse_args(_values_first(parser, argv))
     given = {k for k, v in vars(ns).items() if v is not None and v is not False}
     values = {k: v for k, v in vars(ns).items() if v is not None}
-    return Settings(**values, explicit=frozenset(given))
+    sweep = tuple((k, values[k]) for k in SWEEPABLE if k in values and len(values[k]) > 1)
+    values.update({k: values[k][0] for k in SWEEPABLE if k in values})  # a sweep's first setting, until expanded
+    return Settings(**values, sweep=sweep, explicit=frozenset(given))
 
 

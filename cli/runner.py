@@ -130,26 +130,64 @@ def _model_params(s: Settings) -> dict:
 
 
 def run(s: Settings, out=None):
-    """Do what the settings ask; return the :class:`result.Result`.  Every
-    check comes before any file is written."""
+    """Do what the settings ask; return the :class:`result.Result` (a list of
+    rows for a sweep).  Every check comes before any file is written."""
     out = sys.stdout if out is None else out
+    if s.sweep or s.plans or s.plot:
+        from cli.study import run_study
+
+        return run_study(s, out)
     if s.evaluate is not None and (s.profile or s.measure):
         raise UsageError("--profile and --measure time a search; they cannot be used with --evaluate")
-    layers, recorded = None, {}
-    if s.evaluate is not None:
-        recorded, layers = read_strategy_file(s.evaluate)
-        s = _with_file_settings(s, recorded)
     if s.output is not None:
         if not s.output.lower().endswith((".json", ".csv")):
             raise UsageError(f"--output: {s.output!r} must end in .json or .csv")
         check_writable(s.output, "--output")
     if s.dump_graph:
         check_writable(DOT_FILE, "--dump-graph")
+    from report import render_csv, render_dot, render_json, render_text
+
+    s, g, result = plan(s, out)
+    # The files first, then the report, which is printed even when a file
+    # could not be written (a full disk): the error follows it.
+    files = []
+    if s.output is not None:
+        files.append(("--output", s.output, render_csv if s.output.lower().endswith(".csv") else render_json, result))
+    if s.dump_graph:
+        files.append(("--dump-graph", DOT_FILE, render_dot, g))
+    failed = None
+    for flag, path, render, what in files:
+        try:
+            write_atomic(path, render(what))
+        except OSError as e:
+            failed = failed or OutputFailed(f"{flag}: could not write {path}: {e.strerror or e}")
+            continue
+        if flag == "--dump-graph":
+            print(f"Wrote the graph ({g.number_of_nodes()} operators, {g.number_of_edges()} edges) to "
+                  f"{os.path.abspath(DOT_FILE)}", file=out)
+    print(render_text(result, summary=s.summary), file=out)
+    if s.breakdown:
+        from studies.breakdown import render
+
+        print(render(result, result.baseline("data_parallel") if s.compare else None), file=out)
+    if failed is not None:
+        raise failed
+    return result
+
+
+def plan(s: Settings, out=None, baselines=None):
+    """The computation the settings ask for, without any output: the settings
+    as a strategy file completes them, the graph, and the result (searched,
+    or the file's strategy evaluated), with ``baselines`` (keys; default:
+    all three with ``--compare``, else none)."""
+    layers, recorded = None, {}
+    if s.evaluate is not None:
+        recorded, layers = read_strategy_file(s.evaluate)
+        s = _with_file_settings(s, recorded)
 
     from cost_model import build_costs, check_procs, evaluate
     from dp_search import default_memory_limit
     from graph import build_graph, operators
-    from report import render_csv, render_dot, render_json, render_text
     from result import make_result
 
     check_procs(s.procs)
@@ -174,11 +212,12 @@ def run(s: Settings, out=None):
             result = replace(result, notes=result.notes + (
                 f"This strategy uses at most {most} of the {s.procs} devices.",))
     else:
-        progress = Progress("building the cost tables", "edges")
+        progress = Progress("building the cost tables", "edges") if out is not None else None
         try:
             costed = build_costs(g, s.procs, model, memory_limit=limit, progress=progress)
         finally:
-            progress.close()
+            if progress is not None:
+                progress.close()
         result = _search(s, g, model, costed, limit, out)
         most = max(int(c.prod(axis=1).max()) for c in costed.configs)
         if most < s.procs:
@@ -194,33 +233,14 @@ def run(s: Settings, out=None):
             why = "embedding gradients are all-reduced densely (use --sparse-embeddings or --compare)"
         if why:
             result = replace(result, notes=result.notes + (f"--distinct-rows has no effect here: {why}.",))
-    if s.compare:
+    keys = baselines if baselines is not None else (("data_parallel", "expert", "parallax") if s.compare else ())
+    if keys:
         from baselines import compare
 
-        result = result.with_baselines(compare(g, s.procs, model))
+        result = result.with_baselines(compare(g, s.procs, model, keys))
     if not math.isfinite(result.total_cost):
         raise ValueError("the total cost is not a finite number; choose realistic --flops and --bw")
-    # The files first, then the report, which is printed even when a file
-    # could not be written (a full disk): the error follows it.
-    files = []
-    if s.output is not None:
-        files.append(("--output", s.output, render_csv if s.output.lower().endswith(".csv") else render_json, result))
-    if s.dump_graph:
-        files.append(("--dump-graph", DOT_FILE, render_dot, g))
-    failed = None
-    for flag, path, render, what in files:
-        try:
-            write_atomic(path, render(what))
-        except OSError as e:
-            failed = failed or OutputFailed(f"{flag}: could not write {path}: {e.strerror or e}")
-            continue
-        if flag == "--dump-graph":
-            print(f"Wrote the graph ({g.number_of_nodes()} operators, {g.number_of_edges()} edges) to "
-                  f"{os.path.abspath(DOT_FILE)}", file=out)
-    print(render_text(result, summary=s.summary), file=out)
-    if failed is not None:
-        raise failed
-    return result
+    return s, g, result
 
 
 def _search(s: Settings, g, model, costed, limit, out):
@@ -249,11 +269,12 @@ def _search(s: Settings, g, model, costed, limit, out):
         print(buf.getvalue().strip("\n"), file=out)
         print(file=out)
     else:
-        progress = Progress()
+        progress = Progress() if out is not None else None  # a sweep's workers stay quiet
         try:
             r = once(progress)
         finally:
-            progress.close()
+            if progress is not None:
+                progress.close()
     timings = ()
     if s.measure:
         for _ in range(2):
@@ -274,7 +295,7 @@ def _found(r):
     return getattr(r, "result", r)
 
 
-def _message(e: Exception) -> str:
+def message(e: Exception) -> str:
     """The one line a user sees: a setting's error under its flag."""
     if isinstance(e, SettingError):
         return f"{FLAGS.get(e.name, e.name)} {e.problem}"
@@ -307,12 +328,12 @@ def main(argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except ValueError as e:  # a setting or input the tool cannot use
-        _say(f"{PROG}: error: {_message(e)}")
+        _say(f"{PROG}: error: {message(e)}")
         return 2
     except (MemoryError, OSError) as e:  # the run could not be done
-        _say(f"{PROG}: error: {_message(e)}")
+        _say(f"{PROG}: error: {message(e)}")
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a sweep has written the rows finished so far
         _say(f"{PROG}: interrupted")
         return 130
     return 0

@@ -25,7 +25,10 @@ def x_axis(swept: list[str]) -> str:
 
 def plot(df, path: str, metric: str, swept: list[str], fixed: str = "") -> int:
     """Write the plot to ``path`` (.png or .svg); returns the number of lines."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise ValueError("a plot needs matplotlib: pip install -r requirements.txt") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -47,6 +50,10 @@ def plot(df, path: str, metric: str, swept: list[str], fixed: str = "") -> int:
     ax.set_ylabel(ylabel)
     if x == "procs" or (len(ok) and ok[x].max() / max(ok[x].min(), 1e-300) >= 16):
         ax.set_xscale("log", base=2)
+    ticks = sorted(set(ok[x]))
+    if len(ticks) <= 12:  # the swept values themselves
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
     if metric == "cost":
         ax.set_yscale("log")
     ax.grid(alpha=0.3)

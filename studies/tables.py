@@ -17,6 +17,8 @@ def frame(rows: list) -> pd.DataFrame:
     df = pd.DataFrame([r for r in rows if r is not None])
     if "error" in df and df["error"].isna().all():
         df = df.drop(columns="error")
+    if "largest_K" in df:
+        df["largest_K"] = df["largest_K"].astype("Int64")  # a count, missing where the setting failed
     return df
 
 
@@ -66,8 +68,12 @@ def render_file(df: pd.DataFrame, path: str) -> str:
     ext = path.lower()[path.rfind("."):]
     if ext == ".csv":
         return df.to_csv(index=False)
-    if ext == ".json":
-        return df.to_json(orient="records", indent=1) + "\n"
+    if ext == ".json":  # every digit (pandas' own JSON keeps 10): missing values as null
+        import json
+
+        records = [{k: (None if pd.isna(v) else v.item() if hasattr(v, "item") else v) for k, v in rec.items()}
+                   for rec in df.to_dict("records")]
+        return json.dumps(records, indent=1) + "\n"
     if ext == ".md":
-        return df.to_markdown(index=False) + "\n"
+        return df.to_markdown(index=False, missingval="-") + "\n"
     raise ValueError(f"a sweep's table is written as {', '.join(FORMATS)}, not {path!r}")

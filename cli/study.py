@@ -1,0 +1,194 @@
+"""A sweep from the command line: every combination of the values the flags
+list, run on the local cores (``--jobs``), as one table (pandas) printed
+and written with ``--output`` (.csv, .json, .md); each setting's plan in
+``--plans DIR``; ``--plot`` a metric against the swept numeric setting;
+``--breakdown`` the cost of each setting by operator kind.
+
+Exit status: 0 when at least one setting gave a plan (a setting that failed
+is a row with its error); 1 when none did; 130 when interrupted, after
+writing the rows finished so far.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, replace
+
+from cli.args import SWEEPABLE, Settings, UsageError
+from cli.files import check_writable, write_atomic
+
+__all__ = ["run_study"]
+
+PLOTS = (".png", ".svg")
+# a setting's part of a plan's file name
+_TAGS = {"procs": "p", "batch": "b", "width": "m", "seq": "seq", "flops": "flops", "bw": "bw", "inter_bw": "ibw",
+         "gpus_per_node": "G", "latency": "lat", "device_memory": "mem"}
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep: the finished rows were written."""
+
+
+def _name(axis: str, value) -> str:
+    if axis == "graph":
+        return os.path.splitext(os.path.basename(os.path.normpath(str(value))))[0] or "model"
+    return f"{_TAGS.get(axis, '')}{value:g}" if isinstance(value, float) else f"{_TAGS.get(axis, '')}{value}"
+
+
+def _check(s: Settings) -> None:
+    for flag, on in (("--evaluate", s.evaluate), ("--profile", s.profile), ("--measure", s.measure),
+                     ("-d", s.dump_graph)):
+        if on:
+            raise UsageError(f"{flag} runs one setting; it cannot be used with a sweep")
+    if s.output is not None:
+        if not s.output.lower().endswith((".csv", ".json", ".md")):
+            raise UsageError(f"--output: a sweep's table is written as .csv, .json or .md, not {s.output!r}")
+        check_writable(s.output, "--output")
+    if s.plot is not None:
+        if not s.plot.lower().endswith(PLOTS):
+            raise UsageError(f"--plot: {s.plot!r} must end in .png or .svg")
+        check_writable(s.plot, "--plot")
+        from studies.plot import x_axis
+
+        try:
+            x_axis([axis for axis, _ in s.sweep])
+        except ValueError as e:
+            raise UsageError(f"--plot: {e}") from None
+    if s.plans is not None:
+        parent = os.path.dirname(os.path.abspath(s.plans))
+        if os.path.exists(s.plans) and not os.path.isdir(s.plans):
+            raise UsageError(f"--plans: {s.plans} is not a directory")
+        if not os.path.isdir(parent):
+            raise UsageError(f"--plans: directory {parent} does not exist")
+    if s.jobs is not None and not 1 <= s.jobs <= 256:
+        raise UsageError(f"--jobs must be from 1 to 256, got {s.jobs}")
+
+
+def _work(job):
+    """One setting in a worker: its row, its plan (for --plans) and its
+    breakdown rows (for --breakdown)."""
+    from cli.runner import message, plan
+    from studies.sweep import row
+
+    s, swept, want_plan, want_breakdown = job
+    try:
+        _, _, result = plan(s, None, baselines=("data_parallel", "expert", "parallax") if s.compare
+                            else ("data_parallel",))
+    except (ValueError, MemoryError, OSError) as e:
+        return row(None, swept, message(e)), None, None
+    text = None
+    if want_plan:
+        from report import render_json
+
+        text = render_json(result)
+    parts = None
+    if want_breakdown:
+        from studies.breakdown import grouped, layers_frame
+
+        by_kind = grouped(layers_frame(result), "kind")
+        parts = [{**swept, "kind": k, **{c: float(by_kind.loc[k, c]) for c in by_kind.columns}} for k in by_kind.index]
+    return row(result, swept), text, parts
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What a sweep gave: the table, each setting's outcome (row, plan text,
+    breakdown rows) in the settings' order, and whether it was interrupted."""
+
+    table: object  # pandas.DataFrame
+    outcomes: list
+    settings: list
+    axes: list
+    interrupted: bool
+
+
+def sweep(s: Settings, progress=None, keep_plans: bool = False) -> Sweep:
+    """Run every setting of ``s``'s lists, ``--jobs`` at a time; with
+    ``--plans`` (or ``keep_plans``) each outcome holds its plan's JSON."""
+    from studies.sweep import cores, expand, run_sweep
+    from studies.tables import frame
+
+    values = dict(s.sweep)
+    try:
+        points = expand(replace(s, sweep=()), values)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    axes = list(values)
+    jobs = min(s.jobs or cores(), len(points))
+    if jobs > 1:  # each worker gets its share of the memory
+        from dp_search import default_memory_limit
+
+        share = (default_memory_limit() / 1e9 if s.mem_limit_gb is None else s.mem_limit_gb) / jobs
+        points = [replace(pt, mem_limit_gb=share) for pt in points]
+    work = [(pt, {a: getattr(pt, a) for a in axes}, keep_plans or s.plans is not None, s.breakdown) for pt in points]
+    outcomes, interrupted = run_sweep(work, _work, jobs, progress)
+    return Sweep(frame([o[0] if o is not None else None for o in outcomes]), outcomes, points, axes, interrupted)
+
+
+def run_study(s: Settings, out=None):
+    """Run the sweep the settings ask for; print and write its table."""
+    out = sys.stdout if out is None else out
+    _check(s)
+    from cli.runner import Progress
+    from studies.tables import render, render_file
+
+    progress = Progress("sweep", "settings")
+    try:
+        sw = sweep(s, progress)
+    finally:
+        progress.close()
+    df, axes = sw.table, sw.axes
+    fixed = _fixed(s, axes)
+    counts = " x ".join(f"{len(v)} {SWEEPABLE[a]}" for a, v in s.sweep)
+    print(f"PaSE sweep: {len(sw.settings)} settings ({counts}){'; ' + fixed if fixed else ''}", file=out)
+    print(render(df), file=out)
+    if s.breakdown:
+        parts = [p for o in sw.outcomes if o is not None and o[2] for p in o[2]]
+        if parts:
+            import pandas as pd
+
+            fmt = {c: (lambda x: f"{x:.4e}") for c in ("compute", "communication", "edges", "total")}
+            fmt["share"] = lambda x: f"{100 * x:.1f}%"
+            print("\nCost by operator kind (FLOP; re-distribution charged to the layer that reads the tensor):",
+                  file=out)
+            print(pd.DataFrame(parts).to_string(index=False, formatters=fmt), file=out)
+    failures = []
+    if s.plans is not None:
+        os.makedirs(s.plans, exist_ok=True)
+        for pt, o in zip(sw.settings, sw.outcomes):
+            if o is not None and o[1] is not None:
+                name = "-".join(_name(a, getattr(pt, a)) for a in axes) + ".json"
+                try:
+                    write_atomic(os.path.join(s.plans, name), o[1])
+                except OSError as e:
+                    failures.append(f"--plans: could not write {name}: {e.strerror or e}")
+    if s.output is not None:
+        try:
+            write_atomic(s.output, render_file(df, s.output))
+        except OSError as e:
+            failures.append(f"--output: could not write {s.output}: {e.strerror or e}")
+    if s.plot is not None and "total_cost" in df:
+        from studies.plot import plot
+
+        try:
+            plot(df, s.plot, s.metric, axes, fixed)
+        except OSError as e:
+            failures.append(f"--plot: could not write {s.plot}: {e.strerror or e}")
+    if sw.interrupted:
+        raise SweepInterrupted()
+    if failures:
+        raise OSError(failures[0])
+    if "total_cost" not in df or df["total_cost"].isna().all():
+        raise MemoryError("no setting of the sweep gave a plan" + (" (each row says why)" if len(df) else ""))
+    return sw
+
+
+def _fixed(s: Settings, axes) -> str:
+    """The settings every row shares, for the title."""
+    shown = []
+    for name in SWEEPABLE:
+        value = getattr(s, name)
+        if name not in axes and value is not None:
+            shown.append(f"{SWEEPABLE[name]} {_name(name, value) if name == 'graph' else value}")
+    return ", ".join(shown)

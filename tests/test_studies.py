@@ -1,0 +1,147 @@
+"""Sweeps, plots and breakdowns (studies/ and the command line's lists)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+import pandas as pd
+import pytest
+
+from cli.args import parse_args
+from cli.runner import plan
+from conftest import ROOT, reference, rel
+from studies.breakdown import against, grouped, layers_frame
+from studies.plot import plot
+
+SCHEDULER = str(ROOT / "scheduler.py")
+
+
+def run(*args, cwd=None, timeout=600):
+    return subprocess.run([sys.executable, SCHEDULER, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout)
+
+
+def test_a_sweep_equals_its_single_runs(tmp_path):
+    out = tmp_path / "sweep.json"
+    proc = run("-g", "alexnet,rnnlm", "-p", "4,8,16", "--bw", "16,100", "--jobs", 2, "--output", out)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    rows = json.loads(out.read_text())
+    assert [(r["graph"], r["procs"], r["bw"]) for r in rows] == [
+        (g, p, bw) for g in ("alexnet", "rnnlm") for p in (4, 8, 16) for bw in (16.0, 100.0)]
+    for r in rows:
+        _, _, single = plan(parse_args(["-g", r["graph"], "-p", str(r["procs"]), "--bw", str(r["bw"])]), None,
+                            baselines=("data_parallel",))
+        assert r["total_cost"] == single.total_cost  # exactly
+        assert r["speedup"] == single.baseline("data_parallel").total_cost / single.total_cost
+        assert r["step_seconds"] == single.step_seconds and r["largest_K"] == single.search.largest_K
+        if r["bw"] == 16.0:
+            assert rel(r["total_cost"], reference(r["graph"], r["procs"])["optimal_cost"]) <= 1e-9
+    assert proc.stdout.startswith("PaSE sweep: 12 settings (2 -g x 3 -p x 2 --bw)")
+
+
+def test_the_order_does_not_depend_on_the_workers(tmp_path):
+    tables = []
+    for jobs in (1, 2):
+        path = tmp_path / f"s{jobs}.csv"
+        assert run("-g", "rnnlm,alexnet", "-p", "16,4", "-b", "32,64", "--jobs", jobs, "--output", path).returncode == 0
+        tables.append(pd.read_csv(path).drop(columns="search_seconds"))
+    pd.testing.assert_frame_equal(tables[0], tables[1])
+    assert list(tables[0]["graph"]) == ["rnnlm"] * 4 + ["alexnet"] * 4  # as given, the first list slowest
+    assert list(tables[0]["procs"][:4]) == [16, 16, 4, 4] and list(tables[0]["batch"][:2]) == [32, 64]
+
+
+def test_a_failing_setting_is_a_row(tmp_path):
+    path = tmp_path / "s.md"
+    proc = run("-g", "alexnet", "-p", "8,0,7", "--output", path)
+    assert proc.returncode == 0, proc.stderr  # some setting gave a plan
+    assert "-p must be an integer from 1 to 1,000,000, got 0" in proc.stdout
+    table = path.read_text()
+    assert table.count("\n") == 5 and "| error" in table.splitlines()[0]  # header, rule, 3 settings
+    none = run("-g", "alexnet", "-p", "0,-1")
+    assert none.returncode == 1 and "no setting of the sweep gave a plan" in none.stderr
+    assert len(none.stderr.strip().splitlines()) == 1
+
+
+def test_plans_and_plots(tmp_path):
+    proc = run("-g", "alexnet", "-p", "4,8", "--bw", "16,100", "--plans", tmp_path / "plans",
+               "--plot", tmp_path / "speedup.png")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(tmp_path / "plans")) == ["p4-bw100.json", "p4-bw16.json", "p8-bw100.json",
+                                                       "p8-bw16.json"]
+    again = run("--evaluate", tmp_path / "plans" / "p8-bw100.json")
+    assert again.returncode == 0 and "p = 8" in again.stdout
+    assert (tmp_path / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_plot_has_a_line_per_series(tmp_path):
+    df = pd.DataFrame([{"graph": g, "procs": p, "bw": bw, "step_seconds": p * bw, "speedup": 1.0,
+                        "total_cost": 1.0} for g in ("a", "b") for p in (4, 8, 16) for bw in (16, 100)])
+    path = tmp_path / "t.svg"
+    assert plot(df, str(path), "time", ["graph", "procs", "bw"], "-b 128") == 4  # 2 graphs x 2 bandwidths
+    root = ET.parse(path).getroot()  # valid SVG
+    text = ET.tostring(root, encoding="unicode")
+    assert all(label in text for label in ("graph a, bw 16", "graph b, bw 100")) or "line2d" in text
+
+
+def test_breakdown_sums_are_the_report_totals():
+    _, _, r = plan(parse_args(["-g", "resnet101", "-p", "8"]), None, baselines=("data_parallel",))
+    df = layers_frame(r)
+    for by in ("kind", "group"):
+        g = grouped(df, by)
+        assert g.loc["total", "compute"] == r.compute
+        assert g.loc["total", "communication"] == r.operators_comm
+        assert g.loc["total", "edges"] == r.edges_cost
+        assert g.loc["total", "total"] == pytest.approx(r.total_cost, rel=1e-15)
+        assert math.fsum(g.drop(index="total")["total"]) == pytest.approx(r.total_cost, rel=1e-12)
+    assert set(grouped(df, "group").index) >= {"layer1", "layer2", "layer3", "layer4", "conv1", "fc"}
+    diff = against(r, r.baseline("data_parallel"))
+    assert len(diff) == 10 and diff["difference"].abs().is_monotonic_decreasing
+    out = run("-g", "resnet101", "-p", 8, "--breakdown", "--compare", "-q").stdout
+    assert "Where the cost goes" in out and "Layers where the plan and data parallel differ most" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-p", "8,,16"], "'8,,16' has an empty item"),
+    (["-p", "8,x"], "'x' is not an integer"),
+    (["-p", "8,16,8"], "'8' appears twice in '8,16,8'"),
+    (["--bw", "16,1e99"], "'1e99' must be a positive finite number"),
+    (["-p", ",".join(map(str, range(1, 41))), "-b", ",".join(map(str, range(1, 41)))],
+     "the lists make 1,600 combinations; a sweep runs at most 1,000"),
+    (["-p", "4,8", "--output", "s.txt"], "a sweep's table is written as .csv, .json or .md"),
+    (["-p", "4,8", "--evaluate", "x.json"], "--evaluate runs one setting; it cannot be used with a sweep"),
+    (["-g", "alexnet,rnnlm", "--plot", "x.png"], "--plot: a plot needs a swept numeric setting"),
+])
+def test_bad_lists(tmp_path, args, message):
+    proc = run(*args, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr, proc.stderr
+
+
+def test_a_plain_run_imports_neither_pandas_nor_matplotlib():
+    code = ("import sys, io, contextlib, cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()): cli.main(['-g', 'resnet101', '-p', '4'])\n"
+            "print('pandas' in sys.modules, 'matplotlib' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.stdout.split() == ["False", "False"], proc.stderr
+
+
+def test_an_interrupted_sweep_keeps_its_rows(tmp_path):
+    path = tmp_path / "rows.csv"
+    proc = subprocess.Popen([sys.executable, SCHEDULER, "-g", "transformer", "-p", "4,8,16,32,64,128,256,512",
+                             "--jobs", "1", "--output", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=tmp_path)
+    time.sleep(4)  # the first settings take well under a second each, the last ones many
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and err == "scheduler.py: interrupted\n", err
+    rows = pd.read_csv(path)
+    assert 1 <= len(rows) < 8 and list(rows["procs"]) == [4, 8, 16, 32, 64, 128, 256, 512][: len(rows)]
+    assert "PaSE sweep: 8 settings" in out
