@@ -42,7 +42,8 @@ def plot(df, path: str, metric: str, swept: list[str], fixed: str = "") -> int:
     lines = 0
     for key, part in groups:
         key = key if isinstance(key, tuple) else (key,)
-        label = ", ".join(f"{a} {v}" for a, v in zip(others, key)) or column
+        label = ", ".join(str(v) if a == "graph" else f"{a} {v:g}" if isinstance(v, float) else f"{a} {v}"
+                          for a, v in zip(others, key)) or column
         part = part.sort_values(x)
         ax.plot(part[x], part[column], marker="o", label=label)
         lines += 1
@@ -59,7 +60,7 @@ def plot(df, path: str, metric: str, swept: list[str], fixed: str = "") -> int:
     ax.grid(alpha=0.3)
     if lines > 1:
         ax.legend(fontsize=8)
-    title = f"{METRICS[metric][1].split(' (')[0]} against {NUMERIC[x]}"
+    title = f"{METRICS[metric][1].split(' (')[0]} against {NUMERIC[x]}".capitalize()
     ax.set_title(title + (f"\n{fixed}" if fixed else ""), fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
