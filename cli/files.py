@@ -4,7 +4,6 @@ atomically."""
 
 from __future__ import annotations
 
-import json
 import os
 
 from cli.args import MODEL_PARAMS, UsageError
@@ -19,29 +18,12 @@ MAX_STRATEGY_BYTES = 64 << 20  # a strategy file for any built-in graph at p = 1
 def read_json(path: str, flag: str, limit: int = MAX_STRATEGY_BYTES):
     """The JSON document in ``path``, read up to ``limit`` bytes; one-line
     :class:`UsageError` (naming ``flag``) for anything unreadable."""
+    from readers import read_json as read
+
     try:
-        with open(path, "rb") as f:
-            raw = f.read(limit + 1)
-        if len(raw) > limit:
-            raise UsageError(f"{flag}: {path} is larger than {limit >> 20} MB: not a file this tool wrote")
-        return json.loads(raw.decode("utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{flag}: {path}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{flag}: {path} is a directory") from None
-    except OSError as e:
-        raise UsageError(f"{flag}: cannot read {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{flag}: {path} is not a text file") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{flag}: {path} is not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
-    except RecursionError:
-        raise UsageError(f"{flag}: {path} is nested too deeply to be a strategy file") from None
-    except UsageError:
-        raise
-    except ValueError as e:  # e.g. an integer with thousands of digits
-        why = "a number has too many digits" if "digits" in str(e) else type(e).__name__
-        raise UsageError(f"{flag}: {path} is not a usable JSON file ({why})") from None
+        return read(path, limit, "file this tool wrote")
+    except ValueError as e:
+        raise UsageError(f"{flag}: {e}") from None
 
 
 # What a strategy file may record, and the types it must have.

@@ -16,8 +16,6 @@ A strategy file written with ``--output`` records the same fields under
 
 from __future__ import annotations
 
-import json
-
 from cluster import DEFAULT_PRECISION, PRECISIONS, Cluster
 from cluster.presets import device as preset
 from errors import SettingError, shown
@@ -52,35 +50,17 @@ def check_fields(fields: dict, where: str) -> dict:
 
 def read_cluster_file(path: str) -> dict:
     """The fields of a cluster file: ``.toml``, else JSON."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ValueError(f"{path} is a directory") from None
-    except OSError as e:
-        raise ValueError(f"cannot read {path}: {e.strerror}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ValueError(f"{path} is larger than {MAX_FILE_BYTES >> 20} MB: not a cluster file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not a text file") from None
+    from readers import read_json, read_text
+
     if path.lower().endswith(".toml"):
         import tomllib
 
         try:
-            data = tomllib.loads(text)
+            data = tomllib.loads(read_text(path, MAX_FILE_BYTES, "cluster file"))
         except tomllib.TOMLDecodeError as e:
             raise ValueError(f"{path} is not valid TOML ({e})") from None
     else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
-        except (RecursionError, ValueError) as e:
-            raise ValueError(f"{path} is not a usable JSON file ({type(e).__name__})") from None
+        data = read_json(path, MAX_FILE_BYTES, "cluster file")
     if not isinstance(data, dict):
         raise ValueError(f"{path} must hold a table of cluster fields ({', '.join(FIELDS)})")
     return check_fields(data, path)

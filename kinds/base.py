@@ -30,7 +30,8 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-__all__ = ["ROLES", "Tensor", "Operator", "Ref", "Extents", "Kind", "shard", "tensor_splits", "gemm", "gemm_extents",
+__all__ = ["ROLES", "Tensor", "Operator", "Ref", "Extents", "Kind", "normalize_axis", "shard", "tensor_splits", "gemm",
+           "gemm_extents",
            "halo", "need"]
 
 ROLES = ("activation", "weight", "data")
@@ -214,6 +215,13 @@ class Kind:
     def stage_dim(self, op: Operator) -> str:
         """A letter that stacks layers which may go to different devices (GNMT)."""
         return ""
+
+
+def normalize_axis(axis: int, rank: int, name: str) -> int:
+    """``axis`` (negative from the end) as an index into ``rank`` axes."""
+    if not -rank <= axis < rank:
+        raise ValueError(f"{name}: axis {axis} is out of range for rank {rank}")
+    return axis % rank
 
 
 # -- shared formulas -------------------------------------------------------------

@@ -9,23 +9,18 @@ per-device volume ``prod(D / C)``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import numpy as np
 
 from kinds import register
-from kinds.base import Kind, Operator, Tensor
+from kinds.base import Kind, Operator, Tensor, normalize_axis
 
 
 def _same(x):
     """Iteration space, input and output tensors of a shape-preserving kind."""
     t = Tensor(x.shape, tuple(x.letters), x.role)
     return x.letters, x.shape, (t,), (Tensor(x.shape, tuple(x.letters)),)
-
-
-def _axis(axis: int, rank: int, name: str) -> int:
-    if not -rank <= axis < rank:
-        raise ValueError(f"{name}: axis {axis} is out of range for rank {rank}")
-    return axis % rank
 
 
 @register
@@ -89,8 +84,8 @@ class Norm(Kind):
     def build(self, name, refs):
         (x,) = refs
         r = len(x.shape)
-        axis = _axis(self.axis, r, name)
-        pa = axis if self.param_axis is None else _axis(self.param_axis, r, name)
+        axis = normalize_axis(self.axis, r, name)
+        pa = axis if self.param_axis is None else normalize_axis(self.param_axis, r, name)
         kind = replace(self, axis=axis, param_axis=pa)
         dims, space, inputs, outputs = _same(x)
         weights = tuple(Tensor((x.shape[pa],), (x.letters[pa],), "weight") for _ in range(self.params))
@@ -103,9 +98,13 @@ class Norm(Kind):
         da = D[a] / C[a]  # (K,)
         return e, net.allreduce(e / da, C, a), net.allreduce(da, C, C.other(a))
 
+    #: operations per element, and all-reduces of the statistics and of the weight gradients
+    COMPUTE: ClassVar[float] = 16.0
+    SYNCS: ClassVar[float] = 4.0
+
     def cost(self, op, D, C, model):
         e, stats, grads = self._parts(op, D, C, model)
-        return (16.0 + self.pw) * e, 4.0 * stats + 4.0 * grads
+        return (self.COMPUTE + self.pw) * e, self.SYNCS * stats + self.SYNCS * grads
 
 
 @register
@@ -124,10 +123,8 @@ class RMSNorm(Norm):
     param_axis: int | None = None
     params: int = 1
     pw: int = 0
-
-    def cost(self, op, D, C, model):
-        e, stats, grads = self._parts(op, D, C, model)
-        return (8.0 + self.pw) * e, 2.0 * stats + 2.0 * grads
+    COMPUTE: ClassVar[float] = 8.0
+    SYNCS: ClassVar[float] = 2.0
 
 
 @register
@@ -143,7 +140,7 @@ class ReduceMean(Kind):
     def build(self, name, refs):
         (x,) = refs
         r = len(x.shape)
-        axes = tuple(sorted({_axis(a, r, name) for a in self.axes}))
+        axes = tuple(sorted({normalize_axis(a, r, name) for a in self.axes}))
         if self.keepdims:
             letters = x.letters
             out = Tensor(tuple(1 if i in axes else s for i, s in enumerate(x.shape)),
@@ -179,7 +176,7 @@ class Softmax(Kind):
     def build(self, name, refs):
         (x,) = refs
         dims, space, inputs, outputs = _same(x)
-        return Operator(type(self)(_axis(self.axis, len(x.shape), name)), dims, space, inputs, outputs,
+        return Operator(type(self)(normalize_axis(self.axis, len(x.shape), name)), dims, space, inputs, outputs,
                         name), (x.letters,)
 
     def cost(self, op, D, C, model):
@@ -209,7 +206,7 @@ class SoftmaxCrossEntropy(Kind):
     def build(self, name, refs):
         (x,) = refs
         r = len(x.shape)
-        axis = _axis(self.axis, r, name)
+        axis = normalize_axis(self.axis, r, name)
         dims, space, inputs, outputs = _same(x)
         return Operator(replace(self, axis=-1 if axis == r - 1 else axis), dims, space, inputs, outputs,
                         name), (x.letters,)

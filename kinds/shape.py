@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from kinds import register
-from kinds.base import Kind, Operator, Tensor
+from kinds.base import Kind, Operator, Tensor, normalize_axis
 
 
 class _Free(Kind):
@@ -22,12 +22,6 @@ class _Free(Kind):
 
     def saved(self, op):
         return ()
-
-
-def _axis(axis: int, rank: int, name: str) -> int:
-    if not -rank <= axis < rank:
-        raise ValueError(f"{name}: axis {axis} is out of range for rank {rank}")
-    return axis % rank
 
 
 @register
@@ -40,7 +34,7 @@ class Concat(_Free):
 
     def build(self, name, refs):
         first, r = refs[0].shape, len(refs[0].shape)
-        axis = _axis(self.axis, r, name)
+        axis = normalize_axis(self.axis, r, name)
         for x in refs:
             if len(x.shape) != r or any(x.shape[i] != first[i] for i in range(r) if i != axis):
                 raise ValueError(f"{name}: cannot concatenate {x.shape} to {first} along axis {axis}")
@@ -66,7 +60,7 @@ class Split(_Free):
     def build(self, name, refs):
         (x,) = refs
         r = len(x.shape)
-        axis = _axis(self.axis, r, name)
+        axis = normalize_axis(self.axis, r, name)
         sizes = tuple(int(s) for s in self.sizes)
         if sum(sizes) != x.shape[axis] or min(sizes, default=0) < 1:
             raise ValueError(f"{name}: pieces {sizes} do not split axis {axis} of {x.shape}")

@@ -50,7 +50,6 @@ asked (a learned position table keeps its rows, read by position ids).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
@@ -91,18 +90,16 @@ class DecoderConfig:
         return self.family == "gpt2"
 
 
+MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few kB
+
+
 def _read_json(path: str):
+    from readers import read_json
+
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as e:
-        raise ModelFileError(f"{path}: cannot read it: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ModelFileError(f"{path}: not a text file") from None
-    except json.JSONDecodeError as e:
-        raise ModelFileError(f"{path}: not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
-    except (RecursionError, ValueError) as e:
-        raise ModelFileError(f"{path}: not a usable JSON file ({type(e).__name__})") from None
+        return read_json(path, MAX_CONFIG_BYTES, "model config")
+    except ValueError as e:
+        raise ModelFileError(str(e)) from None
 
 
 def read_config(path: str) -> DecoderConfig:

@@ -23,12 +23,9 @@ def frame(rows: list) -> pd.DataFrame:
 
 
 def _seconds(t: float) -> str:
-    if t is None or (isinstance(t, float) and math.isnan(t)):
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if t >= scale or unit == "us":
-            return f"{t / scale:.3g} {unit}"
-    return f"{t:.3g} s"
+    from report import fmt_time
+
+    return "-" if t is None or (isinstance(t, float) and math.isnan(t)) else fmt_time(t)
 
 
 def _formatters(df: pd.DataFrame) -> dict:

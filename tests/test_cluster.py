@@ -5,15 +5,13 @@ reference numbers, and a plan it rejects that the flat model prefers."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from cluster import Cluster
 from cluster.config import read_cluster_file, resolve
-from conftest import GRAPH_NAMES, PROCS, ROOT, built, reference, rel
+from conftest import run_cli, GRAPH_NAMES, PROCS, built, reference, rel
 from cost_model import CostModel, build_costs, edge_costs, evaluate
 from dp_search import search
 from graph import GraphBuilder, operators
@@ -192,12 +190,7 @@ class TestDescriptions:
             resolve({"precision": "bf16"}, device="v100")
 
 
-def cli(*args, cwd=None, ok=True):
-    proc = subprocess.run([sys.executable, str(ROOT / "scheduler.py"), *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
-    if ok:
-        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    return proc
+cli = run_cli
 
 
 def test_cli_names_the_cluster_and_predicts_the_step_time(tmp_path):

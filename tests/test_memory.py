@@ -7,14 +7,12 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from cluster import Cluster
-from conftest import ROOT, built, costed
+from conftest import run_cli, ROOT, built, costed
 from cost_model import CostModel, evaluate, op_memory
 from graph import build_graph
 from dp_search import DoesNotFit, generate_seq, search, search_within, solve, within_memory
@@ -148,12 +146,7 @@ def test_real_graphs_never_exceed_the_capacity(graph, p):
             assert b.status == "unconstrained optimum fits" and b.cost == free.cost
 
 
-def cli(*args, cwd=None, ok=True):
-    proc = subprocess.run([sys.executable, str(ROOT / "scheduler.py"), *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
-    if ok:
-        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    return proc
+cli = run_cli
 
 
 def test_report_and_files_carry_the_memory(tmp_path):

@@ -1,0 +1,43 @@
+"""Reading the small files the tool takes as input (strategy files, cluster
+files, model configs): whole, up to a bound on their size, with one-line
+``ValueError`` messages naming the file for anything unreadable."""
+
+from __future__ import annotations
+
+import json
+
+__all__ = ["read_text", "read_json"]
+
+
+def read_text(path: str, limit: int, what: str) -> str:
+    """The UTF-8 text of ``path``, refused beyond ``limit`` bytes (``what``
+    names the kind of file in the message)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path} is a directory") from None
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror}") from None
+    if len(raw) > limit:
+        raise ValueError(f"{path} is larger than {limit / 2**20:g} MB: not a {what}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text file") from None
+
+
+def read_json(path: str, limit: int, what: str):
+    """The JSON document in ``path`` (see :func:`read_text`)."""
+    text = read_text(path, limit, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deeply to be a {what}") from None
+    except ValueError as e:  # e.g. an integer of thousands of digits
+        why = "a number has too many digits" if "digits" in str(e) else type(e).__name__
+        raise ValueError(f"{path} is not a usable JSON file ({why})") from None
