@@ -169,6 +169,12 @@ class CostedGraph:
     def n(self) -> int:
         return len(self.configs)
 
+    @property
+    def nbytes(self) -> int:
+        """Memory of the arrays, each shared array counted once."""
+        arrays = [*self.configs, *self.compute, *self.comm, *self.node_costs, *self.edge_costs.values()]
+        return sum({id(a): a.nbytes for a in arrays}.values())
+
     def position(self, v: int, cfg) -> int | None:
         """Where configuration ``cfg`` of node ``v`` is in ``configs[v]``, or
         ``None`` when the search space does not hold it."""

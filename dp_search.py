@@ -27,11 +27,16 @@ import math
 import os
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from errors import SettingError
+from result import SearchStats
+from search.contract import CHUNK, FUSED_ROWS, contract, fused_available, prepare, row_at
+from search.prune import prune as prune_configurations
+from search.prune import working_bytes
 
 __all__ = [
     "ALGOS",
@@ -47,8 +52,10 @@ __all__ = [
 ]
 
 ALGOS = {0: "GENERATESEQ", 1: "breadth-first"}
-_CHUNK = 1 << 19  # entries per working block (4 MB): measured fastest here
-_PARALLEL = 1 << 22  # contractions at least this large use every core
+KERNELS = ("auto", "numpy", "fused")
+FUSED_WORK = 10**9  # searches evaluating this many table entries load the fused kernel
+_FUSED_STEP = 1 << 22  # and use it for the separable steps at least this large
+MAX_AXES = 32  # numpy broadcasts at most 32 axes: a table has at most 31
 _BYTES = 8  # float64 tables
 
 
@@ -116,26 +123,27 @@ def breadth_first(n: int, edges) -> tuple[list[int], list[tuple[int, ...]]]:
 class Plan:
     """What the dynamic program will compute, before any table exists.
 
-    ``scope[v]``: the axes of ``v``'s table (its dependent set), sorted by
-    position in ``order``; ``bucket[v]``: the factors ``v`` absorbs, each
-    ``("node", v)``, ``("edge", (a, b))`` or ``("table", u)``.
+    ``order``: the vertices processed, in order; ``scope[v]``: the axes of
+    ``v``'s table (its dependent set), sorted by position in ``order``;
+    ``bucket[v]``: the factors ``v`` absorbs, each ``("node", v)``,
+    ``("edge", (a, b))`` or ``("table", u)``; ``sizes``: K per vertex.
     """
 
     order: tuple[int, ...]
     scope: dict
     bucket: dict
-    sizes: tuple[int, ...]  # K per vertex
+    sizes: tuple[int, ...]
 
     def table_entries(self, v: int) -> int:
         return math.prod(self.sizes[w] for w in self.scope[v])
 
     @property
     def largest_table(self) -> int:
-        return max(self.table_entries(v) for v in self.order)
+        return max((self.table_entries(v) for v in self.order), default=1)
 
     @property
     def largest_dependent_set(self) -> int:
-        return max(len(s) for s in self.scope.values())
+        return max((len(s) for s in self.scope.values()), default=0)
 
     @property
     def work(self) -> int:
@@ -148,22 +156,23 @@ class Plan:
         return _BYTES * sum(self.table_entries(v) for v in self.order)
 
     def peak_bytes(self, threads: int = 1) -> int:
-        """Estimated peak memory of :func:`solve` beyond the cost arrays: all
-        tables, plus per thread a block of rows and a partial table, plus the
-        copies made when small factors are merged."""
-        work = max(
-            min(self.sizes[v] * self.table_entries(v), max(_CHUNK, self.table_entries(v)))
-            for v in self.order
-        )
-        return self.table_bytes + (2 * threads + 2) * _BYTES * work
+        """Estimated peak memory of the dynamic program beyond its input
+        arrays: all tables, plus the largest step's working memory (per
+        thread a block of rows and a partial table, or for the fused kernel
+        a block of rows, the table before its axes are put in order and the
+        matrix of the separable axis)."""
+        step = 0
+        for v in self.order:
+            t = self.table_entries(v)
+            work = self.sizes[v] * t
+            numpy_way = (2 * threads + 2) * min(work, max(CHUNK, t))
+            fused_way = 2 * t + threads * FUSED_ROWS + self.sizes[v] * max(self.sizes, default=1)
+            step = max(step, numpy_way, fused_way if work >= _FUSED_STEP else 0)
+        return self.table_bytes + _BYTES * step
 
 
-def plan(order, sizes, edges) -> Plan:
-    """Assign every factor to the bucket of its earliest vertex in ``order``
-    and derive each table's scope (bucket elimination)."""
-    n = len(sizes)
-    if sorted(order) != list(range(n)):
-        raise ValueError("the order must be a permutation of the vertices")
+def _plan(order, sizes, edges) -> Plan:
+    """Bucket elimination over ``order`` (any vertices; ``edges`` among them)."""
     pos = {v: i for i, v in enumerate(order)}
     bucket = {v: [("node", v)] for v in order}
     fscope = {}
@@ -182,6 +191,14 @@ def plan(order, sizes, edges) -> Plan:
             bucket[scope[v][0]].append(("table", v))
             fscope[("table", v)] = set(scope[v])
     return Plan(tuple(order), scope, {v: tuple(b) for v, b in bucket.items()}, tuple(sizes))
+
+
+def plan(order, sizes, edges) -> Plan:
+    """Assign every factor to the bucket of its earliest vertex in ``order``
+    and derive each table's scope (bucket elimination)."""
+    if sorted(order) != list(range(len(sizes))):
+        raise ValueError("the order must be a permutation of the vertices")
+    return _plan(order, sizes, edges)
 
 
 def _cores() -> int:
@@ -210,31 +227,45 @@ def _gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.3g} GB"
 
 
-def check_fits(pl: Plan, limit: int, names=None, threads: int = 1) -> None:
-    """Raise :class:`SearchTooLarge` when ``pl`` needs more than ``limit`` bytes."""
-    need = pl.peak_bytes(threads)
-    if need <= limit:
-        return
-    v = max(pl.order, key=pl.table_entries)
-    name = f" ({names[v]})" if names else ""
-    dep = ", ".join(map(str, sorted(pl.scope[v])))
-    entries = pl.table_entries(v)
-    raise SearchTooLarge(
-        f"the search needs {_gb(need)} but the limit is {_gb(limit)}: operator {v}{name} has "
-        f"{len(pl.scope[v])} dependent operators {{{dep}}} and a table of {entries:.3g} entries "
-        f"({_gb(entries * _BYTES)})"
-    )
+def check_fits(pl: Plan, limit: int, names=None, threads: int = 1, held: int = 0) -> None:
+    """Raise :class:`SearchTooLarge` when ``pl``'s tables have more axes
+    than numpy handles, or when they and the ``held`` bytes already in use
+    need more than ``limit`` bytes."""
+    def named(v):
+        return f"operator {v}" + (f" ({names[v]})" if names else "")
+
+    need = held + pl.peak_bytes(threads)
+    if need > limit:
+        v = max(pl.order, key=pl.table_entries)
+        dep = ", ".join(map(str, sorted(pl.scope[v])))
+        entries = pl.table_entries(v)
+        raise SearchTooLarge(
+            f"the search needs {_gb(need)} but the limit is {_gb(limit)}: {named(v)} has "
+            f"{len(pl.scope[v])} dependent operators {{{dep}}} and a table of {entries:.3g} entries "
+            f"({_gb(entries * _BYTES)})"
+        )
+    wide = [v for v in pl.order if 1 + len(pl.scope[v]) > MAX_AXES]
+    if wide:
+        v = max(wide, key=lambda w: len(pl.scope[w]))
+        raise SearchTooLarge(
+            f"{named(v)} has {len(pl.scope[v])} dependent operators; the search handles at most "
+            f"{MAX_AXES - 1} (its table would have {pl.table_entries(v):.3g} entries)"
+        )
 
 
 @dataclass
 class SearchResult:
-    """The optimum: ``index[v]`` is the position of node ``v``'s configuration."""
+    """The optimum: ``index[v]`` is the position of node ``v``'s configuration
+    in its (unpruned) cost arrays; ``kept[v]`` the configurations the
+    pruning left; ``plan`` the dynamic program that ran (over the operators
+    with more than one configuration left, with their pruned sizes)."""
 
     cost: float
     index: list[int]
     plan: Plan
     seconds: float
-    stats: dict = field(default_factory=dict)
+    stats: SearchStats
+    kept: list = field(default_factory=list, repr=False)
     strategy: list = field(default_factory=list)  # configurations, filled by search()
 
 
@@ -250,131 +281,135 @@ def _factor(kind_arg, pos, node_costs, edge_costs, tables, scope):
     return tables[arg], scope[arg]
 
 
-def _premerge(fs, full_size):
-    """Add together, once and outside the block loop, factors whose axes are
-    a subset of a smaller-than-full factor's (a vertex's own costs, two edges
-    to the same neighbour); return the rest smallest first, the order in
-    which the block loop and the back-substitution add them."""
-    fs = sorted(fs, key=lambda a: a.size)
-    merged = []
-    while fs:
-        a = fs.pop(0)
-        for j, h in enumerate(fs):
-            if h.size < full_size and np.broadcast_shapes(a.shape, h.shape) == h.shape:
-                fs[j] = h + a
-                break
+def _reduce(node_costs, edge_costs, kept):
+    """The problem over the kept configurations, with every operator left
+    with one configuration folded into its neighbours' cost vectors.
+    Returns (constant cost, {v: costs}, {(u, v): matrix}) over the others."""
+    fixed = {v: int(k[0]) for v, k in enumerate(kept) if len(k) == 1}
+    constant = 0.0
+    nodes = {}
+    for v, k in enumerate(kept):
+        if v in fixed:
+            constant += float(node_costs[v][fixed[v]])
         else:
-            merged.append(a)
-    return sorted(merged, key=lambda a: a.size)
-
-
-def _contract(fs, shape, threads=1):
-    """``min`` over axis 0 of the broadcast sum of ``fs`` (each a factor
-    reshaped to broadcast against ``shape``), in blocks of rows so that the
-    working memory stays about one output table or ``_CHUNK`` entries per
-    thread.  Large contractions split their rows among ``threads`` (numpy
-    releases the GIL inside its loops)."""
-    if threads > 1 and math.prod(shape) >= _PARALLEL and shape[0] >= threads:
-        from concurrent.futures import ThreadPoolExecutor
-
-        cuts = [shape[0] * t // threads for t in range(threads + 1)]
-        with ThreadPoolExecutor(threads) as pool:
-            parts = list(pool.map(lambda t: _contract_rows(fs, shape, cuts[t], cuts[t + 1]), range(threads)))
-        best = parts[0]
-        for part in parts[1:]:
-            np.minimum(best, part, out=best)
-        return best
-    return _contract_rows(fs, shape, 0, shape[0])
-
-
-def _contract_rows(fs, shape, start, stop):
-    """:func:`_contract` over rows ``start:stop`` of axis 0."""
-    out_shape = shape[1:]
-    rows = max(1, _CHUNK // max(math.prod(out_shape), 1))
-    buf = np.empty((min(rows, stop - start),) + out_shape)
-    best = np.full(out_shape, np.inf)
-    for i in range(start, stop, rows):
-        j = min(i + rows, stop)
-        block = buf[: j - i]
-        acc, into_block = fs[0][i:j], False
-        for a in fs[1:]:
-            x = a[i:j]
-            if into_block:
-                np.add(acc, x, out=acc)
-            elif np.broadcast_shapes(acc.shape, x.shape) == block.shape:
-                acc, into_block = np.add(acc, x, out=block), True
-            else:
-                acc = acc + x
-        if len(block) == 1:
-            np.minimum(best, acc[0], out=best)
+            nodes[v] = np.array(node_costs[v], dtype=np.float64)[k]
+    edges, shared = {}, {}
+    for (u, v), m in edge_costs.items():
+        if u in fixed and v in fixed:
+            constant += float(m[fixed[u], fixed[v]])
+        elif u in fixed:
+            nodes[v] = nodes[v] + m[fixed[u], kept[v]]
+        elif v in fixed:
+            nodes[u] = nodes[u] + m[kept[u], fixed[v]]
         else:
-            np.minimum(best, np.minimum.reduce(np.broadcast_to(acc, block.shape), axis=0), out=best)
-    return best
+            key = (id(m), kept[u].tobytes(), kept[v].tobytes())
+            if key not in shared:  # identical layers keep sharing one matrix
+                shared[key] = np.ascontiguousarray(m[np.ix_(kept[u], kept[v])], dtype=np.float64)
+            edges[(u, v)] = shared[key]
+    return constant, nodes, edges
 
 
-def solve(node_costs, edge_costs, order, *, memory_limit: int | None = None, names=None,
-          progress=None, threads: int | None = None) -> SearchResult:
-    """Run the dynamic program over ``order``.
+def reduced_bytes(sizes, vertices, edges) -> int:
+    """Memory of the pruned copies of the cost arrays of ``vertices`` and
+    ``edges`` (an upper bound: identical edges share one copy)."""
+    return _BYTES * (sum(sizes[v] for v in vertices) + sum(sizes[u] * sizes[v] for u, v in edges))
+
+
+def solve(node_costs, edge_costs, order, *, prune: bool = True, memory_limit: int | None = None, names=None,
+          progress=None, threads: int | None = None, kernel: str = "auto", held_bytes: int = 0) -> SearchResult:
+    """Run the dynamic program over ``order``, after dominance pruning.
 
     ``node_costs[v]``: (K_v,) array; ``edge_costs[(u, v)]``: (K_u, K_v).
-    Raises :class:`SearchTooLarge` before allocating anything when the plan's
-    tables exceed ``memory_limit`` bytes (default: :func:`default_memory_limit`).
+    ``prune`` first drops the configurations :func:`search.prune.prune`
+    proves unnecessary (the optimum is unchanged); operators left with one
+    configuration are folded into their neighbours.  Raises
+    :class:`SearchTooLarge` before allocating the tables when they, the
+    pruned arrays and ``held_bytes`` (memory the caller already holds, e.g.
+    the cost arrays) exceed ``memory_limit`` bytes (default:
+    :func:`default_memory_limit`), or when a table would have more axes
+    than numpy allows.  ``kernel``: ``"auto"`` (the fused kernel for large
+    searches when numba is installed), ``"numpy"`` or ``"fused"``.
     ``progress(done, total)`` is called after each vertex.
     """
     t0 = time.perf_counter()
     threads = _cores() if threads is None else threads
-    sizes = [len(c) for c in node_costs]
+    if kernel not in KERNELS:
+        raise SettingError("kernel", f"must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    sizes0 = [len(c) for c in node_costs]
+    for v, k in enumerate(sizes0):
+        if k == 0:
+            raise ValueError(f"node {v} has no configurations")
     for (u, v), m in edge_costs.items():
-        if m.shape != (sizes[u], sizes[v]):
-            raise ValueError(f"edge ({u}, {v}) has shape {m.shape}, expected ({sizes[u]}, {sizes[v]})")
-    pl = plan(order, sizes, list(edge_costs))
-    check_fits(pl, default_memory_limit() if memory_limit is None else memory_limit, names, threads)
-    pos = {v: i for i, v in enumerate(pl.order)}
+        if m.shape != (sizes0[u], sizes0[v]):
+            raise ValueError(f"edge ({u}, {v}) has shape {m.shape}, expected ({sizes0[u]}, {sizes0[v]})")
+    edges0 = list(edge_costs)
+    unpruned = plan(order, sizes0, edges0)
+    limit = default_memory_limit() if memory_limit is None else memory_limit
+    if prune:
+        need = held_bytes + working_bytes(sizes0, edges0)
+        if need > limit:
+            raise SearchTooLarge(f"pruning the configurations needs {_gb(need)} but the limit is {_gb(limit)}")
+        kept = prune_configurations(node_costs, edge_costs)
+    else:
+        kept = [np.arange(k) for k in sizes0]
+    prune_seconds = time.perf_counter() - t0
+    sizes = [len(k) for k in kept]
+    free = [v for v in unpruned.order if sizes[v] > 1]
+    free_edges = [(u, v) for u, v in edges0 if sizes[u] > 1 and sizes[v] > 1]
+    pl = _plan(free, sizes, free_edges)
+    check_fits(pl, limit, names, threads, held_bytes + reduced_bytes(sizes, free, free_edges))
+    constant, nodes, edges = _reduce(node_costs, edge_costs, kept)
+    fused = kernel == "fused" or (kernel == "auto" and pl.work >= FUSED_WORK and fused_available())
 
-    tables, factors, total = {}, {}, 0.0
-    for step, v in enumerate(pl.order):
-        out = pl.scope[v]
-        full = (v,) + out
-        shape = tuple(sizes[w] for w in full)
-        fs = []
-        for f in pl.bucket[v]:
-            a, s = _factor(f, pos, node_costs, edge_costs, tables, pl.scope)
-            fs.append(a.reshape([sizes[w] if w in s else 1 for w in full]))
-        fs = _premerge(fs, math.prod(shape))
-        factors[v] = fs
-        tables[v] = _contract(fs, shape, threads)
-        if not out:
-            total += float(tables[v])
-        if progress is not None:
-            progress(step + 1, len(pl.order))
+    pos = {v: i for i, v in enumerate(pl.order)}
+    tables, steps, total, used_fused = {}, {}, constant, False
+    pool = ThreadPoolExecutor(threads) if threads > 1 else None
+    try:
+        for n_done, v in enumerate(pl.order):
+            full = (v,) + pl.scope[v]
+            shape = tuple(sizes[w] for w in full)
+            fs = []
+            for f in pl.bucket[v]:
+                a, s = _factor(f, pos, nodes, edges, tables, pl.scope)
+                fs.append(a.reshape([sizes[w] if w in s else 1 for w in full]))
+            step = steps[v] = prepare(fs, shape)
+            use = fused and step.inner is not None and (kernel == "fused" or step.work >= _FUSED_STEP)
+            used_fused |= use
+            tables[v] = contract(step, threads=threads, pool=pool, fused=use)
+            if not pl.scope[v]:
+                total += float(tables[v])
+            if progress is not None:
+                progress(n_done + 1, len(pl.order))
+    finally:
+        if pool is not None:
+            pool.shutdown()
 
     # Back-substitution: latest first, each vertex's dependent set is decided.
-    index = [0] * len(sizes)
+    local = [0] * len(sizes)
     for v in reversed(pl.order):
-        full = (v,) + pl.scope[v]
-        acc = None
-        for a in factors[v]:  # the forward pass's order, so the sums agree bit for bit
-            at = (slice(None),) + tuple(index[w] if k > 1 else 0 for w, k in zip(full[1:], a.shape[1:]))
-            acc = a[at] if acc is None else acc + a[at]
-        index[v] = int(np.argmin(np.broadcast_to(acc, (sizes[v],))))
+        row = row_at(steps[v], [local[w] for w in pl.scope[v]])
+        local[v] = int(np.argmin(row))
+    index = [int(k[local[v]]) for v, k in enumerate(kept)]
     seconds = time.perf_counter() - t0
-    stats = {
-        "K": max(sizes),
-        "M": pl.largest_dependent_set,
-        "largest_table": pl.largest_table,
-        "work": pl.work,
-        "table_bytes": pl.table_bytes,
-    }
-    return SearchResult(total, index, pl, seconds, stats)
+    stats = SearchStats(
+        algo=None, order="given", seconds=seconds, largest_K=max(sizes0, default=0),
+        largest_dependent_set=pl.largest_dependent_set, largest_table=pl.largest_table, work=pl.work,
+        largest_K_pruned=max(sizes, default=0), configurations=sum(sizes0), configurations_kept=sum(sizes),
+        work_unpruned=unpruned.work, prune_seconds=prune_seconds if prune else 0.0,
+        kernel="fused" if used_fused else "numpy", pruned=prune,
+    )
+    return SearchResult(total, index, pl, seconds, stats, kept)
 
 
-def search(costed, algo: int = 0, *, memory_limit: int | None = None, progress=None,
-           threads: int | None = None) -> SearchResult:
+def search(costed, algo: int = 0, *, prune: bool = True, memory_limit: int | None = None, progress=None,
+           threads: int | None = None, kernel: str = "auto") -> SearchResult:
     """Optimal strategy of a :class:`cost_model.CostedGraph`.
 
-    ``algo`` 0 uses GENERATESEQ, 1 the breadth-first order.  The returned
-    ``cost`` is the DP's optimum, ``strategy`` one configuration per node;
-    ``costed.cost_at(result.index)`` re-evaluates it.
+    ``algo`` 0 uses GENERATESEQ, 1 the breadth-first order; ``prune``
+    applies dominance pruning first (the optimum is the same).  The
+    returned ``cost`` is the DP's optimum, ``strategy`` one configuration
+    per node; ``costed.cost_at(result.index)`` re-evaluates it.  The memory
+    limit covers the cost arrays ``costed`` holds too.
     """
     if algo not in ALGOS:
         raise SettingError("algo", f"must be one of {sorted(ALGOS)}, got {algo!r}")
@@ -382,7 +417,8 @@ def search(costed, algo: int = 0, *, memory_limit: int | None = None, progress=N
     order, _ = (generate_seq if algo == 0 else breadth_first)(costed.n, edges)
     g = costed.graph
     names = [g.nodes[v]["op"].name for v in range(costed.n)]
-    result = solve(costed.node_costs, costed.edge_costs, order, memory_limit=memory_limit,
-                   names=names, progress=progress, threads=threads)
+    result = solve(costed.node_costs, costed.edge_costs, order, prune=prune, memory_limit=memory_limit,
+                   names=names, progress=progress, threads=threads, kernel=kernel, held_bytes=costed.nbytes)
+    result.stats = replace(result.stats, algo=algo, order=ALGOS[algo])
     result.strategy = [tuple(int(c) for c in costed.configs[v][i]) for v, i in enumerate(result.index)]
     return result

@@ -373,8 +373,8 @@ def run(s: Settings, out=None):
 
 
 def _search(s: Settings, g, model, costed, limit, out):
-    from dp_search import ALGOS, search
-    from result import SearchStats, make_result
+    from dp_search import search
+    from result import make_result
 
     def once(progress=None):
         return search(costed, s.algo, memory_limit=limit, progress=progress)
@@ -404,10 +404,7 @@ def _search(s: Settings, g, model, costed, limit, out):
         for _ in range(2):
             once()
         timings = tuple(once().seconds for _ in range(5))
-    st = r.stats
-    stats = SearchStats(s.algo, ALGOS[s.algo], r.seconds, st["K"], st["M"], st["largest_table"], st["work"],
-                        timings)
-    return make_result(g, costed.figures(r.index), model, s.procs, "search", search=stats)
+    return make_result(g, costed.figures(r.index), model, s.procs, "search", search=replace(r.stats, timings=timings))
 
 
 def _message(e: Exception) -> str:

@@ -152,7 +152,7 @@ BAD = [
     (["-g", "alexnet", "-m", "512"], "-m is not a parameter of alexnet (it takes batch)"),
     (["--algo", "2"], "invalid choice: 2"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
-    (["-g", "inception3", "-p", "8", "--algo", "1"], "operator 135 (mixed_6d/concat) has 11 dependent operators"),
+    (["-g", "inception3", "-p", "8", "--algo", "1"], "operator 203 (mixed_7c/branch3x3dbl_1) has 9 dependent operators"),
     (["--output", "plan.txt"], "--output: 'plan.txt' must end in .json or .csv"),
     (["--output", "nowhere/plan.json"], "--output: directory nowhere does not exist"),
     (["--output", "/proc/plan.json"], "--output: cannot write in /proc"),

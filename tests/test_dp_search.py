@@ -129,11 +129,19 @@ def test_memory_limit_applies_to_generateseq():
 def test_plan_statistics():
     cg = costed("inception3", 8)
     r = search(cg, 0)
-    pl = r.plan
-    assert r.stats["M"] == pl.largest_dependent_set == 2
-    assert r.stats["K"] == max(len(c) for c in cg.configs) == 30
-    assert r.stats["work"] == sum(pl.sizes[v] * math.prod(pl.sizes[w] for w in pl.scope[v]) for v in pl.order)
+    pl, st = r.plan, r.stats
+    assert st.algo == 0 and st.order == "GENERATESEQ"
+    assert st.largest_dependent_set == pl.largest_dependent_set == 2
+    assert st.largest_K == max(len(c) for c in cg.configs) == 30
+    assert st.configurations == sum(len(c) for c in cg.configs)
+    assert st.largest_K_pruned == max(map(len, r.kept)) == max(pl.sizes) < 30
+    assert st.configurations_kept == sum(map(len, r.kept)) == sum(pl.sizes)
+    assert st.work == sum(pl.sizes[v] * math.prod(pl.sizes[w] for w in pl.scope[v]) for v in pl.order)
+    assert st.work_unpruned == plan(generate_seq(cg.n, list(cg.edge_costs))[0], [len(c) for c in cg.configs],
+                                    list(cg.edge_costs)).work > st.work
     assert pl.peak_bytes() >= pl.table_bytes == 8 * sum(pl.table_entries(v) for v in pl.order)
+    # the dynamic program runs over the operators left with more than one configuration
+    assert sorted(pl.order) == [v for v in range(cg.n) if len(r.kept[v]) > 1]
 
 
 def test_bad_algo_and_shapes():
