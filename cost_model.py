@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster import Cluster
-from config_space import configurations, in_space
+from config_space import configurations, count_configurations, in_space
 from errors import SettingError, shown
 from graph import Operator, operators
 from kinds import Extents, need, tensor_splits
@@ -32,6 +32,8 @@ __all__ = [
     "CostModel",
     "CostedGraph",
     "CostTablesTooLarge",
+    "CostEstimate",
+    "estimate_costs",
     "StrategyCost",
     "op_cost_parts",
     "op_costs",
@@ -204,16 +206,64 @@ class CostedGraph:
 
 
 class CostTablesTooLarge(MemoryError):
-    """The edge cost matrices would not fit the memory limit."""
+    """The cost arrays would not fit the memory limit."""
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """Memory of a graph's cost arrays for ``p`` devices, worked out from
+    the configuration counts before anything is enumerated.
+
+    ``held``: the arrays once built (configurations, operator costs, edge
+    matrices; identical layers share theirs); ``peak``: ``held`` plus the
+    most that building one of them needs on top (an edge matrix takes a few
+    temporaries of its own size); ``largest_K``, ``largest_edge``: the
+    largest configuration count and edge matrix (entries).
+    """
+
+    held: int
+    peak: int
+    largest_K: int
+    largest_edge: int
+
+
+_EDGE_TEMPORARIES = 4  # (K_src, K_tgt) temporaries while an edge matrix is computed
+_OP_TEMPORARIES = 64  # (K,) temporaries while an operator's configurations are enumerated and costed
+
+
+def estimate_costs(g, p: int) -> CostEstimate:
+    """The memory :func:`build_costs` will use for ``g`` and ``p``."""
+    p = check_procs(p)
+    cutoff = g.graph["cutoff"]
+    ops = operators(g)
+    counts = {}
+    for op in ops:
+        if op not in counts:
+            counts[op] = count_configurations(op, p, cutoff)
+    held = sum(8 * k * (len(op.space) + 3) for op, k in counts.items())  # configs, compute, comm, cost
+    pairs = {(ops[u], d["out"], ops[v], d["inp"]): counts[ops[u]] * counts[ops[v]] for u, v, d in g.edges(data=True)}
+    held += 8 * sum(pairs.values())
+    largest_K = max(counts.values(), default=0)
+    largest_edge = max(pairs.values(), default=0)
+    op_work = max((k * (len(op.space) + _OP_TEMPORARIES) for op, k in counts.items()), default=0)
+    return CostEstimate(held, held + 8 * max(_EDGE_TEMPORARIES * largest_edge, op_work), largest_K, largest_edge)
 
 
 def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | None = None) -> CostedGraph:
     """Enumerate and cost every configuration and edge of ``g`` for ``p`` devices.
 
     With ``memory_limit`` (bytes), raise :class:`CostTablesTooLarge` before
-    computing any edge matrix when they would not fit.
+    enumerating anything when :func:`estimate_costs` exceeds it.
     """
     p = check_procs(p)
+    if memory_limit is not None:
+        est = estimate_costs(g, p)
+        if est.peak > memory_limit:
+            raise CostTablesTooLarge(
+                f"the cost arrays for p = {p} need {est.peak / 1e9:.3g} GB but the limit is "
+                f"{memory_limit / 1e9:.3g} GB (up to {est.largest_K} configurations per operator, "
+                f"edge matrices of up to {est.largest_edge:.3g} entries); use a smaller p or raise the memory limit"
+            )
     cutoff = g.graph["cutoff"]
     ops = operators(g)
     configs, comp, comm, costs, seen = [], [], [], [], {}
@@ -229,15 +279,6 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
             lst.append(x)
     graph_edges = sorted(g.edges(data=True))
     keys = {(u, v): (ops[u], d["out"], ops[v], d["inp"]) for u, v, d in graph_edges}
-    if memory_limit is not None:
-        pairs = {k: len(configs[u]) * len(configs[v]) for (u, v), k in keys.items()}
-        need_bytes = 8 * (sum(pairs.values()) + 4 * max(pairs.values(), default=0))
-        if need_bytes > memory_limit:
-            raise CostTablesTooLarge(
-                f"the edge cost matrices for p = {p} need {need_bytes / 1e9:.3g} GB but the limit is "
-                f"{memory_limit / 1e9:.3g} GB (up to {max(len(c) for c in configs)} configurations "
-                "per operator); use a smaller p or raise the memory limit"
-            )
     edges, seen_e = {}, {}
     for u, v, d in graph_edges:
         key = keys[(u, v)]

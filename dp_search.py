@@ -34,7 +34,7 @@ import numpy as np
 
 from errors import SettingError
 from result import SearchStats
-from search.contract import CHUNK, FUSED_ROWS, contract, fused_available, prepare, row_at
+from search.contract import CHUNK, FUSED_ROWS, PARALLEL, contract, fused_available, prepare, row_at, separable_axis
 from search.prune import prune as prune_configurations
 from search.prune import working_bytes
 
@@ -155,19 +155,38 @@ class Plan:
         """Memory of all tables, kept for the back-substitution."""
         return _BYTES * sum(self.table_entries(v) for v in self.order)
 
-    def peak_bytes(self, threads: int = 1) -> int:
+    def factor_scopes(self, v: int) -> list[set]:
+        """The operators each factor in ``v``'s bucket spans."""
+        return [{v} if kind == "node" else set(arg) if kind == "edge" else set(self.scope[arg])
+                for kind, arg in self.bucket[v]]
+
+    def separable(self, v: int) -> int | None:
+        """The axis of ``v``'s table (1..m) whose factors span only ``v``
+        and it, as :func:`search.contract.prepare` will pick it, or ``None``."""
+        scope = self.scope[v]
+        has = [tuple(w in f for w in scope) for f in self.factor_scopes(v)]
+        return separable_axis(has, [self.sizes[w] for w in scope])
+
+    def peak_bytes(self, threads: int = 1, fused: bool = False) -> int:
         """Estimated peak memory of the dynamic program beyond its input
-        arrays: all tables, plus the largest step's working memory (per
-        thread a block of rows and a partial table, or for the fused kernel
-        a block of rows, the table before its axes are put in order and the
-        matrix of the separable axis)."""
+        arrays: all tables (kept for the back-substitution) plus the largest
+        step's working memory: the merged factors, and per thread a block
+        of rows and a partial table (numpy), or the blocks of rows, the
+        table before its axes are put in order and the matrix of the
+        separable axis (``fused``: the compiled kernel runs the large
+        separable steps)."""
         step = 0
         for v in self.order:
             t = self.table_entries(v)
             work = self.sizes[v] * t
-            numpy_way = (2 * threads + 2) * min(work, max(CHUNK, t))
-            fused_way = 2 * t + threads * FUSED_ROWS + self.sizes[v] * max(self.sizes, default=1)
-            step = max(step, numpy_way, fused_way if work >= _FUSED_STEP else 0)
+            merged = sum(n for n in (math.prod(self.sizes[w] for w in f) for f in self.factor_scopes(v)) if n < work)
+            k = self.separable(v) if fused and work >= _FUSED_STEP else None
+            if k is not None:
+                way = t + 3 * self.sizes[v] * self.sizes[self.scope[v][k - 1]] + threads * FUSED_ROWS
+            else:
+                busy = threads if work >= PARALLEL else 1
+                way = busy * (min(work, max(CHUNK, t)) + 2 * t)
+            step = max(step, merged + way)
         return self.table_bytes + _BYTES * step
 
 
@@ -227,14 +246,14 @@ def _gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.3g} GB"
 
 
-def check_fits(pl: Plan, limit: int, names=None, threads: int = 1, held: int = 0) -> None:
+def check_fits(pl: Plan, limit: int, names=None, threads: int = 1, held: int = 0, fused: bool = False) -> None:
     """Raise :class:`SearchTooLarge` when ``pl``'s tables have more axes
     than numpy handles, or when they and the ``held`` bytes already in use
     need more than ``limit`` bytes."""
     def named(v):
         return f"operator {v}" + (f" ({names[v]})" if names else "")
 
-    need = held + pl.peak_bytes(threads)
+    need = held + pl.peak_bytes(threads, fused)
     if need > limit:
         v = max(pl.order, key=pl.table_entries)
         dep = ", ".join(map(str, sorted(pl.scope[v])))
@@ -281,7 +300,20 @@ def _factor(kind_arg, pos, node_costs, edge_costs, tables, scope):
     return tables[arg], scope[arg]
 
 
-def _reduce(node_costs, edge_costs, kept):
+def _copies(edge_costs, kept) -> dict:
+    """The pruned edge matrices to make: key -> (edge, entries).  Edges
+    between two operators left with one configuration need none, nor do
+    edges whose two ends kept everything (used as they are), and identical
+    layers with identical kept configurations share one copy."""
+    out = {}
+    for (u, v), m in edge_costs.items():
+        ku, kv = kept[u], kept[v]
+        if len(ku) > 1 and len(kv) > 1 and (len(ku), len(kv)) != m.shape:
+            out.setdefault((id(m), ku.tobytes(), kv.tobytes()), ((u, v), len(ku) * len(kv)))
+    return out
+
+
+def _reduce(node_costs, edge_costs, kept, copies):
     """The problem over the kept configurations, with every operator left
     with one configuration folded into its neighbours' cost vectors.
     Returns (constant cost, {v: costs}, {(u, v): matrix}) over the others."""
@@ -292,8 +324,8 @@ def _reduce(node_costs, edge_costs, kept):
         if v in fixed:
             constant += float(node_costs[v][fixed[v]])
         else:
-            nodes[v] = np.array(node_costs[v], dtype=np.float64)[k]
-    edges, shared = {}, {}
+            nodes[v] = np.asarray(node_costs[v], dtype=np.float64)[k]
+    edges, made = {}, {}
     for (u, v), m in edge_costs.items():
         if u in fixed and v in fixed:
             constant += float(m[fixed[u], fixed[v]])
@@ -303,16 +335,13 @@ def _reduce(node_costs, edge_costs, kept):
             nodes[u] = nodes[u] + m[kept[u], fixed[v]]
         else:
             key = (id(m), kept[u].tobytes(), kept[v].tobytes())
-            if key not in shared:  # identical layers keep sharing one matrix
-                shared[key] = np.ascontiguousarray(m[np.ix_(kept[u], kept[v])], dtype=np.float64)
-            edges[(u, v)] = shared[key]
+            if key not in copies:
+                edges[(u, v)] = np.asarray(m, dtype=np.float64)
+            else:
+                if key not in made:
+                    made[key] = np.ascontiguousarray(m[np.ix_(kept[u], kept[v])], dtype=np.float64)
+                edges[(u, v)] = made[key]
     return constant, nodes, edges
-
-
-def reduced_bytes(sizes, vertices, edges) -> int:
-    """Memory of the pruned copies of the cost arrays of ``vertices`` and
-    ``edges`` (an upper bound: identical edges share one copy)."""
-    return _BYTES * (sum(sizes[v] for v in vertices) + sum(sizes[u] * sizes[v] for u, v in edges))
 
 
 def solve(node_costs, edge_costs, order, *, prune: bool = True, memory_limit: int | None = None, names=None,
@@ -357,9 +386,11 @@ def solve(node_costs, edge_costs, order, *, prune: bool = True, memory_limit: in
     free = [v for v in unpruned.order if sizes[v] > 1]
     free_edges = [(u, v) for u, v in edges0 if sizes[u] > 1 and sizes[v] > 1]
     pl = _plan(free, sizes, free_edges)
-    check_fits(pl, limit, names, threads, held_bytes + reduced_bytes(sizes, free, free_edges))
-    constant, nodes, edges = _reduce(node_costs, edge_costs, kept)
     fused = kernel == "fused" or (kernel == "auto" and pl.work >= FUSED_WORK and fused_available())
+    copies = _copies(edge_costs, kept)
+    pruned_bytes = _BYTES * (sum(sizes[v] for v in free) + sum(n for _, n in copies.values()))
+    check_fits(pl, limit, names, threads, held_bytes + pruned_bytes, fused)
+    constant, nodes, edges = _reduce(node_costs, edge_costs, kept, copies)
 
     pos = {v: i for i, v in enumerate(pl.order)}
     tables, steps, total, used_fused = {}, {}, constant, False
@@ -376,6 +407,7 @@ def solve(node_costs, edge_costs, order, *, prune: bool = True, memory_limit: in
             use = fused and step.inner is not None and (kernel == "fused" or step.work >= _FUSED_STEP)
             used_fused |= use
             tables[v] = contract(step, threads=threads, pool=pool, fused=use)
+            step.release()
             if not pl.scope[v]:
                 total += float(tables[v])
             if progress is not None:

@@ -35,48 +35,72 @@ import math
 
 import numpy as np
 
-__all__ = ["Step", "prepare", "contract", "row_at", "fused_available"]
+__all__ = ["Step", "separable_axis", "prepare", "contract", "row_at", "fused_available"]
 
 CHUNK = 1 << 19  # entries per numpy working block (4 MB): measured fastest here
 PARALLEL = 1 << 22  # numpy contractions at least this large use every core
 FUSED_BLOCK = 1 << 24  # entries of work per fused task
-FUSED_ROWS = 1 << 17  # entries of P per fused task at most
+FUSED_ROWS = 1 << 18  # entries of P per fused task at most (2 MB)
 
 
 class Step:
     """One operator's contraction: its factor groups and separable axis.
 
     ``groups``: one or two lists of arrays, each list summed in order, the
-    sums then added; ``inner``: the separable axis (1..m) of the two-group
-    form, or ``None``; ``shape``: ``(K_v, K_o1, ..., K_om)``.
+    sums then added; ``recipes``: how each of those arrays was made from the
+    original factors (an array, or ``(left, right)`` for ``left + right``),
+    which the back-substitution re-evaluates at one index instead of
+    keeping the merged copies; ``inner``: the separable axis (1..m) of the
+    two-group form, or ``None``; ``shape``: ``(K_v, K_o1, ..., K_om)``.
     """
 
-    __slots__ = ("groups", "inner", "shape")
+    __slots__ = ("groups", "recipes", "inner", "shape")
 
-    def __init__(self, groups, inner, shape):
-        self.groups, self.inner, self.shape = groups, inner, shape
+    def __init__(self, groups, recipes, inner, shape):
+        self.groups, self.recipes, self.inner, self.shape = groups, recipes, inner, shape
 
     @property
     def work(self) -> int:
         return math.prod(self.shape)
 
+    def release(self) -> None:
+        """Drop the merged arrays; :func:`row_at` still works."""
+        self.groups = None
+
+
+def separable_axis(has, sizes) -> int | None:
+    """The axis (1..m) of the two-group form, or ``None``.
+
+    ``has[f][j]`` says whether factor ``f`` spans output axis ``j + 1``,
+    ``sizes[j]`` that axis's length.  An axis qualifies when every factor
+    that spans it spans no other output axis and some factor does not span
+    it; the longest qualifying axis is taken (the last one on ties)."""
+    best = None
+    for j in range(len(sizes)):
+        holders = [h for h in has if h[j]]
+        if holders and len(holders) < len(has) and all(sum(h) == 1 for h in holders):
+            if best is None or sizes[j] >= sizes[best - 1]:
+                best = j + 1
+    return best
+
 
 def _premerge(fs, full_size):
     """Add together, once, factors whose axes are a subset of a
     smaller-than-full factor's (a vertex's own costs, two edges to the same
-    neighbour); return the rest smallest first, the order in which they are
-    summed."""
-    fs = sorted(fs, key=lambda a: a.size)
+    neighbour); return ``(arrays, recipes)``, smallest first, the order in
+    which they are summed."""
+    fs = sorted(((a, a) for a in fs), key=lambda x: x[0].size)
     merged = []
     while fs:
-        a = fs.pop(0)
-        for j, h in enumerate(fs):
+        a, ra = fs.pop(0)
+        for j, (h, rh) in enumerate(fs):
             if h.size < full_size and np.broadcast_shapes(a.shape, h.shape) == h.shape:
-                fs[j] = h + a
+                fs[j] = (h + a, (rh, ra))
                 break
         else:
-            merged.append(a)
-    return sorted(merged, key=lambda a: a.size)
+            merged.append((a, ra))
+    merged.sort(key=lambda x: x[0].size)
+    return [a for a, _ in merged], [r for _, r in merged]
 
 
 def prepare(factors, shape) -> Step:
@@ -85,17 +109,13 @@ def prepare(factors, shape) -> Step:
     shape = tuple(shape)
     m = len(shape) - 1
     full = math.prod(shape)
-    best = None
-    for k in range(1, m + 1):
-        holders = [f for f in factors if f.shape[k] > 1]
-        if holders and all(f.shape[j] == 1 for f in holders for j in range(1, m + 1) if j != k):
-            if len(holders) < len(factors) and (best is None or shape[k] >= shape[best]):
-                best = k
-    if best is None:
-        return Step([_premerge(factors, full)], None, shape)
-    q = [f for f in factors if f.shape[best] > 1]
-    p = [f for f in factors if f.shape[best] == 1]
-    return Step([_premerge(p, full), _premerge(q, full)], best, shape)
+    k = separable_axis([tuple(f.shape[j] > 1 for j in range(1, m + 1)) for f in factors], shape[1:])
+    if k is None:
+        arrays, recipes = _premerge(factors, full)
+        return Step([arrays], [recipes], None, shape)
+    p = _premerge([f for f in factors if f.shape[k] == 1], full)
+    q = _premerge([f for f in factors if f.shape[k] > 1], full)
+    return Step([p[0], q[0]], [p[1], q[1]], k, shape)
 
 
 def _sum_rows(fs, i, j, buf):
@@ -181,9 +201,8 @@ def _fused(step: Step, threads: int, pool):
         g = np.moveaxis(f.reshape(tuple(s for j, s in enumerate(f.shape) if j != k)), 0, -1)
         views.append(g if m > 1 else g.reshape(1, -1))
     out = np.empty(outer + (Kc,))
-    rows = max(1, min(FUSED_BLOCK // (Kv * Kc), FUSED_ROWS // Kv))
-    if threads > 1:
-        rows = max(1, min(rows, math.prod(outer) // (4 * threads)))
+    rows = max(32, FUSED_BLOCK // (Kv * Kc))  # rows sharing each tile of Q
+    rows = max(1, min(rows, FUSED_ROWS // Kv, -(-math.prod(outer) // (2 * threads))))
 
     def task(block):
         prefix, axis, lo, hi = block
@@ -218,16 +237,24 @@ def contract(step: Step, *, threads: int = 1, pool=None, fused: bool = False):
     return _numpy(step, threads, pool)
 
 
+def _value(recipe, index):
+    if isinstance(recipe, tuple):
+        return _value(recipe[0], index) + _value(recipe[1], index)
+    at = (slice(None),) + tuple(i if s > 1 else 0 for i, s in zip(index, recipe.shape[1:]))
+    return recipe[at]
+
+
 def row_at(step: Step, index) -> np.ndarray:
     """The sum of ``step``'s factors along ``v``'s axis with every other
-    axis fixed at ``index`` (one entry per axis ``o1..om``), in the order
-    the contraction adds them: what the back-substitution minimises."""
+    axis fixed at ``index`` (one entry per axis ``o1..om``), with the same
+    additions in the same order as the contraction: what the
+    back-substitution minimises."""
     sums = []
-    for fs in step.groups:
+    for recipes in step.recipes:
         acc = None
-        for a in fs:
-            at = (slice(None),) + tuple(i if s > 1 else 0 for i, s in zip(index, a.shape[1:]))
-            acc = a[at] if acc is None else acc + a[at]
+        for r in recipes:
+            x = _value(r, index)
+            acc = x if acc is None else acc + x
         sums.append(acc)
     total = sums[0] if len(sums) == 1 else sums[0] + sums[1]
     return np.broadcast_to(total, (step.shape[0],))

@@ -5,8 +5,8 @@
 numpy needs two passes through memory for this (a broadcast add into a
 block, then a min over it); here one loop adds and takes the minimum while
 the operands sit in cache.  Four rows of ``out`` share each row of ``Q``,
-and ``Q`` is walked in tiles of ``_TILE_I x _TILE_C`` (256 kB) that stay in
-the core's L2 cache.  The compiled code releases the GIL, so threads can
+and ``Q`` is walked in tiles of ``_TILE_I x _TILE_C`` (1 MB) that stay in
+the core's L2 cache while the rows of a block pass over them.  The compiled code releases the GIL, so threads can
 work on disjoint row blocks of ``out`` at once.
 
 Every entry is one IEEE addition and one comparison, exactly as numpy
@@ -28,7 +28,7 @@ import numba
 __all__ = ["minplus"]
 
 _TILE_C = 256  # columns of Q per tile
-_TILE_I = 128  # rows of Q per tile
+_TILE_I = 512  # rows of Q per tile
 _SIGNATURE = "void(float64[:, ::1], float64[:, ::1], float64[:, ::1])"
 
 
@@ -37,21 +37,23 @@ def _minplus(P, Q, out):
     cols = Q.shape[1]
     for c0 in range(0, cols, _TILE_C):
         c1 = min(c0 + _TILE_C, cols)
+        n = c1 - c0
         for i0 in range(0, inner, _TILE_I):
             i1 = min(i0 + _TILE_I, inner)
             o = 0
             while o + 4 <= rows:
-                a0 = out[o]
-                a1 = out[o + 1]
-                a2 = out[o + 2]
-                a3 = out[o + 3]
+                # slices starting at 0 let LLVM vectorise the inner loop
+                a0 = out[o, c0:c1]
+                a1 = out[o + 1, c0:c1]
+                a2 = out[o + 2, c0:c1]
+                a3 = out[o + 3, c0:c1]
                 for i in range(i0, i1):
                     p0 = P[o, i]
                     p1 = P[o + 1, i]
                     p2 = P[o + 2, i]
                     p3 = P[o + 3, i]
-                    q = Q[i]
-                    for c in range(c0, c1):
+                    q = Q[i, c0:c1]
+                    for c in range(n):
                         qc = q[c]
                         x = p0 + qc
                         a0[c] = x if x < a0[c] else a0[c]
@@ -63,11 +65,11 @@ def _minplus(P, Q, out):
                         a3[c] = x if x < a3[c] else a3[c]
                 o += 4
             while o < rows:
-                a0 = out[o]
+                a0 = out[o, c0:c1]
                 for i in range(i0, i1):
                     p0 = P[o, i]
-                    q = Q[i]
-                    for c in range(c0, c1):
+                    q = Q[i, c0:c1]
+                    for c in range(n):
                         x = p0 + q[c]
                         a0[c] = x if x < a0[c] else a0[c]
                 o += 1

@@ -16,9 +16,11 @@ changes keeps the optimum too (the cost model's edges and neighbours only
 shrink).  The rule is the one of the dynamic program's own terms; it needs
 no knowledge of what the arrays mean.
 
-Ties are broken by a fixed total order, cost then index: ``b`` may remove
-``a`` only if it comes first, so two equivalent configurations never remove
-each other and the lower index survives.  The comparisons are made in
+Ties are broken by a fixed total order: ``b`` may remove ``a`` only if it
+comes first by worst case ``cost_v(x) + sum_u max E_vu(x, .)`` (which a
+dominator never exceeds), then by index.  Two equivalent configurations
+therefore never remove each other (the lower index survives), and as the
+order has no cycles, every removed configuration has a dominator that stays.  The comparisons are made in
 floating point; a removal can therefore be wrong only by the rounding of the
 costs compared (relative ~1e-16).
 
@@ -30,9 +32,9 @@ operators.  The work here is bounded per operator instead:
   edge's tensor alike) form one *class*, and so do equal columns; all
   arithmetic is per class;
 * each configuration ``a`` is tested only against a few *candidates*: the
-  ``candidates`` cheapest configurations, the ``candidates`` with the lowest
-  worst case ``cost_v(b) + sum_u max_x E_vu(b, x)``, and for each edge the
-  cheapest configuration of ``a``'s class (same row, so that edge adds 0);
+  ``candidates`` first in the order above, the ``candidates`` cheapest, and
+  for each edge the first configuration of ``a``'s class (same row, so that
+  edge adds 0);
 * a cheap lower bound first discards most pairs: the difference at one
   *probe* column per edge, the neighbour configuration that is cheapest
   for ``a`` (usually the one that needs no re-distribution at all);
@@ -119,15 +121,15 @@ def _dominated(c, reduced, candidates: int, rounds: int) -> np.ndarray:
     ``reduced``: per edge, :meth:`_Side.reduced`."""
     K = len(c)
     idx = np.arange(K)
-    first = np.lexsort((idx, c))  # the tie order: cost, then index
-    rank = np.empty(K, np.int64)
-    rank[first] = idx
-    worst = c.copy()
+    worst = c.copy()  # cost_v(x) + sum_u max E_vu(x, .): never more for a dominator than for what it dominates
     for of, R in reduced:
         worst += R.max(axis=1)[of]
-    pool = _distinct(np.concatenate([first[:candidates], np.lexsort((idx, worst))[:candidates]]))
+    first = np.lexsort((idx, worst))  # the order a dominator must come first in: worst case, then index
+    rank = np.empty(K, np.int64)
+    rank[first] = idx
+    pool = _distinct(np.concatenate([first[:candidates], np.lexsort((idx, c))[:candidates]]))
     bs, as_ = [np.repeat(pool, K)], [np.tile(idx, len(pool))]
-    for of, _ in reduced:  # the cheapest configuration of each row class
+    for of, _ in reduced:  # the first configuration of each row class
         _, at = np.unique(of[first], return_index=True)
         best = np.empty(of.max() + 1, np.int64)
         best[of[first[at]]] = first[at]
