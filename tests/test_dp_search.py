@@ -166,3 +166,23 @@ def test_same_strategy_whatever_the_hash_seed():
         for seed in ("0", "1", "12345")
     }
     assert len(outs) == 1
+
+
+def test_a_table_with_more_axes_than_numpy_handles_is_refused():
+    # breadth-first from the centre of a star: its table spans all 40 leaves
+    nodes = [np.array([0.0, 1.0])] + [np.array([0.0, 1.0]) for _ in range(40)]
+    emats = {(0, v): np.array([[0.0, 2.0], [3.0, 0.0]]) for v in range(1, 41)}
+    order, dependent = breadth_first(41, list(emats))
+    assert len(dependent[0]) == 40
+    with pytest.raises(SearchTooLarge, match=r"operator 0 has 40 dependent operators; the search handles at most 31"):
+        solve(nodes, emats, order, prune=False, memory_limit=10**30)
+    # GENERATESEQ takes the leaves first
+    assert solve(nodes, emats, generate_seq(41, list(emats))[0], prune=False).cost == 0.0
+
+
+def test_operators_left_with_one_configuration_leave_the_dynamic_program():
+    cg = costed("transformer", 1)  # one configuration each
+    for algo in (0, 1):  # breadth-first would otherwise need tables of 37 axes
+        r = search(cg, algo)
+        assert r.plan.order == () and r.stats.largest_dependent_set == 0
+        assert rel(r.cost, cg.cost_at([0] * cg.n)) <= 1e-12
