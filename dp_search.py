@@ -56,6 +56,7 @@ KERNELS = ("auto", "numpy", "fused")
 FUSED_WORK = 10**9  # searches evaluating this many table entries load the fused kernel
 _FUSED_STEP = 1 << 22  # and use it for the separable steps at least this large
 MAX_AXES = 32  # numpy broadcasts at most 32 axes: a table has at most 31
+PRUNE_WORTH = 1 << 22  # table entries an operator must take part in to be worth pruning
 _BYTES = 8  # float64 tables
 
 
@@ -344,14 +345,28 @@ def _reduce(node_costs, edge_costs, kept, copies):
     return constant, nodes, edges
 
 
-def solve(node_costs, edge_costs, order, *, prune: bool = True, memory_limit: int | None = None, names=None,
+def worth_pruning(pl: Plan) -> list[int]:
+    """The operators whose configurations take part in at least
+    :data:`PRUNE_WORTH` table entries of ``pl`` (unpruned): examining one
+    costs about a millisecond, so the others cannot repay it."""
+    share = [0] * len(pl.sizes)
+    for v in pl.order:
+        work = pl.sizes[v] * pl.table_entries(v)
+        for w in (v,) + pl.scope[v]:
+            share[w] += work
+    return [v for v, s in enumerate(share) if s >= PRUNE_WORTH]
+
+
+def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_limit: int | None = None, names=None,
           progress=None, threads: int | None = None, kernel: str = "auto", held_bytes: int = 0) -> SearchResult:
     """Run the dynamic program over ``order``, after dominance pruning.
 
     ``node_costs[v]``: (K_v,) array; ``edge_costs[(u, v)]``: (K_u, K_v).
     ``prune`` first drops the configurations :func:`search.prune.prune`
-    proves unnecessary (the optimum is unchanged); operators left with one
-    configuration are folded into their neighbours.  Raises
+    proves unnecessary (the optimum is unchanged): ``True`` examines every
+    operator, ``"auto"`` those worth it (:func:`worth_pruning`), ``False``
+    none.  Operators left with one configuration are folded into their
+    neighbours.  Raises
     :class:`SearchTooLarge` before allocating the tables when they, the
     pruned arrays and ``held_bytes`` (memory the caller already holds, e.g.
     the cost arrays) exceed ``memory_limit`` bytes (default:
@@ -374,11 +389,14 @@ def solve(node_costs, edge_costs, order, *, prune: bool = True, memory_limit: in
     edges0 = list(edge_costs)
     unpruned = plan(order, sizes0, edges0)
     limit = default_memory_limit() if memory_limit is None else memory_limit
-    if prune:
+    if prune not in (True, False, "auto"):
+        raise SettingError("prune", f"must be true, false or 'auto', got {prune!r}")
+    examine = worth_pruning(unpruned) if prune == "auto" else range(len(sizes0)) if prune else []
+    if examine:
         need = held_bytes + working_bytes(sizes0, edges0)
         if need > limit:
             raise SearchTooLarge(f"pruning the configurations needs {_gb(need)} but the limit is {_gb(limit)}")
-        kept = prune_configurations(node_costs, edge_costs)
+        kept = prune_configurations(node_costs, edge_costs, nodes=examine)
     else:
         kept = [np.arange(k) for k in sizes0]
     prune_seconds = time.perf_counter() - t0
@@ -427,18 +445,19 @@ def solve(node_costs, edge_costs, order, *, prune: bool = True, memory_limit: in
         algo=None, order="given", seconds=seconds, largest_K=max(sizes0, default=0),
         largest_dependent_set=pl.largest_dependent_set, largest_table=pl.largest_table, work=pl.work,
         largest_K_pruned=max(sizes, default=0), configurations=sum(sizes0), configurations_kept=sum(sizes),
-        work_unpruned=unpruned.work, prune_seconds=prune_seconds if prune else 0.0,
-        kernel="fused" if used_fused else "numpy", pruned=prune,
+        work_unpruned=unpruned.work, prune_seconds=prune_seconds if examine else 0.0,
+        kernel="fused" if used_fused else "numpy", pruned=bool(examine),
     )
     return SearchResult(total, index, pl, seconds, stats, kept)
 
 
-def search(costed, algo: int = 0, *, prune: bool = True, memory_limit: int | None = None, progress=None,
+def search(costed, algo: int = 0, *, prune: bool | str = "auto", memory_limit: int | None = None, progress=None,
            threads: int | None = None, kernel: str = "auto") -> SearchResult:
     """Optimal strategy of a :class:`cost_model.CostedGraph`.
 
     ``algo`` 0 uses GENERATESEQ, 1 the breadth-first order; ``prune``
-    applies dominance pruning first (the optimum is the same).  The
+    applies dominance pruning first, as in :func:`solve` (the optimum is
+    the same).  The
     returned ``cost`` is the DP's optimum, ``strategy`` one configuration
     per node; ``costed.cost_at(result.index)`` re-evaluates it.  The memory
     limit covers the cost arrays ``costed`` holds too.

@@ -166,31 +166,36 @@ def _dominated(c, reduced, candidates: int, rounds: int) -> np.ndarray:
     return gone
 
 
-def prune(node_costs, edge_costs, *, candidates: int = CANDIDATES, rounds: int = ROUNDS,
+def prune(node_costs, edge_costs, *, nodes=None, candidates: int = CANDIDATES, rounds: int = ROUNDS,
           passes: int = PASSES) -> list[np.ndarray]:
     """The configurations of every node that dominance does not exclude.
 
-    ``node_costs[v]``: (K_v,) array; ``edge_costs[(u, v)]``: (K_u, K_v).
-    Returns ``kept[v]``, ascending indices into ``node_costs[v]`` (never
-    empty); the minimum of the strategy cost over the kept configurations
-    equals the minimum over all of them.  Deterministic: the result depends
-    only on the arrays' values (and which edges share an array).
+    ``node_costs[v]``: (K_v,) array; ``edge_costs[(u, v)]``: (K_u, K_v);
+    ``nodes``: the nodes to examine (default: all; the others keep every
+    configuration).  Returns ``kept[v]``, ascending indices into
+    ``node_costs[v]`` (never empty); the minimum of the strategy cost over
+    the kept configurations equals the minimum over all of them.
+    Deterministic: the result depends only on the arrays' values (and which
+    edges share an array).
     """
     n = len(node_costs)
     costs = [np.asarray(c, dtype=np.float64).reshape(-1) for c in node_costs]
     kept = [np.arange(len(c)) for c in costs]
+    examined = set(range(n)) if nodes is None else {int(v) for v in nodes}
     sides: list[list[tuple[int, _Side]]] = [[] for _ in range(n)]
     classes: dict[int, tuple[_Classes, _Classes, np.ndarray]] = {}
     for (u, v), m in edge_costs.items():
         if u == v:
             raise ValueError(f"edge ({u}, {v}) is a loop")
+        if u not in examined and v not in examined:
+            continue
         if id(m) not in classes:
             classes[id(m)] = (_Classes(m), _Classes(np.asarray(m).T), m)  # the array is held: ids stay unique
         rows, cols, _ = classes[id(m)]
         sides[u].append((v, _Side(m, rows, cols, (id(m), 0))))
         sides[v].append((u, _Side(m.T, cols, rows, (id(m), 1))))
     decided: dict[tuple, np.ndarray] = {}  # identical operators in identical surroundings
-    dirty = set(range(n))
+    dirty = set(examined)
     for _ in range(passes):
         changed = set()
         for v in sorted(dirty):
@@ -207,7 +212,7 @@ def prune(node_costs, edge_costs, *, candidates: int = CANDIDATES, rounds: int =
                 kept[v] = kv[~gone]
                 changed.add(v)
                 changed.update(u for u, _ in sides[v])
-        dirty = changed
+        dirty = changed & examined
         if not dirty:
             break
     return kept

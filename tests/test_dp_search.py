@@ -19,6 +19,7 @@ from dp_search import (
     plan,
     search,
     solve,
+    worth_pruning,
 )
 
 
@@ -95,10 +96,11 @@ class TestGenerateSeq:
         assert order == [0, 1, 2, 3] and dep == [(1, 2), (2, 3), (3,), ()]
 
 
-def test_reference_optimum_generateseq(setting):
+@pytest.mark.parametrize("prune", [True, "auto"], ids=["pruned", "auto"])
+def test_reference_optimum_generateseq(setting, prune):
     g, p = setting
     cg = costed(g, p)
-    r = search(cg, 0)
+    r = search(cg, 0, prune=prune)
     want = reference(g, p)["optimal_cost"]
     assert rel(r.cost, want) <= 1e-9
     assert rel(cg.cost_at(r.index), want) <= 1e-9
@@ -128,7 +130,7 @@ def test_memory_limit_applies_to_generateseq():
 
 def test_plan_statistics():
     cg = costed("inception3", 8)
-    r = search(cg, 0)
+    r = search(cg, 0, prune=True)
     pl, st = r.plan, r.stats
     assert st.algo == 0 and st.order == "GENERATESEQ"
     assert st.largest_dependent_set == pl.largest_dependent_set == 2
@@ -142,6 +144,23 @@ def test_plan_statistics():
     assert pl.peak_bytes() >= pl.table_bytes == 8 * sum(pl.table_entries(v) for v in pl.order)
     # the dynamic program runs over the operators left with more than one configuration
     assert sorted(pl.order) == [v for v in range(cg.n) if len(r.kept[v]) > 1]
+    # by default a search this small (7e5 entries) is not worth pruning
+    auto = search(cg, 0)
+    assert not auto.stats.pruned and auto.stats.work == auto.stats.work_unpruned and auto.cost == r.cost
+
+
+def test_pruning_only_the_operators_worth_it():
+    cg = costed("transformer", 32)
+    order = generate_seq(cg.n, list(cg.edge_costs))[0]
+    unpruned = plan(order, [len(c) for c in cg.configs], list(cg.edge_costs))
+    worth = worth_pruning(unpruned)
+    assert 0 < len(worth) < cg.n
+    r = solve(cg.node_costs, cg.edge_costs, order)
+    assert r.stats.pruned and r.stats.work < unpruned.work
+    assert all(len(r.kept[v]) == len(cg.configs[v]) for v in range(cg.n) if v not in worth)
+    assert any(len(r.kept[v]) < len(cg.configs[v]) for v in worth)
+    with pytest.raises(ValueError, match="prune must be true, false or 'auto'"):
+        solve(cg.node_costs, cg.edge_costs, order, prune="yes")
 
 
 def test_bad_algo_and_shapes():

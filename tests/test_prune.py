@@ -58,7 +58,7 @@ def test_the_kept_configurations_hold_an_optimum(seed, ties):
 @pytest.mark.parametrize("seed", range(150))
 def test_pruned_search_equals_brute_force(seed, ties):
     nodes, emats = random_problem(seed, ties)
-    r = solve(nodes, emats, generate_seq(len(nodes), list(emats))[0], threads=1)
+    r = solve(nodes, emats, generate_seq(len(nodes), list(emats))[0], prune=True, threads=1)
     want = brute_force(nodes, emats)
     assert r.cost == pytest.approx(want, rel=1e-12)
     assert total(nodes, emats, r.index) == pytest.approx(want, rel=1e-12)
@@ -103,7 +103,7 @@ def test_pruned_search_equals_the_unpruned_one_for_many_node_costs(g, p):
     extra = [rng.uniform(0, 1, size=len(c)) * float(np.mean(c)) for c in cg.node_costs]
     for lam in (0.0, 0.1, 1.0, 10.0):
         nodes = [c + lam * e for c, e in zip(cg.node_costs, extra)]
-        pruned = solve(nodes, cg.edge_costs, order, threads=1)
+        pruned = solve(nodes, cg.edge_costs, order, prune=True, threads=1)
         full = solve(nodes, cg.edge_costs, order, prune=False, threads=1)
         assert rel(pruned.cost, full.cost) <= 1e-12
         assert rel(total(nodes, cg.edge_costs, pruned.index), full.cost) <= 1e-12
@@ -114,7 +114,7 @@ def test_the_real_graphs_shrink():
     kept = prune(cg.node_costs, cg.edge_costs)
     assert max(map(len, kept)) < max(len(c) for c in cg.node_costs) * 0.6
     order = generate_seq(cg.n, list(cg.edge_costs))[0]
-    r = solve(cg.node_costs, cg.edge_costs, order)
+    r = solve(cg.node_costs, cg.edge_costs, order, prune=True)
     assert r.stats.work * 2 < r.stats.work_unpruned
     assert rel(r.cost, reference("transformer", 32)["optimal_cost"]) <= 1e-9
 
