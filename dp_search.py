@@ -17,6 +17,14 @@ minimum over ``vi``: a (min, +) contraction.  The orders are
 * ``breadth_first``: breadth-first from vertex 0, whose dependent set is the
   whole frontier (``--algo 1``, the paper's baseline).
 
+Before the dynamic program, :func:`search.prune.prune` drops the
+configurations that dominance proves unnecessary, and operators left with
+one configuration are folded into their neighbours' cost vectors; the
+result still indexes the unpruned arrays.  The contractions run in
+:mod:`search.contract` (numpy, or a compiled kernel for large searches).
+Every array the search allocates is estimated first and checked against a
+memory limit.
+
 The arrays are taken as given: nothing here checks that they came from a
 cost model, only that their shapes agree with each other.
 """
@@ -48,6 +56,8 @@ __all__ = [
     "plan",
     "solve",
     "search",
+    "worth_pruning",
+    "check_fits",
     "default_memory_limit",
 ]
 

@@ -110,7 +110,7 @@ def render_text(r: Result) -> str:
             lines.append(f"  largest K {st.largest_K}, {st.largest_K_pruned} after pruning "
                          f"({st.configurations_kept:,} of {st.configurations:,} configurations kept)")
         else:
-            lines.append(f"  largest K {st.largest_K} (no pruning)")
+            lines.append(f"  largest K {st.largest_K} (not pruned: a small search)")
         lines.append(f"  largest dependent set {st.largest_dependent_set}, largest table {st.largest_table:,} "
                      f"entries, {st.work:,} entries evaluated")
         if st.timings:
