@@ -65,6 +65,7 @@ ALGOS = {0: "GENERATESEQ", 1: "breadth-first"}
 KERNELS = ("auto", "numpy", "fused")
 FUSED_WORK = 10**9  # searches evaluating this many table entries load the fused kernel
 _FUSED_STEP = 1 << 22  # and use it for the separable steps at least this large
+FUSED_BYTES = 150 * 10**6  # numba, its compiler and the kernel in memory, counted in the limit
 MAX_AXES = 32  # numpy broadcasts at most 32 axes: a table has at most 31
 PRUNE_WORTH = 1 << 22  # table entries an operator must take part in to be worth pruning
 _BYTES = 8  # float64 tables
@@ -417,7 +418,7 @@ def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_l
     fused = kernel == "fused" or (kernel == "auto" and pl.work >= FUSED_WORK and fused_available())
     copies = _copies(edge_costs, kept)
     pruned_bytes = _BYTES * (sum(sizes[v] for v in free) + sum(n for _, n in copies.values()))
-    check_fits(pl, limit, names, threads, held_bytes + pruned_bytes, fused)
+    check_fits(pl, limit, names, threads, held_bytes + pruned_bytes + (FUSED_BYTES if fused else 0), fused)
     constant, nodes, edges = _reduce(node_costs, edge_costs, kept, copies)
 
     pos = {v: i for i, v in enumerate(pl.order)}

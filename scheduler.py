@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
       help="cost the strategy in PATH (a JSON file with 'layers': [{'id', 'config'}]) instead of searching")
     a("--mem-limit", type=_positive_float, dest="mem_limit_gb", metavar="GB",
       help="memory the cost arrays and the search may use, in GB (default: half the memory available now; "
-      "the process itself needs up to 200 MB more)")
+      "the process itself needs up to 100 MB more)")
     a("--compare", action="store_true",
       help="also cost data-parallel, expert and Parallax strategies and print predicted speedups")
     a("--sparse-embeddings", action="store_true",

@@ -147,7 +147,7 @@ _, status, usage = os.wait4(proc.pid, 0)
 sys.stderr.write(err.decode())
 print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
 """
-MEMORY_OVERHEAD = 200e6  # the README's: the interpreter, numpy, networkx and numba beyond --mem-limit
+MEMORY_OVERHEAD = 100e6  # the README's: the interpreter, numpy and networkx beyond --mem-limit
 
 
 def run_measured(*args):
