@@ -5,8 +5,9 @@ configuration count K before and after dominance pruning, the largest
 dependent set M, the largest table, the table entries the dynamic program
 evaluates without and with pruning, the time to build the graph and all
 its cost arrays, the pruning time, the search time (pruning included, best
-of --repeat in-process runs), the time per entry evaluated (the dynamic
-program alone) and the contraction that ran (numpy or the fused kernel);
+of --repeat in-process runs, numba already loaded), the time per entry
+evaluated (the dynamic program alone) and the contraction that ran (numpy
+or the fused kernel);
 the whole `scheduler.py` process (wall time and peak RSS); and for the
 breadth-first order (--algo 1, p <= 64) its search time or the memory it
 would need when that exceeds the limit.
@@ -36,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from cost_model import build_costs  # noqa: E402
 from dp_search import SearchTooLarge, breadth_first, plan, search  # noqa: E402
 from graph import build_graph, graph_names  # noqa: E402
+from search.contract import fused_available  # noqa: E402
 from table import render  # noqa: E402
 
 # A small launcher runs scheduler.py and reports the child's own rusage: a
@@ -124,6 +126,7 @@ def main(argv=None) -> None:
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
     limit = int(args.mem_limit * 1e9)
+    fused_available()  # load numba once: in-process times leave it out, whole processes include it
     rows = []
     for graph in args.graphs:
         last = None
