@@ -35,14 +35,23 @@ import math
 import os
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from errors import SettingError
 from result import SearchStats
-from search.contract import CHUNK, FUSED_ROWS, PARALLEL, contract, fused_available, prepare, row_at, separable_axis
+from search.contract import (
+    CHUNK,
+    FUSED_ROWS,
+    PARALLEL,
+    Workers,
+    contract,
+    fused_available,
+    prepare,
+    row_at,
+    separable_axis,
+)
 from search.prune import prune as prune_configurations
 from search.prune import working_bytes
 
@@ -68,6 +77,7 @@ _FUSED_STEP = 1 << 22  # and use it for the separable steps at least this large
 FUSED_BYTES = 150 * 10**6  # numba, its compiler and the kernel in memory, counted in the limit
 MAX_AXES = 32  # numpy broadcasts at most 32 axes: a table has at most 31
 PRUNE_WORTH = 1 << 22  # table entries an operator must take part in to be worth pruning
+PRUNE_MIN_WORK = 10**8  # and the search must evaluate at least this many
 _BYTES = 8  # float64 tables
 
 
@@ -359,7 +369,12 @@ def _reduce(node_costs, edge_costs, kept, copies):
 def worth_pruning(pl: Plan) -> list[int]:
     """The operators whose configurations take part in at least
     :data:`PRUNE_WORTH` table entries of ``pl`` (unpruned): examining one
-    costs about a millisecond, so the others cannot repay it."""
+    costs about a millisecond, so the others cannot repay it.  None when
+    the whole search evaluates fewer than :data:`PRUNE_MIN_WORK` entries
+    (a tenth of a second): then pruning could save little more than it
+    costs."""
+    if pl.work < PRUNE_MIN_WORK:
+        return []
     share = [0] * len(pl.sizes)
     for v in pl.order:
         work = pl.sizes[v] * pl.table_entries(v)
@@ -414,7 +429,7 @@ def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_l
     sizes = [len(k) for k in kept]
     free = [v for v in unpruned.order if sizes[v] > 1]
     free_edges = [(u, v) for u, v in edges0 if sizes[u] > 1 and sizes[v] > 1]
-    pl = _plan(free, sizes, free_edges)
+    pl = unpruned if len(free) == len(sizes) and not examine else _plan(free, sizes, free_edges)
     fused = kernel == "fused" or (kernel == "auto" and pl.work >= FUSED_WORK and fused_available())
     copies = _copies(edge_costs, kept)
     pruned_bytes = _BYTES * (sum(sizes[v] for v in free) + sum(n for _, n in copies.values()))
@@ -423,7 +438,7 @@ def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_l
 
     pos = {v: i for i, v in enumerate(pl.order)}
     tables, steps, total, used_fused = {}, {}, constant, False
-    pool = ThreadPoolExecutor(threads) if threads > 1 else None
+    pool = Workers(threads) if threads > 1 else None
     try:
         for n_done, v in enumerate(pl.order):
             full = (v,) + pl.scope[v]
@@ -443,7 +458,7 @@ def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_l
                 progress(n_done + 1, len(pl.order))
     finally:
         if pool is not None:
-            pool.shutdown()
+            pool.close()
 
     # Back-substitution: latest first, each vertex's dependent set is decided.
     local = [0] * len(sizes)

@@ -35,12 +35,32 @@ import math
 
 import numpy as np
 
-__all__ = ["Step", "separable_axis", "prepare", "contract", "row_at", "fused_available"]
+__all__ = ["Workers", "Step", "separable_axis", "prepare", "contract", "row_at", "fused_available"]
 
 CHUNK = 1 << 19  # entries per numpy working block (4 MB): measured fastest here
 PARALLEL = 1 << 22  # numpy contractions at least this large use every core
 FUSED_BLOCK = 1 << 24  # entries of work per fused task
 FUSED_ROWS = 1 << 18  # entries of P per fused task at most (2 MB)
+
+
+class Workers:
+    """A pool of ``threads`` worker threads, started on first use (small
+    searches never need it, nor the ~10 ms import of concurrent.futures)."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self._pool = None
+
+    def map(self, fn, items):
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self.threads)
+        return self._pool.map(fn, items)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
 
 
 class Step:
@@ -229,9 +249,9 @@ def _fused(step: Step, threads: int, pool):
 def contract(step: Step, *, threads: int = 1, pool=None, fused: bool = False):
     """The table of ``step``: ``min`` over axis 0 of its factors' sum.
 
-    ``fused`` uses the compiled kernel (two-group steps only); ``pool``, a
-    ``concurrent.futures`` executor with ``threads`` workers, spreads large
-    contractions over the cores."""
+    ``fused`` uses the compiled kernel (two-group steps only); ``pool``
+    (:class:`Workers`, or any executor with ``threads`` workers) spreads
+    large contractions over the cores."""
     if fused and step.inner is not None:
         return _fused(step, threads, pool)
     return _numpy(step, threads, pool)
