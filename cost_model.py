@@ -128,14 +128,27 @@ def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tg
                model: CostModel) -> np.ndarray:
     """Re-distribution cost (K_src, K_tgt) of the tensor ``src.outputs[out]``
     read as ``tgt.inputs[inp]``, forward and backward:
-    ``2 W need(T/S, T/Q, P(S), P(Q))``."""
+    ``2 W need(T/S, T/Q, P(S), P(Q))``.
+
+    The cost depends on a configuration only through the tensor's split, and
+    many configurations split it alike: it is worked out once per pair of
+    distinct splits, then spread to the configurations (the same numbers)."""
     t_src, t_tgt = src.outputs[out], tgt.inputs[inp]
     T = np.asarray(t_src.shape, dtype=float)
-    S = tensor_splits(t_src, _extents(src, src_configs)[1])  # (K_src, r)
-    Q = tensor_splits(t_tgt, _extents(tgt, tgt_configs)[1])  # (K_tgt, r)
-    ps, pt = np.prod(S, axis=1), np.prod(Q, axis=1)  # (K_src,), (K_tgt,)
-    words = need((T / S)[:, None, :], (T / Q)[None, :, :], ps[:, None], pt[None, :])  # (K_src, K_tgt)
-    return model.cluster.redistribute(2.0 * words)
+    S, s_of = _distinct_rows(tensor_splits(t_src, _extents(src, src_configs)[1]))  # (r_src, r), (K_src,)
+    Q, q_of = _distinct_rows(tensor_splits(t_tgt, _extents(tgt, tgt_configs)[1]))  # (r_tgt, r), (K_tgt,)
+    ps, pt = np.prod(S, axis=1), np.prod(Q, axis=1)  # (r_src,), (r_tgt,)
+    words = need((T / S)[:, None, :], (T / Q)[None, :, :], ps[:, None], pt[None, :])  # (r_src, r_tgt)
+    cost = model.cluster.redistribute(2.0 * words)  # (r_src, r_tgt)
+    return np.take(np.take(cost, s_of, axis=0), q_of, axis=1)  # (K_src, K_tgt)
+
+
+def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``a`` and, for each row, which one it is."""
+    if a.shape[1] == 0:
+        return a[:1], np.zeros(len(a), dtype=np.intp)
+    rows, of = np.unique(a, axis=0, return_inverse=True)
+    return rows, of.reshape(-1)
 
 
 # -- whole graphs ------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Search time and memory for every graph and p: the analogue of the paper's Table I.
 
 For each graph and p it reports, for GENERATESEQ (--algo 0): the largest
-configuration count K before and after dominance pruning, the largest
+configuration count K before and after dominance pruning and the share
+of all configurations kept, the largest
 dependent set M, the largest table, the table entries the dynamic program
 evaluates without and with pruning, the time to build the graph and all
 its cost arrays, the pruning time, the search time (pruning included, best
@@ -73,7 +74,8 @@ def measure(graph: str, p: int, repeat: int, limit: int, whole_process: bool) ->
     runs = [search(costed, 0, memory_limit=limit) for _ in range(repeat)]
     r = min(runs, key=lambda x: x.seconds)
     st = r.stats
-    row = {"graph": graph, "p": p, "K": st.largest_K, "K_pruned": st.largest_K_pruned, "M": st.largest_dependent_set,
+    row = {"graph": graph, "p": p, "K": st.largest_K, "K_pruned": st.largest_K_pruned,
+           "kept": st.configurations_kept / st.configurations, "M": st.largest_dependent_set,
            "table": st.largest_table, "work_unpruned": st.work_unpruned, "work": st.work, "costs_s": cost_seconds,
            "prune_s": st.prune_seconds, "search_s": st.seconds, "kernel": st.kernel}
     row["ns_per_entry"] = 1e9 * (st.seconds - st.prune_seconds) / max(st.work, 1)
@@ -94,7 +96,7 @@ def _num(x: float) -> str:
 
 
 def format_rows(rows: list[dict], markdown: bool) -> str:
-    head = ["graph", "p", "K", "K pruned", "M", "largest table", "entries unpruned", "entries", "graph+costs s",
+    head = ["graph", "p", "K", "K pruned", "kept", "M", "largest table", "entries unpruned", "entries", "graph+costs s",
             "prune s", "search s", "ns/entry", "kernel", "process s", "peak RSS MB", "BFS M", "BFS search"]
     lines = []
     for r in rows:
@@ -104,7 +106,8 @@ def format_rows(rows: list[dict], markdown: bool) -> str:
             bfs = f"refused: needs {_num(r['bfs_need_gb'])} GB"
         else:
             bfs = "-"
-        lines.append([r["graph"], str(r["p"]), str(r["K"]), str(r["K_pruned"]), str(r["M"]), f"{r['table']:,}",
+        lines.append([r["graph"], str(r["p"]), str(r["K"]), str(r["K_pruned"]), f"{100 * r['kept']:.0f}%", str(r["M"]),
+                      f"{r['table']:,}",
                       _num(r["work_unpruned"]), _num(r["work"]), f"{r['costs_s']:.3f}", f"{r['prune_s']:.3f}",
                       f"{r['search_s']:.3f}", f"{r['ns_per_entry']:.2f}", r["kernel"],
                       "-" if r["process_s"] is None else f"{r['process_s']:.2f}",

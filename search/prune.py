@@ -73,19 +73,43 @@ def _weights(n: int) -> np.ndarray:
 
 
 class _Classes:
-    """Rows of a matrix that are equal bit for bit: ``of[i]`` is row ``i``'s
-    class, ``rep[c]`` the first row of class ``c``."""
+    """Rows (or columns) of a matrix that are equal bit for bit: ``of[i]``
+    is row ``i``'s class, ``rep[c]`` the first row of class ``c``."""
 
     __slots__ = ("of", "rep")
 
-    def __init__(self, m: np.ndarray):
+    def __init__(self, of: np.ndarray, rep: np.ndarray):
+        self.of, self.rep = of.reshape(-1).astype(np.int64), rep.astype(np.int64)
+
+    @staticmethod
+    def of_matrix(m: np.ndarray) -> tuple["_Classes", "_Classes"]:
+        """The row classes and the column classes of ``m``, found by hashing
+        the bits of each row and column (in blocks of rows, so that no copy
+        of the matrix is made) and checking every member against its class's
+        first; a hash collision falls back to sorting."""
         bits = np.ascontiguousarray(m, dtype=np.float64).view(np.uint64)  # (K, C)
-        h = (bits * _weights(bits.shape[1])).sum(axis=1, dtype=np.uint64)  # (K,), wraps modulo 2^64
-        _, rep, of = np.unique(h, return_index=True, return_inverse=True)
-        if not np.array_equal(bits, bits[rep[of]]):  # two different rows hashed alike
-            _, rep, of = np.unique(bits, axis=0, return_index=True, return_inverse=True)
-        self.of = of.reshape(-1).astype(np.int64)
-        self.rep = rep.astype(np.int64)
+        K, C = bits.shape
+        step = max(1, _CHUNK // max(C, 1))
+        w_cols, w_rows = _weights(C), _weights(K)
+        h_rows = np.empty(K, np.uint64)
+        h_cols = np.zeros(C, np.uint64)
+        for i in range(0, K, step):
+            block = bits[i:i + step]
+            h_rows[i:i + step] = (block * w_cols).sum(axis=1, dtype=np.uint64)  # wraps modulo 2^64
+            h_cols += (block * w_rows[i:i + step, None]).sum(axis=0, dtype=np.uint64)
+        _, r_rep, r_of = np.unique(h_rows, return_index=True, return_inverse=True)
+        _, c_rep, c_of = np.unique(h_cols, return_index=True, return_inverse=True)
+        r_of, c_of = r_of.reshape(-1), c_of.reshape(-1)
+        rows_ok = cols_ok = True
+        for i in range(0, K, step):
+            block = bits[i:i + step]
+            rows_ok = rows_ok and np.array_equal(block, bits[r_rep[r_of[i:i + step]]])
+            cols_ok = cols_ok and np.array_equal(block, block[:, c_rep[c_of]])
+        if not rows_ok:  # two different rows hashed alike
+            _, r_rep, r_of = np.unique(bits, axis=0, return_index=True, return_inverse=True)
+        if not cols_ok:
+            _, c_rep, c_of = np.unique(bits.T, axis=0, return_index=True, return_inverse=True)
+        return _Classes(r_of, r_rep), _Classes(c_of, c_rep)
 
 
 class _Side:
@@ -190,7 +214,7 @@ def prune(node_costs, edge_costs, *, nodes=None, candidates: int = CANDIDATES, r
         if u not in examined and v not in examined:
             continue
         if id(m) not in classes:
-            classes[id(m)] = (_Classes(m), _Classes(np.asarray(m).T), m)  # the array is held: ids stay unique
+            classes[id(m)] = _Classes.of_matrix(m) + (m,)  # the array is held: ids stay unique
         rows, cols, _ = classes[id(m)]
         sides[u].append((v, _Side(m, rows, cols, (id(m), 0))))
         sides[v].append((u, _Side(m.T, cols, rows, (id(m), 1))))
@@ -220,12 +244,13 @@ def prune(node_costs, edge_costs, *, nodes=None, candidates: int = CANDIDATES, r
 
 def working_bytes(sizes, edges, candidates: int = CANDIDATES) -> int:
     """An upper estimate of the memory :func:`prune` allocates at once
-    beyond its inputs and result: copies of the largest edge matrix while
-    its classes are found, and the candidate pairs of the largest node."""
+    beyond its inputs and result: the distinct rows of the largest edge
+    matrix (at most a copy of it), blocks of rows while classes are found,
+    and the candidate pairs of the largest node."""
     degree = [0] * len(sizes)
     for u, v in edges:
         degree[u] += 1
         degree[v] += 1
     largest_edge = max((sizes[u] * sizes[v] for u, v in edges), default=0)
     pairs = max((k * (2 * candidates + d) for k, d in zip(sizes, degree)), default=0)
-    return 8 * (3 * largest_edge + 12 * pairs + 2 * _CHUNK + 4 * sum(sizes))
+    return 8 * (largest_edge + 12 * pairs + 6 * _CHUNK + 4 * sum(sizes))

@@ -132,3 +132,20 @@ def test_same_kept_sets_whatever_the_hash_seed():
         for seed in ("0", "1", "98765")
     }
     assert len(outs) == 1
+
+
+@pytest.mark.parametrize("collide", [False, True], ids=["hashed", "colliding hashes"])
+def test_equal_rows_and_columns_share_a_class(monkeypatch, collide):
+    import search.prune as pruning
+
+    if collide:  # every row and column hashes to 0: the check must catch it and sort instead
+        monkeypatch.setattr(pruning, "_weights", lambda n: np.zeros(n, np.uint64))
+    rng = np.random.default_rng(3)
+    base = rng.integers(0, 3, size=(5, 4)).astype(float)
+    m = base[rng.integers(0, 5, size=40)][:, rng.integers(0, 4, size=30)]  # repeated rows and columns
+    m[0, 0] = -0.0 if m[0, 0] == 0 else m[0, 0]
+    rows, cols = pruning._Classes.of_matrix(m)
+    for classes, a in ((rows, m), (cols, m.T)):
+        assert np.array_equal(a, a[classes.rep[classes.of]])  # every row equals its class's first
+        assert len({a[r].tobytes() for r in classes.rep}) == len(classes.rep)  # classes differ
+        assert all(classes.of[r] == c for c, r in enumerate(classes.rep))
