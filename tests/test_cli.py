@@ -170,7 +170,7 @@ def test_peak_memory_stays_within_the_limit(limit, fits):
 
 def test_cost_arrays_too_large_are_refused_at_once():
     code, rss, err = run_measured("-g", "transformer", "-p", 10**6, "--mem-limit", 2)
-    assert code == 1 and "the cost arrays for p = 1000000 need 1" in err and len(err.splitlines()) == 1, err
+    assert code == 1 and "the cost arrays for p = 1000000 need " in err and len(err.splitlines()) == 1, err
     assert rss <= MEMORY_OVERHEAD  # nothing was built
 
 
