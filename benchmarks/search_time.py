@@ -9,7 +9,8 @@ its cost arrays, the pruning time, the search time (pruning included, best
 of --repeat in-process runs, numba already loaded), the time per entry
 evaluated (the dynamic program alone) and the contraction that ran (numpy
 or the fused kernel);
-the whole `scheduler.py` process (wall time and peak RSS); and for the
+the whole `scheduler.py` process (wall time, best of the same number of
+runs, and peak RSS); and for the
 breadth-first order (--algo 1, p <= 64) its search time or the memory it
 would need when that exceeds the limit.
 
@@ -53,17 +54,20 @@ print(os.waitstatus_to_exitcode(status), time.perf_counter() - t0, usage.ru_maxr
 BFS_UP_TO = 64  # the breadth-first order is measured up to this p
 
 
-def process_run(graph: str, p: int) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one `scheduler.py -g graph -p p`
-    process, after a warm-up run, with bytecode written as users' Pythons do."""
+def process_run(graph: str, p: int, repeat: int) -> tuple[float, float]:
+    """Wall seconds (best of ``repeat``) and peak RSS (MB, the largest) of a
+    `scheduler.py -g graph -p p` process, after a warm-up run, with bytecode
+    written as users' Pythons do."""
     cmd = [sys.executable, "-c", _LAUNCHER, sys.executable, str(ROOT / "scheduler.py"), "-g", graph, "-p", str(p)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    for _ in range(2):  # the first run warms the caches
+    runs = []
+    for _ in range(1 + repeat):  # the first run warms the caches
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
         code, seconds, maxrss_kb = out.stdout.split()
         if code != "0":
             raise RuntimeError(f"scheduler.py -g {graph} -p {p} failed: {out.stderr}")
-    return float(seconds), int(maxrss_kb) / 1024  # ru_maxrss is in KB on Linux
+        runs.append((float(seconds), int(maxrss_kb) / 1024))  # ru_maxrss is in KB on Linux
+    return min(s for s, _ in runs[1:]), max(m for _, m in runs[1:])
 
 
 def measure(graph: str, p: int, repeat: int, limit: int, whole_process: bool) -> dict:
@@ -79,7 +83,7 @@ def measure(graph: str, p: int, repeat: int, limit: int, whole_process: bool) ->
            "table": st.largest_table, "work_unpruned": st.work_unpruned, "work": st.work, "costs_s": cost_seconds,
            "prune_s": st.prune_seconds, "search_s": st.seconds, "kernel": st.kernel}
     row["ns_per_entry"] = 1e9 * (st.seconds - st.prune_seconds) / max(st.work, 1)
-    row["process_s"], row["rss_mb"] = process_run(graph, p) if whole_process else (None, None)
+    row["process_s"], row["rss_mb"] = process_run(graph, p, repeat) if whole_process else (None, None)
     row["M1"], row["bfs_s"], row["bfs_need_gb"] = None, None, None
     if p <= BFS_UP_TO:
         edges = list(costed.edge_costs)
@@ -136,7 +140,7 @@ def main(argv=None) -> None:
         for p in list(args.procs) + list(args.large):
             if p in args.large and last is not None and last["search_s"] * 12 > args.large_budget:
                 continue  # the search grows about K^(M+1): this p would exceed the budget
-            last = measure(graph, p, args.repeat if p not in args.large else 1, limit, not args.no_process)
+            last = measure(graph, p, args.repeat if p not in args.large else 2, limit, not args.no_process)
             rows.append(last)
             print(format_rows([last], False).splitlines()[1], file=sys.stderr, flush=True)
     print(format_rows(rows, args.markdown))
