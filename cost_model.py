@@ -135,12 +135,18 @@ def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tg
     distinct splits, then spread to the configurations (the same numbers)."""
     t_src, t_tgt = src.outputs[out], tgt.inputs[inp]
     T = np.asarray(t_src.shape, dtype=float)
-    S, s_of = _distinct_rows(tensor_splits(t_src, _extents(src, src_configs)[1]))  # (r_src, r), (K_src,)
-    Q, q_of = _distinct_rows(tensor_splits(t_tgt, _extents(tgt, tgt_configs)[1]))  # (r_tgt, r), (K_tgt,)
+    S = tensor_splits(t_src, _extents(src, src_configs)[1])  # (K_src, r)
+    Q = tensor_splits(t_tgt, _extents(tgt, tgt_configs)[1])  # (K_tgt, r)
+    spread = len(S) * len(Q) >= _SPREAD
+    if spread:
+        (S, s_of), (Q, q_of) = _distinct_rows(S), _distinct_rows(Q)  # (r_src, r), (K_src,); (r_tgt, r), (K_tgt,)
     ps, pt = np.prod(S, axis=1), np.prod(Q, axis=1)  # (r_src,), (r_tgt,)
     words = need((T / S)[:, None, :], (T / Q)[None, :, :], ps[:, None], pt[None, :])  # (r_src, r_tgt)
     cost = model.cluster.redistribute(2.0 * words)  # (r_src, r_tgt)
-    return np.take(np.take(cost, s_of, axis=0), q_of, axis=1)  # (K_src, K_tgt)
+    return np.take(np.take(cost, s_of, axis=0), q_of, axis=1) if spread else cost  # (K_src, K_tgt)
+
+
+_SPREAD = 1 << 16  # edge matrices at least this large are worked out per distinct split
 
 
 def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -249,16 +255,17 @@ def estimate_costs(g, p: int) -> CostEstimate:
     p = check_procs(p)
     cutoff = g.graph["cutoff"]
     ops = operators(g)
-    counts = {}
-    for op in ops:
-        if op not in counts:
-            counts[op] = count_configurations(op, p, cutoff)
-    held = sum(8 * k * (len(op.space) + 3) for op, k in counts.items())  # configs, compute, comm, cost
-    pairs = {(ops[u], d["out"], ops[v], d["inp"]): counts[ops[u]] * counts[ops[v]] for u, v, d in g.edges(data=True)}
+    ids: dict = {}  # identical operators share an id, as they share their arrays
+    op_id = [ids.setdefault(op, len(ids)) for op in ops]
+    distinct = list(ids)
+    counts = [count_configurations(op, p, cutoff) for op in distinct]
+    held = sum(8 * k * (len(op.space) + 3) for op, k in zip(distinct, counts))  # configs, compute, comm, cost
+    pairs = {(op_id[u], d["out"], op_id[v], d["inp"]): counts[op_id[u]] * counts[op_id[v]]
+             for u, v, d in g.edges(data=True)}
     held += 8 * sum(pairs.values())
-    largest_K = max(counts.values(), default=0)
+    largest_K = max(counts, default=0)
     largest_edge = max(pairs.values(), default=0)
-    op_work = max((k * (len(op.space) + _OP_TEMPORARIES) for op, k in counts.items()), default=0)
+    op_work = max((k * (len(op.space) + _OP_TEMPORARIES) for op, k in zip(distinct, counts)), default=0)
     return CostEstimate(held, held + 8 * max(_EDGE_TEMPORARIES * largest_edge, op_work), largest_K, largest_edge)
 
 
