@@ -55,6 +55,20 @@ def test_each_graph_matches_reference(graph):
         assert 1 <= dev <= p
 
 
+def test_search_statistics_in_the_report_and_the_record(tmp_path):
+    plan = tmp_path / "plan.json"
+    out = run("-g", "transformer", "-p", 64, "--output", plan).stdout
+    st = json.loads(plan.read_text())["search"]
+    assert (st["order"], st["largest_K"], st["largest_dependent_set"], st["pruned"]) == ("GENERATESEQ", 566, 3, True)
+    assert st["largest_K_pruned"] < 566 and st["configurations_kept"] < st["configurations"]
+    assert st["work"] < st["work_unpruned"] and st["kernel"] in ("numpy", "fused")
+    assert (f"  largest K 566, {st['largest_K_pruned']} after pruning ({st['configurations_kept']:,} of "
+            f"{st['configurations']:,} configurations kept)") in out
+    assert f"largest dependent set 3, largest table {st['largest_table']:,} entries, {st['work']:,} entries" in out
+    small = run("-p", 8).stdout  # AlexNet: nothing worth pruning
+    assert "  largest K 28 (not pruned: a small search)" in small
+
+
 def test_output_json_round_trips_through_evaluate(tmp_path):
     plan = tmp_path / "plan.json"
     out = run("-g", "transformer", "-p", 8, "--output", plan).stdout
