@@ -392,14 +392,16 @@ def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_l
     proves unnecessary (the optimum is unchanged): ``True`` examines every
     operator, ``"auto"`` those worth it (:func:`worth_pruning`), ``False``
     none.  Operators left with one configuration are folded into their
-    neighbours.  Raises
-    :class:`SearchTooLarge` before allocating the tables when they, the
-    pruned arrays and ``held_bytes`` (memory the caller already holds, e.g.
-    the cost arrays) exceed ``memory_limit`` bytes (default:
+    neighbours.  The result's ``index`` refers to the arrays as given.
+
+    Raises :class:`SearchTooLarge` before allocating the tables when they,
+    the pruned arrays and ``held_bytes`` (memory the caller already holds,
+    e.g. the cost arrays) exceed ``memory_limit`` bytes (default:
     :func:`default_memory_limit`), or when a table would have more axes
-    than numpy allows.  ``kernel``: ``"auto"`` (the fused kernel for large
-    searches when numba is installed), ``"numpy"`` or ``"fused"``.
-    ``progress(done, total)`` is called after each vertex.
+    than numpy allows.  ``kernel``: ``"auto"`` (the fused kernel for
+    searches of at least :data:`FUSED_WORK` entries when numba is
+    installed), ``"numpy"`` or ``"fused"``.  ``progress(done, total)`` is
+    called after each vertex.
     """
     t0 = time.perf_counter()
     threads = _cores() if threads is None else threads

@@ -87,7 +87,8 @@ def measure(graph: str, p: int, repeat: int, limit: int, whole_process: bool) ->
     row["M1"], row["bfs_s"], row["bfs_need_gb"] = None, None, None
     if p <= BFS_UP_TO:
         edges = list(costed.edge_costs)
-        row["M1"] = plan(breadth_first(costed.n, edges)[0], [len(c) for c in costed.configs], edges).largest_dependent_set
+        sizes = [len(c) for c in costed.configs]
+        row["M1"] = plan(breadth_first(costed.n, edges)[0], sizes, edges).largest_dependent_set
         try:
             row["bfs_s"] = search(costed, 1, memory_limit=limit).seconds
         except SearchTooLarge as e:

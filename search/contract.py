@@ -215,7 +215,8 @@ def _fused(step: Step, threads: int, pool):
     Q = qs[0]
     for a in qs[1:]:
         Q = Q + a
-    Q = np.array(np.broadcast_to(Q, tuple(s if j in (0, k) else 1 for j, s in enumerate(shape))).reshape(Kv, Kc), order="C")
+    q_shape = tuple(s if j in (0, k) else 1 for j, s in enumerate(shape))
+    Q = np.array(np.broadcast_to(Q, q_shape).reshape(Kv, Kc), order="C")  # (K_v, K_c), contiguous
     views = []  # P's factors as (outer..., K_v), the separable axis dropped
     for f in step.groups[0]:
         g = np.moveaxis(f.reshape(tuple(s for j, s in enumerate(f.shape) if j != k)), 0, -1)
