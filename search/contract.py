@@ -282,9 +282,11 @@ def row_at(step: Step, index) -> np.ndarray:
 
 
 def fused_available() -> bool:
-    """Whether the compiled kernel can be used (numba imports and compiles)."""
+    """Whether the compiled kernel can be used: numba imports and compiles
+    it (any failure there leaves the search to numpy, with the same
+    result)."""
     try:
         import search.fused  # noqa: F401
-    except ImportError:
+    except Exception:
         return False
     return True

@@ -114,3 +114,11 @@ def test_a_small_search_does_not_load_numba():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0 and proc.stderr.split() == ["False"]
+
+
+def test_without_numba_the_search_stays_on_numpy(monkeypatch):
+    from search.contract import fused_available
+
+    monkeypatch.setitem(sys.modules, "numba", None)  # as if not installed: importing it fails
+    monkeypatch.delitem(sys.modules, "search.fused", raising=False)
+    assert not fused_available()
