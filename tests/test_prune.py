@@ -152,3 +152,27 @@ def test_equal_rows_and_columns_share_a_class(monkeypatch, collide):
         assert np.array_equal(a, a[classes.rep[classes.of]])  # every row equals its class's first
         assert len({a[r].tobytes() for r in classes.rep}) == len(classes.rep)  # classes differ
         assert all(classes.of[r] == c for c, r in enumerate(classes.rep))
+
+
+def _random_setting(seed):
+    rng = np.random.default_rng(seed)
+    g = ["alexnet", "resnet101", "inception3", "rnnlm", "transformer"][seed % 5]
+    p = int(rng.choice([6, 12, 16, 24, 32, 48]))
+    batch = int(rng.choice([32, 64, 96, 128, 256]))
+    flops, bw = float(rng.uniform(1, 100)), float(rng.uniform(1, 400))
+    return g, p, batch, flops, bw
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_pruned_search_equals_the_unpruned_one_in_random_settings(seed):
+    from cluster import Cluster
+    from cost_model import CostModel, build_costs
+    from graph import build_graph
+
+    g, p, batch, flops, bw = _random_setting(seed)
+    cg = build_costs(build_graph(g, batch), p, CostModel(Cluster(flops, bw)))
+    order = generate_seq(cg.n, list(cg.edge_costs))[0]
+    pruned = solve(cg.node_costs, cg.edge_costs, order, prune=True)
+    full = solve(cg.node_costs, cg.edge_costs, order, prune=False)
+    assert rel(pruned.cost, full.cost) <= 1e-12
+    assert rel(cg.cost_at(pruned.index), full.cost) <= 1e-12
