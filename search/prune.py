@@ -11,18 +11,19 @@ with ``x`` over the configurations ``u`` still has: swapping ``a`` for ``b``
 never raises the cost, whatever the neighbours pick.  A strategy that uses
 ``a`` then has a counterpart with ``b`` that costs no more, so removing ``a``
 keeps an optimal strategy.  Each removal is judged against the
-configurations that remain at that moment, so repeating while anything
-changes keeps the optimum too (the cost model's edges and neighbours only
-shrink).  The rule is the one of the dynamic program's own terms; it needs
-no knowledge of what the arrays mean.
+configurations that remain at that moment, which still hold an optimal
+strategy, so repeating while anything changes keeps the optimum too.  The
+rule reads only the dynamic program's own terms; it needs no knowledge of
+what the arrays mean.
 
 Ties are broken by a fixed total order: ``b`` may remove ``a`` only if it
 comes first by worst case ``cost_v(x) + sum_u max E_vu(x, .)`` (which a
 dominator never exceeds), then by index.  Two equivalent configurations
 therefore never remove each other (the lower index survives), and as the
-order has no cycles, every removed configuration has a dominator that stays.  The comparisons are made in
-floating point; a removal can therefore be wrong only by the rounding of the
-costs compared (relative ~1e-16).
+order has no cycles, every removed configuration has a dominator that
+stays.  The comparisons are made in floating point; a removal can
+therefore be wrong only by the rounding of the costs compared (relative
+~1e-16).
 
 Testing every pair would cost ``K^2 * sum_u K_u`` per operator, as much as
 the dynamic program itself on graphs whose dependent sets hold two
@@ -199,8 +200,7 @@ def prune(node_costs, edge_costs, *, nodes=None, candidates: int = CANDIDATES, r
     configuration).  Returns ``kept[v]``, ascending indices into
     ``node_costs[v]`` (never empty); the minimum of the strategy cost over
     the kept configurations equals the minimum over all of them.
-    Deterministic: the result depends only on the arrays' values (and which
-    edges share an array).
+    Deterministic: the result depends only on the arrays' values.
     """
     n = len(node_costs)
     costs = [np.asarray(c, dtype=np.float64).reshape(-1) for c in node_costs]
