@@ -25,7 +25,8 @@ from math import prod as prod_
 
 import numpy as np
 
-__all__ = ["divisors", "dimension_splits", "enumerate_configs", "contiguous", "configurations", "in_space"]
+__all__ = ["divisors", "dimension_splits", "enumerate_configs", "count_configs", "contiguous", "configurations",
+           "count_configurations", "in_space"]
 
 
 @lru_cache(maxsize=4096)
@@ -96,6 +97,48 @@ def enumerate_configs(
     if contiguous_only:
         configs = configs[contiguous(configs, space)]
     return configs
+
+
+def count_configs(
+    space: tuple[int, ...],
+    p: int,
+    cutoff: int,
+    never_split: tuple[int, ...] = (),
+    contiguous_only: bool = False,
+) -> int:
+    """How many configurations :func:`enumerate_configs` returns, counted
+    without making them (to estimate memory before allocating it)."""
+    if p < 1:
+        raise ValueError(f"the number of devices p must be >= 1, got {p}")
+    lists = [
+        (1,) if i in never_split else dimension_splits(size, p, cutoff)
+        for i, size in enumerate(space)
+    ]
+    if contiguous_only:
+        # Leading dimensions split completely, then the first one that is
+        # not (any split but its size), then only 1s; or all split completely.
+        total, used = 0, 1
+        for size, splits in zip(space, lists):
+            total += sum(1 for c in splits if c != size and used * c <= p)
+            if size not in splits or used * size > p:
+                return total
+            used *= size
+        return total + 1
+    counts = {1: 1}  # devices used by the leading dimensions -> configurations
+    for splits in lists:
+        grown: dict[int, int] = {}
+        for used, k in counts.items():
+            for c in splits:
+                if used * c <= p:
+                    grown[used * c] = grown.get(used * c, 0) + k
+        counts = grown
+    return sum(counts.values())
+
+
+def count_configurations(op, p: int, cutoff: int) -> int:
+    """``len(configurations(op, p, cutoff))``, without enumerating them."""
+    never = tuple(op.dims.index(c) for c in op.never_split)
+    return count_configs(op.space, p, cutoff, never, op.contiguous_only)
 
 
 def configurations(op, p: int, cutoff: int) -> np.ndarray:

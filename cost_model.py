@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster import Cluster
-from config_space import configurations, contiguous, in_space
+from config_space import configurations, contiguous, count_configurations, in_space
 from errors import SettingError, shown
 from graph import Operator, operators
 from kinds import Extents, need, shard, tensor_splits
@@ -32,6 +32,8 @@ __all__ = [
     "CostModel",
     "CostedGraph",
     "CostTablesTooLarge",
+    "CostEstimate",
+    "estimate_costs",
     "StrategyCost",
     "op_cost_parts",
     "op_costs",
@@ -171,25 +173,45 @@ def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tg
                model: CostModel) -> np.ndarray:
     """Re-distribution cost (K_src, K_tgt) of the tensor ``src.outputs[out]``
     read as ``tgt.inputs[inp]``, forward and backward:
-    ``2 W need(T/S, T/Q, P(S), P(Q))``."""
+    ``2 W need(T/S, T/Q, P(S), P(Q))``.
+
+    The cost depends on a configuration only through the tensor's split, and
+    many configurations split it alike: it is worked out once per pair of
+    distinct splits, then spread to the configurations (the same numbers)."""
     t_src, t_tgt = src.outputs[out], tgt.inputs[inp]
     T = np.asarray(t_src.shape, dtype=float)
     S = tensor_splits(t_src, _extents(src, src_configs)[1])  # (K_src, r)
     Q = tensor_splits(t_tgt, _extents(tgt, tgt_configs)[1])  # (K_tgt, r)
-    ps, pt = np.prod(S, axis=1), np.prod(Q, axis=1)  # (K_src,), (K_tgt,)
-    words = need((T / S)[:, None, :], (T / Q)[None, :, :], ps[:, None], pt[None, :])  # (K_src, K_tgt)
     net = model.cluster
+    if net.two_level:  # with the nodes over which each axis's pieces spread
+        S = np.concatenate([S, net.tensor_nodes(t_src, _extents(src, src_configs)[1])], axis=1)  # (K_src, 2r)
+        Q = np.concatenate([Q, net.tensor_nodes(t_tgt, _extents(tgt, tgt_configs)[1])], axis=1)  # (K_tgt, 2r)
+    spread = len(S) * len(Q) >= _SPREAD
+    if spread:
+        (S, s_of), (Q, q_of) = _distinct_rows(S), _distinct_rows(Q)  # (r_src, .), (K_src,); (r_tgt, .), (K_tgt,)
+    r = len(T)
+    ps, pt = np.prod(S[:, :r], axis=1), np.prod(Q[:, :r], axis=1)  # (r_src,), (r_tgt,)
+    words = need((T / S[:, :r])[:, None, :], (T / Q[:, :r])[None, :, :], ps[:, None], pt[None, :])  # (r_src, r_tgt)
     if not net.two_level:
-        return net.redistribute(2.0 * words, times=2)
-    # The same "area needed" between nodes: the words a target node lacks,
-    # shared by its devices in proportion to their blocks.
-    NS = net.tensor_nodes(t_src, _extents(src, src_configs)[1])  # (K_src, r) nodes per axis
-    NQ = net.tensor_nodes(t_tgt, _extents(tgt, tgt_configs)[1])  # (K_tgt, r)
-    node_need = need((T / NS)[:, None, :], (T / NQ)[None, :, :], np.prod(NS, axis=1)[:, None],
-                     np.prod(NQ, axis=1)[None, :])  # (K_src, K_tgt)
-    share = np.prod(NQ, axis=1) / pt  # (K_tgt,) a device's part of its node's block
-    cross = np.minimum(node_need * share[None, :], words)
-    return net.redistribute(2.0 * words, 2.0 * cross, times=2)
+        cost = net.redistribute(2.0 * words, times=2)
+    else:  # the same "area needed" between nodes: the words a target node lacks, shared by its devices
+        NS, NQ = S[:, r:], Q[:, r:]
+        node_need = need((T / NS)[:, None, :], (T / NQ)[None, :, :], np.prod(NS, axis=1)[:, None],
+                         np.prod(NQ, axis=1)[None, :])  # (r_src, r_tgt)
+        share = np.prod(NQ, axis=1) / pt  # (r_tgt,) a device's part of its node's block
+        cost = net.redistribute(2.0 * words, 2.0 * np.minimum(node_need * share[None, :], words), times=2)
+    return np.take(np.take(cost, s_of, axis=0), q_of, axis=1) if spread else cost  # (K_src, K_tgt)
+
+
+_SPREAD = 1 << 16  # edge matrices at least this large are worked out per distinct split
+
+
+def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of ``a`` and, for each row, which one it is."""
+    if a.shape[1] == 0:
+        return a[:1], np.zeros(len(a), dtype=np.intp)
+    rows, of = np.unique(a, axis=0, return_inverse=True)
+    return rows, of.reshape(-1)
 
 
 # -- whole graphs ------------------------------------------------------------------
@@ -245,6 +267,13 @@ class CostedGraph:
     def n(self) -> int:
         return len(self.configs)
 
+    @property
+    def nbytes(self) -> int:
+        """Memory of the arrays, each shared array counted once."""
+        arrays = [*self.configs, *self.compute, *self.comm, *self.node_costs, *self.weights, *self.activations,
+                  *self.memory, *self.edge_costs.values()]
+        return sum({id(a): a.nbytes for a in arrays}.values())
+
     def position(self, v: int, cfg) -> int | None:
         """Where configuration ``cfg`` of node ``v`` is in ``configs[v]``, or
         ``None`` when the search space does not hold it."""
@@ -276,7 +305,49 @@ class CostedGraph:
 
 
 class CostTablesTooLarge(MemoryError):
-    """The edge cost matrices would not fit the memory limit."""
+    """The cost arrays would not fit the memory limit."""
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """Memory of a graph's cost arrays for ``p`` devices, worked out from
+    the configuration counts before anything is enumerated.
+
+    ``held``: the arrays once built (configurations, operator costs, edge
+    matrices; identical layers share theirs); ``peak``: ``held`` plus the
+    most that building one of them needs on top (an edge matrix takes a few
+    temporaries of its own size); ``largest_K``, ``largest_edge``: the
+    largest configuration count and edge matrix (entries).
+    """
+
+    held: int
+    peak: int
+    largest_K: int
+    largest_edge: int
+
+
+_EDGE_TEMPORARIES = 4  # (K_src, K_tgt) temporaries while an edge matrix is computed
+_OP_TEMPORARIES = 64  # (K,) temporaries while an operator's configurations are enumerated and costed
+
+
+def estimate_costs(g, p: int) -> CostEstimate:
+    """The memory :func:`build_costs` will use for ``g`` and ``p``."""
+    p = check_procs(p)
+    cutoff = g.graph["cutoff"]
+    ops = operators(g)
+    ids: dict = {}  # identical operators share an id, as they share their arrays
+    op_id = [ids.setdefault(op, len(ids)) for op in ops]
+    distinct = list(ids)
+    counts = [count_configurations(op, p, cutoff) for op in distinct]
+    # per configuration: its splits, compute, communication and cost, weights, activations and memory
+    held = sum(8 * k * (len(op.space) + 6) for op, k in zip(distinct, counts))
+    pairs = {(op_id[u], d["out"], op_id[v], d["inp"]): counts[op_id[u]] * counts[op_id[v]]
+             for u, v, d in g.edges(data=True)}
+    held += 8 * sum(pairs.values())
+    largest_K = max(counts, default=0)
+    largest_edge = max(pairs.values(), default=0)
+    op_work = max((k * (len(op.space) + _OP_TEMPORARIES) for op, k in zip(distinct, counts)), default=0)
+    return CostEstimate(held, held + 8 * max(_EDGE_TEMPORARIES * largest_edge, op_work), largest_K, largest_edge)
 
 
 def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | None = None,
@@ -284,10 +355,18 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
     """Enumerate and cost every configuration and edge of ``g`` for ``p`` devices.
 
     With ``memory_limit`` (bytes), raise :class:`CostTablesTooLarge` before
-    computing any edge matrix when they would not fit.  ``progress(done,
+    enumerating anything when :func:`estimate_costs` exceeds it.  ``progress(done,
     total)`` is called as the edge matrices are built.
     """
     p = check_procs(p)
+    if memory_limit is not None:
+        est = estimate_costs(g, p)
+        if est.peak > memory_limit:
+            raise CostTablesTooLarge(
+                f"the cost arrays for p = {p} need {est.peak / 1e9:.3g} GB but the limit is "
+                f"{memory_limit / 1e9:.3g} GB (up to {est.largest_K} configurations per operator, "
+                f"edge matrices of up to {est.largest_edge:.3g} entries); use a smaller p or raise the memory limit"
+            )
     cutoff = g.graph["cutoff"]
     ops = operators(g)
     shared = _shared(g)
@@ -306,15 +385,6 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
             lst.append(arr)
     graph_edges = sorted(g.edges(data=True))
     keys = {(u, v): (ops[u], d["out"], ops[v], d["inp"]) for u, v, d in graph_edges}
-    if memory_limit is not None:
-        pairs = {k: len(configs[u]) * len(configs[v]) for (u, v), k in keys.items()}
-        need_bytes = 8 * (sum(pairs.values()) + 4 * max(pairs.values(), default=0))
-        if need_bytes > memory_limit:
-            raise CostTablesTooLarge(
-                f"the edge cost matrices for p = {p} need {need_bytes / 1e9:.3g} GB but the limit is "
-                f"{memory_limit / 1e9:.3g} GB (up to {max(len(c) for c in configs)} configurations "
-                "per operator); use a smaller p or raise the memory limit"
-            )
     edges, seen_e = {}, {}
     for step, (u, v, d) in enumerate(graph_edges):
         key = keys[(u, v)]

@@ -17,6 +17,14 @@ minimum over ``vi``: a (min, +) contraction.  The orders are
 * ``breadth_first``: breadth-first from vertex 0, whose dependent set is the
   whole frontier (``--algo 1``, the paper's baseline).
 
+Before the dynamic program, :func:`search.prune.prune` drops the
+configurations that dominance proves unnecessary, and operators left with
+one configuration are folded into their neighbours' cost vectors; the
+result still indexes the unpruned arrays.  The contractions run in
+:mod:`search.contract` (numpy, or a compiled kernel for large searches).
+Every array the search allocates is estimated first and checked against a
+memory limit.
+
 The arrays are taken as given: nothing here checks that they came from a
 cost model, only that their shapes agree with each other.
 """
@@ -27,11 +35,25 @@ import math
 import os
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from errors import SettingError
+from result import SearchStats
+from search.contract import (
+    CHUNK,
+    FUSED_ROWS,
+    PARALLEL,
+    Workers,
+    contract,
+    fused_available,
+    prepare,
+    row_at,
+    separable_axis,
+)
+from search.prune import prune as prune_configurations
+from search.prune import working_bytes
 
 __all__ = [
     "ALGOS",
@@ -43,6 +65,8 @@ __all__ = [
     "plan",
     "solve",
     "search",
+    "worth_pruning",
+    "check_fits",
     "default_memory_limit",
     "within_memory",
     "Bounded",
@@ -50,8 +74,13 @@ __all__ = [
 ]
 
 ALGOS = {0: "GENERATESEQ", 1: "breadth-first"}
-_CHUNK = 1 << 19  # entries per working block (4 MB): measured fastest here
-_PARALLEL = 1 << 22  # contractions at least this large use every core
+KERNELS = ("auto", "numpy", "fused")
+FUSED_WORK = 10**9  # searches evaluating this many table entries load the fused kernel
+_FUSED_STEP = 1 << 22  # and use it for the separable steps at least this large
+FUSED_BYTES = 150 * 10**6  # numba, its compiler and the kernel in memory, counted in the limit
+MAX_AXES = 32  # numpy broadcasts at most 32 axes: a table has at most 31
+PRUNE_WORTH = 1 << 22  # table entries an operator must take part in to be worth pruning
+PRUNE_MIN_WORK = 10**8  # and the search must evaluate at least this many
 _BYTES = 8  # float64 tables
 
 
@@ -119,26 +148,27 @@ def breadth_first(n: int, edges) -> tuple[list[int], list[tuple[int, ...]]]:
 class Plan:
     """What the dynamic program will compute, before any table exists.
 
-    ``scope[v]``: the axes of ``v``'s table (its dependent set), sorted by
-    position in ``order``; ``bucket[v]``: the factors ``v`` absorbs, each
-    ``("node", v)``, ``("edge", (a, b))`` or ``("table", u)``.
+    ``order``: the vertices processed, in order; ``scope[v]``: the axes of
+    ``v``'s table (its dependent set), sorted by position in ``order``;
+    ``bucket[v]``: the factors ``v`` absorbs, each ``("node", v)``,
+    ``("edge", (a, b))`` or ``("table", u)``; ``sizes``: K per vertex.
     """
 
     order: tuple[int, ...]
     scope: dict
     bucket: dict
-    sizes: tuple[int, ...]  # K per vertex
+    sizes: tuple[int, ...]
 
     def table_entries(self, v: int) -> int:
         return math.prod(self.sizes[w] for w in self.scope[v])
 
     @property
     def largest_table(self) -> int:
-        return max(self.table_entries(v) for v in self.order)
+        return max((self.table_entries(v) for v in self.order), default=1)
 
     @property
     def largest_dependent_set(self) -> int:
-        return max(len(s) for s in self.scope.values())
+        return max((len(s) for s in self.scope.values()), default=0)
 
     @property
     def work(self) -> int:
@@ -150,23 +180,43 @@ class Plan:
         """Memory of all tables, kept for the back-substitution."""
         return _BYTES * sum(self.table_entries(v) for v in self.order)
 
-    def peak_bytes(self, threads: int = 1) -> int:
-        """Estimated peak memory of :func:`solve` beyond the cost arrays: all
-        tables, plus per thread a block of rows and a partial table, plus the
-        copies made when small factors are merged."""
-        work = max(
-            min(self.sizes[v] * self.table_entries(v), max(_CHUNK, self.table_entries(v)))
-            for v in self.order
-        )
-        return self.table_bytes + (2 * threads + 2) * _BYTES * work
+    def factor_scopes(self, v: int) -> list[set]:
+        """The operators each factor in ``v``'s bucket spans."""
+        return [{v} if kind == "node" else set(arg) if kind == "edge" else set(self.scope[arg])
+                for kind, arg in self.bucket[v]]
+
+    def separable(self, v: int) -> int | None:
+        """The axis of ``v``'s table (1..m) whose factors span only ``v``
+        and it, as :func:`search.contract.prepare` will pick it, or ``None``."""
+        scope = self.scope[v]
+        has = [tuple(w in f for w in scope) for f in self.factor_scopes(v)]
+        return separable_axis(has, [self.sizes[w] for w in scope])
+
+    def peak_bytes(self, threads: int = 1, fused: bool = False) -> int:
+        """Estimated peak memory of the dynamic program beyond its input
+        arrays: all tables (kept for the back-substitution) plus the largest
+        step's working memory: the merged factors, and per thread a block
+        of rows and a partial table (numpy), or the blocks of rows, the
+        table before its axes are put in order and the matrix of the
+        separable axis (``fused``: the compiled kernel runs the large
+        separable steps)."""
+        step = 0
+        for v in self.order:
+            t = self.table_entries(v)
+            work = self.sizes[v] * t
+            merged = sum(n for n in (math.prod(self.sizes[w] for w in f) for f in self.factor_scopes(v)) if n < work)
+            k = self.separable(v) if fused and work >= _FUSED_STEP else None
+            if k is not None:
+                way = t + 3 * self.sizes[v] * self.sizes[self.scope[v][k - 1]] + threads * FUSED_ROWS
+            else:
+                busy = threads if work >= PARALLEL else 1
+                way = busy * (min(work, max(CHUNK, t)) + 2 * t)
+            step = max(step, merged + way)
+        return self.table_bytes + _BYTES * step
 
 
-def plan(order, sizes, edges) -> Plan:
-    """Assign every factor to the bucket of its earliest vertex in ``order``
-    and derive each table's scope (bucket elimination)."""
-    n = len(sizes)
-    if sorted(order) != list(range(n)):
-        raise ValueError("the order must be a permutation of the vertices")
+def _plan(order, sizes, edges) -> Plan:
+    """Bucket elimination over ``order`` (any vertices; ``edges`` among them)."""
     pos = {v: i for i, v in enumerate(order)}
     bucket = {v: [("node", v)] for v in order}
     fscope = {}
@@ -185,6 +235,14 @@ def plan(order, sizes, edges) -> Plan:
             bucket[scope[v][0]].append(("table", v))
             fscope[("table", v)] = set(scope[v])
     return Plan(tuple(order), scope, {v: tuple(b) for v, b in bucket.items()}, tuple(sizes))
+
+
+def plan(order, sizes, edges) -> Plan:
+    """Assign every factor to the bucket of its earliest vertex in ``order``
+    and derive each table's scope (bucket elimination)."""
+    if sorted(order) != list(range(len(sizes))):
+        raise ValueError("the order must be a permutation of the vertices")
+    return _plan(order, sizes, edges)
 
 
 def _cores() -> int:
@@ -213,31 +271,45 @@ def _gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.3g} GB"
 
 
-def check_fits(pl: Plan, limit: int, names=None, threads: int = 1) -> None:
-    """Raise :class:`SearchTooLarge` when ``pl`` needs more than ``limit`` bytes."""
-    need = pl.peak_bytes(threads)
-    if need <= limit:
-        return
-    v = max(pl.order, key=pl.table_entries)
-    name = f" ({names[v]})" if names else ""
-    dep = ", ".join(map(str, sorted(pl.scope[v])))
-    entries = pl.table_entries(v)
-    raise SearchTooLarge(
-        f"the search needs {_gb(need)} but the limit is {_gb(limit)}: operator {v}{name} has "
-        f"{len(pl.scope[v])} dependent operators {{{dep}}} and a table of {entries:.3g} entries "
-        f"({_gb(entries * _BYTES)})"
-    )
+def check_fits(pl: Plan, limit: int, names=None, threads: int = 1, held: int = 0, fused: bool = False) -> None:
+    """Raise :class:`SearchTooLarge` when ``pl``'s tables have more axes
+    than numpy handles, or when they and the ``held`` bytes already in use
+    need more than ``limit`` bytes."""
+    def named(v):
+        return f"operator {v}" + (f" ({names[v]})" if names else "")
+
+    need = held + pl.peak_bytes(threads, fused)
+    if need > limit:
+        v = max(pl.order, key=pl.table_entries)
+        dep = ", ".join(map(str, sorted(pl.scope[v])))
+        entries = pl.table_entries(v)
+        raise SearchTooLarge(
+            f"the search needs {_gb(need)} but the limit is {_gb(limit)}: {named(v)} has "
+            f"{len(pl.scope[v])} dependent operators {{{dep}}} and a table of {entries:.3g} entries "
+            f"({_gb(entries * _BYTES)})"
+        )
+    wide = [v for v in pl.order if 1 + len(pl.scope[v]) > MAX_AXES]
+    if wide:
+        v = max(wide, key=lambda w: len(pl.scope[w]))
+        raise SearchTooLarge(
+            f"{named(v)} has {len(pl.scope[v])} dependent operators; the search handles at most "
+            f"{MAX_AXES - 1} (its table would have {pl.table_entries(v):.3g} entries)"
+        )
 
 
 @dataclass
 class SearchResult:
-    """The optimum: ``index[v]`` is the position of node ``v``'s configuration."""
+    """The optimum: ``index[v]`` is the position of node ``v``'s configuration
+    in its (unpruned) cost arrays; ``kept[v]`` the configurations the
+    pruning left; ``plan`` the dynamic program that ran (over the operators
+    with more than one configuration left, with their pruned sizes)."""
 
     cost: float
     index: list[int]
     plan: Plan
     seconds: float
-    stats: dict = field(default_factory=dict)
+    stats: SearchStats
+    kept: list = field(default_factory=list, repr=False)
     strategy: list = field(default_factory=list)  # configurations, filled by search()
 
 
@@ -253,131 +325,173 @@ def _factor(kind_arg, pos, node_costs, edge_costs, tables, scope):
     return tables[arg], scope[arg]
 
 
-def _premerge(fs, full_size):
-    """Add together, once and outside the block loop, factors whose axes are
-    a subset of a smaller-than-full factor's (a vertex's own costs, two edges
-    to the same neighbour); return the rest smallest first, the order in
-    which the block loop and the back-substitution add them."""
-    fs = sorted(fs, key=lambda a: a.size)
-    merged = []
-    while fs:
-        a = fs.pop(0)
-        for j, h in enumerate(fs):
-            if h.size < full_size and np.broadcast_shapes(a.shape, h.shape) == h.shape:
-                fs[j] = h + a
-                break
+def _copies(edge_costs, kept) -> dict:
+    """The pruned edge matrices to make: key -> (edge, entries).  Edges
+    between two operators left with one configuration need none, nor do
+    edges whose two ends kept everything (used as they are), and identical
+    layers with identical kept configurations share one copy."""
+    out = {}
+    for (u, v), m in edge_costs.items():
+        ku, kv = kept[u], kept[v]
+        if len(ku) > 1 and len(kv) > 1 and (len(ku), len(kv)) != m.shape:
+            out.setdefault((id(m), ku.tobytes(), kv.tobytes()), ((u, v), len(ku) * len(kv)))
+    return out
+
+
+def _reduce(node_costs, edge_costs, kept, copies):
+    """The problem over the kept configurations, with every operator left
+    with one configuration folded into its neighbours' cost vectors.
+    Returns (constant cost, {v: costs}, {(u, v): matrix}) over the others."""
+    fixed = {v: int(k[0]) for v, k in enumerate(kept) if len(k) == 1}
+    constant = 0.0
+    nodes = {}
+    for v, k in enumerate(kept):
+        if v in fixed:
+            constant += float(node_costs[v][fixed[v]])
         else:
-            merged.append(a)
-    return sorted(merged, key=lambda a: a.size)
-
-
-def _contract(fs, shape, threads=1):
-    """``min`` over axis 0 of the broadcast sum of ``fs`` (each a factor
-    reshaped to broadcast against ``shape``), in blocks of rows so that the
-    working memory stays about one output table or ``_CHUNK`` entries per
-    thread.  Large contractions split their rows among ``threads`` (numpy
-    releases the GIL inside its loops)."""
-    if threads > 1 and math.prod(shape) >= _PARALLEL and shape[0] >= threads:
-        from concurrent.futures import ThreadPoolExecutor
-
-        cuts = [shape[0] * t // threads for t in range(threads + 1)]
-        with ThreadPoolExecutor(threads) as pool:
-            parts = list(pool.map(lambda t: _contract_rows(fs, shape, cuts[t], cuts[t + 1]), range(threads)))
-        best = parts[0]
-        for part in parts[1:]:
-            np.minimum(best, part, out=best)
-        return best
-    return _contract_rows(fs, shape, 0, shape[0])
-
-
-def _contract_rows(fs, shape, start, stop):
-    """:func:`_contract` over rows ``start:stop`` of axis 0."""
-    out_shape = shape[1:]
-    rows = max(1, _CHUNK // max(math.prod(out_shape), 1))
-    buf = np.empty((min(rows, stop - start),) + out_shape)
-    best = np.full(out_shape, np.inf)
-    for i in range(start, stop, rows):
-        j = min(i + rows, stop)
-        block = buf[: j - i]
-        acc, into_block = fs[0][i:j], False
-        for a in fs[1:]:
-            x = a[i:j]
-            if into_block:
-                np.add(acc, x, out=acc)
-            elif np.broadcast_shapes(acc.shape, x.shape) == block.shape:
-                acc, into_block = np.add(acc, x, out=block), True
+            nodes[v] = np.asarray(node_costs[v], dtype=np.float64)[k]
+    edges, made = {}, {}
+    for (u, v), m in edge_costs.items():
+        if u in fixed and v in fixed:
+            constant += float(m[fixed[u], fixed[v]])
+        elif u in fixed:
+            nodes[v] = nodes[v] + m[fixed[u], kept[v]]
+        elif v in fixed:
+            nodes[u] = nodes[u] + m[kept[u], fixed[v]]
+        else:
+            key = (id(m), kept[u].tobytes(), kept[v].tobytes())
+            if key not in copies:
+                edges[(u, v)] = np.asarray(m, dtype=np.float64)
             else:
-                acc = acc + x
-        if len(block) == 1:
-            np.minimum(best, acc[0], out=best)
-        else:
-            np.minimum(best, np.minimum.reduce(np.broadcast_to(acc, block.shape), axis=0), out=best)
-    return best
+                if key not in made:
+                    made[key] = np.ascontiguousarray(m[np.ix_(kept[u], kept[v])], dtype=np.float64)
+                edges[(u, v)] = made[key]
+    return constant, nodes, edges
 
 
-def solve(node_costs, edge_costs, order, *, memory_limit: int | None = None, names=None,
-          progress=None, threads: int | None = None) -> SearchResult:
-    """Run the dynamic program over ``order``.
+def worth_pruning(pl: Plan) -> list[int]:
+    """The operators whose configurations take part in at least
+    :data:`PRUNE_WORTH` table entries of ``pl`` (unpruned): examining one
+    costs about a millisecond, so the others cannot repay it.  None when
+    the whole search evaluates fewer than :data:`PRUNE_MIN_WORK` entries
+    (a tenth of a second): then pruning could save little more than it
+    costs."""
+    if pl.work < PRUNE_MIN_WORK:
+        return []
+    share = [0] * len(pl.sizes)
+    for v in pl.order:
+        work = pl.sizes[v] * pl.table_entries(v)
+        for w in (v,) + pl.scope[v]:
+            share[w] += work
+    return [v for v, s in enumerate(share) if s >= PRUNE_WORTH]
+
+
+def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_limit: int | None = None, names=None,
+          progress=None, threads: int | None = None, kernel: str = "auto", held_bytes: int = 0) -> SearchResult:
+    """Run the dynamic program over ``order``, after dominance pruning.
 
     ``node_costs[v]``: (K_v,) array; ``edge_costs[(u, v)]``: (K_u, K_v).
-    Raises :class:`SearchTooLarge` before allocating anything when the plan's
-    tables exceed ``memory_limit`` bytes (default: :func:`default_memory_limit`).
-    ``progress(done, total)`` is called after each vertex.
+    ``prune`` first drops the configurations :func:`search.prune.prune`
+    proves unnecessary (the optimum is unchanged): ``True`` examines every
+    operator, ``"auto"`` those worth it (:func:`worth_pruning`), ``False``
+    none.  Operators left with one configuration are folded into their
+    neighbours.  The result's ``index`` refers to the arrays as given.
+
+    Raises :class:`SearchTooLarge` before allocating the tables when they,
+    the pruned arrays and ``held_bytes`` (memory the caller already holds,
+    e.g. the cost arrays) exceed ``memory_limit`` bytes (default:
+    :func:`default_memory_limit`), or when a table would have more axes
+    than numpy allows.  ``kernel``: ``"auto"`` (the fused kernel for
+    searches of at least :data:`FUSED_WORK` entries when numba is
+    installed), ``"numpy"`` or ``"fused"``.  ``progress(done, total)`` is
+    called after each vertex.
     """
     t0 = time.perf_counter()
     threads = _cores() if threads is None else threads
-    sizes = [len(c) for c in node_costs]
+    if kernel not in KERNELS:
+        raise SettingError("kernel", f"must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    sizes0 = [len(c) for c in node_costs]
+    for v, k in enumerate(sizes0):
+        if k == 0:
+            raise ValueError(f"node {v} has no configurations")
     for (u, v), m in edge_costs.items():
-        if m.shape != (sizes[u], sizes[v]):
-            raise ValueError(f"edge ({u}, {v}) has shape {m.shape}, expected ({sizes[u]}, {sizes[v]})")
-    pl = plan(order, sizes, list(edge_costs))
-    check_fits(pl, default_memory_limit() if memory_limit is None else memory_limit, names, threads)
-    pos = {v: i for i, v in enumerate(pl.order)}
+        if m.shape != (sizes0[u], sizes0[v]):
+            raise ValueError(f"edge ({u}, {v}) has shape {m.shape}, expected ({sizes0[u]}, {sizes0[v]})")
+    edges0 = list(edge_costs)
+    unpruned = plan(order, sizes0, edges0)
+    limit = default_memory_limit() if memory_limit is None else memory_limit
+    if prune not in (True, False, "auto"):
+        raise SettingError("prune", f"must be true, false or 'auto', got {prune!r}")
+    examine = worth_pruning(unpruned) if prune == "auto" else range(len(sizes0)) if prune else []
+    if examine:
+        need = held_bytes + working_bytes(sizes0, edges0)
+        if need > limit:
+            raise SearchTooLarge(f"pruning the configurations needs {_gb(need)} but the limit is {_gb(limit)}")
+        kept = prune_configurations(node_costs, edge_costs, nodes=examine)
+    else:
+        kept = [np.arange(k) for k in sizes0]
+    prune_seconds = time.perf_counter() - t0
+    sizes = [len(k) for k in kept]
+    free = [v for v in unpruned.order if sizes[v] > 1]
+    free_edges = [(u, v) for u, v in edges0 if sizes[u] > 1 and sizes[v] > 1]
+    pl = unpruned if len(free) == len(sizes) and not examine else _plan(free, sizes, free_edges)
+    fused = kernel == "fused" or (kernel == "auto" and pl.work >= FUSED_WORK and fused_available())
+    copies = _copies(edge_costs, kept)
+    pruned_bytes = _BYTES * (sum(sizes[v] for v in free) + sum(n for _, n in copies.values()))
+    check_fits(pl, limit, names, threads, held_bytes + pruned_bytes + (FUSED_BYTES if fused else 0), fused)
+    constant, nodes, edges = _reduce(node_costs, edge_costs, kept, copies)
 
-    tables, factors, total = {}, {}, 0.0
-    for step, v in enumerate(pl.order):
-        out = pl.scope[v]
-        full = (v,) + out
-        shape = tuple(sizes[w] for w in full)
-        fs = []
-        for f in pl.bucket[v]:
-            a, s = _factor(f, pos, node_costs, edge_costs, tables, pl.scope)
-            fs.append(a.reshape([sizes[w] if w in s else 1 for w in full]))
-        fs = _premerge(fs, math.prod(shape))
-        factors[v] = fs
-        tables[v] = _contract(fs, shape, threads)
-        if not out:
-            total += float(tables[v])
-        if progress is not None:
-            progress(step + 1, len(pl.order))
+    pos = {v: i for i, v in enumerate(pl.order)}
+    tables, steps, total, used_fused = {}, {}, constant, False
+    pool = Workers(threads) if threads > 1 else None
+    try:
+        for n_done, v in enumerate(pl.order):
+            full = (v,) + pl.scope[v]
+            shape = tuple(sizes[w] for w in full)
+            fs = []
+            for f in pl.bucket[v]:
+                a, s = _factor(f, pos, nodes, edges, tables, pl.scope)
+                fs.append(a.reshape([sizes[w] if w in s else 1 for w in full]))
+            step = steps[v] = prepare(fs, shape)
+            use = fused and step.inner is not None and (kernel == "fused" or step.work >= _FUSED_STEP)
+            used_fused |= use
+            tables[v] = contract(step, threads=threads, pool=pool, fused=use)
+            step.release()
+            if not pl.scope[v]:
+                total += float(tables[v])
+            if progress is not None:
+                progress(n_done + 1, len(pl.order))
+    finally:
+        if pool is not None:
+            pool.close()
 
     # Back-substitution: latest first, each vertex's dependent set is decided.
-    index = [0] * len(sizes)
+    local = [0] * len(sizes)
     for v in reversed(pl.order):
-        full = (v,) + pl.scope[v]
-        acc = None
-        for a in factors[v]:  # the forward pass's order, so the sums agree bit for bit
-            at = (slice(None),) + tuple(index[w] if k > 1 else 0 for w, k in zip(full[1:], a.shape[1:]))
-            acc = a[at] if acc is None else acc + a[at]
-        index[v] = int(np.argmin(np.broadcast_to(acc, (sizes[v],))))
+        row = row_at(steps[v], [local[w] for w in pl.scope[v]])
+        local[v] = int(np.argmin(row))
+    index = [int(k[local[v]]) for v, k in enumerate(kept)]
     seconds = time.perf_counter() - t0
-    stats = {
-        "K": max(sizes),
-        "M": pl.largest_dependent_set,
-        "largest_table": pl.largest_table,
-        "work": pl.work,
-        "table_bytes": pl.table_bytes,
-    }
-    return SearchResult(total, index, pl, seconds, stats)
+    stats = SearchStats(
+        algo=None, order="given", seconds=seconds, largest_K=max(sizes0, default=0),
+        largest_dependent_set=pl.largest_dependent_set, largest_table=pl.largest_table, work=pl.work,
+        largest_K_pruned=max(sizes, default=0), configurations=sum(sizes0), configurations_kept=sum(sizes),
+        work_unpruned=unpruned.work, prune_seconds=prune_seconds if examine else 0.0,
+        kernel="fused" if used_fused else "numpy", pruned=bool(examine),
+    )
+    return SearchResult(total, index, pl, seconds, stats, kept)
 
 
-def search(costed, algo: int = 0, *, memory_limit: int | None = None, progress=None,
-           threads: int | None = None) -> SearchResult:
+def search(costed, algo: int = 0, *, prune: bool | str = "auto", memory_limit: int | None = None, progress=None,
+           threads: int | None = None, kernel: str = "auto") -> SearchResult:
     """Optimal strategy of a :class:`cost_model.CostedGraph`.
 
-    ``algo`` 0 uses GENERATESEQ, 1 the breadth-first order.  The returned
-    ``cost`` is the DP's optimum, ``strategy`` one configuration per node;
-    ``costed.cost_at(result.index)`` re-evaluates it.
+    ``algo`` 0 uses GENERATESEQ, 1 the breadth-first order; ``prune``
+    applies dominance pruning first, as in :func:`solve` (the optimum is
+    the same).  The
+    returned ``cost`` is the DP's optimum, ``strategy`` one configuration
+    per node; ``costed.cost_at(result.index)`` re-evaluates it.  The memory
+    limit covers the cost arrays ``costed`` holds too.
     """
     if algo not in ALGOS:
         raise SettingError("algo", f"must be one of {sorted(ALGOS)}, got {algo!r}")
@@ -385,8 +499,9 @@ def search(costed, algo: int = 0, *, memory_limit: int | None = None, progress=N
     order, _ = (generate_seq if algo == 0 else breadth_first)(costed.n, edges)
     g = costed.graph
     names = [g.nodes[v]["op"].name for v in range(costed.n)]
-    result = solve(costed.node_costs, costed.edge_costs, order, memory_limit=memory_limit,
-                   names=names, progress=progress, threads=threads)
+    result = solve(costed.node_costs, costed.edge_costs, order, prune=prune, memory_limit=memory_limit,
+                   names=names, progress=progress, threads=threads, kernel=kernel, held_bytes=costed.nbytes)
+    result.stats = replace(result.stats, algo=algo, order=ALGOS[algo])
     result.strategy = [tuple(int(c) for c in costed.configs[v][i]) for v, i in enumerate(result.index)]
     return result
 
@@ -464,7 +579,7 @@ def within_memory(node_costs, node_memory, edge_costs, capacity: float, run, *, 
     index = _improve(node_costs, node_memory, edge_costs, list(r0.index), capacity)
     if index is None:
         index = [int(np.lexsort((c, m))[0]) for c, m in zip(node_costs, node_memory)]
-    start = SearchResult(_total(node_costs, edge_costs, index), index, r0.plan, 0.0, dict(r0.stats))
+    start = SearchResult(_total(node_costs, edge_costs, index), index, r0.plan, 0.0, r0.stats)
     lo, hi = (r0, cost0, mem0), (start, start.cost, memory_of(index))
     best, bound, lam_best = hi, cost0, 0.0  # the unconstrained optimum bounds every strategy from below
     while searches < max_searches and best[1] > bound * (1 + rtol):
@@ -482,7 +597,7 @@ def within_memory(node_costs, node_memory, edge_costs, capacity: float, run, *, 
         fixed = _improve(node_costs, node_memory, edge_costs, list(r.index), capacity)
         if fixed is not None and _total(node_costs, edge_costs, fixed) < best[1]:
             c_fixed = _total(node_costs, edge_costs, fixed)
-            best = (SearchResult(c_fixed, fixed, r.plan, 0.0, dict(r.stats)), c_fixed, memory_of(fixed))
+            best = (SearchResult(c_fixed, fixed, r.plan, 0.0, r.stats), c_fixed, memory_of(fixed))
         if c + lam * m >= (c_lo + lam * m_lo) * (1 - 1e-12):  # nothing below both lines: lam is optimal
             break
         if m > capacity:
@@ -538,11 +653,13 @@ def _improve(node_costs, node_memory, edge_costs, index, capacity, max_moves: in
     return index if used <= capacity * (1 + 1e-12) else None
 
 
-def search_within(costed, capacity: float, algo: int = 0, *, memory_limit: int | None = None, progress=None,
-                  threads: int | None = None) -> Bounded:
+def search_within(costed, capacity: float, algo: int = 0, *, prune: bool | str = "auto",
+                  memory_limit: int | None = None, progress=None, threads: int | None = None,
+                  kernel: str = "auto") -> Bounded:
     """:func:`within_memory` for a :class:`cost_model.CostedGraph`: the
     cheapest strategy whose per-device memory (``costed.memory``, bytes) is
-    at most ``capacity`` bytes, with the search order of ``algo``."""
+    at most ``capacity`` bytes, with the search order of ``algo``; each
+    search of the relaxation prunes its own node costs."""
     if algo not in ALGOS:
         raise SettingError("algo", f"must be one of {sorted(ALGOS)}, got {algo!r}")
     edges = list(costed.edge_costs)
@@ -551,12 +668,14 @@ def search_within(costed, capacity: float, algo: int = 0, *, memory_limit: int |
     names = [g.nodes[v]["op"].name for v in range(costed.n)]
 
     def run(nodes):
-        return solve(nodes, costed.edge_costs, order, memory_limit=memory_limit, names=names, progress=progress,
-                     threads=threads)
+        return solve(nodes, costed.edge_costs, order, prune=prune, memory_limit=memory_limit, names=names,
+                     progress=progress, threads=threads, kernel=kernel, held_bytes=costed.nbytes)
 
     t0 = time.perf_counter()
     b = within_memory(costed.node_costs, costed.memory, costed.edge_costs, capacity, run)
-    b.result.seconds = time.perf_counter() - t0
-    b.result.cost = b.cost
-    b.result.strategy = [tuple(int(c) for c in costed.configs[v][i]) for v, i in enumerate(b.result.index)]
+    r = b.result
+    r.seconds = time.perf_counter() - t0
+    r.cost = b.cost
+    r.stats = replace(r.stats, algo=algo, order=ALGOS[algo], seconds=r.seconds)
+    r.strategy = [tuple(int(c) for c in costed.configs[v][i]) for v, i in enumerate(r.index)]
     return b

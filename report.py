@@ -181,8 +181,13 @@ def render_text(r: Result, summary: bool = False) -> str:
     if r.search is not None:
         st = r.search
         lines.append(f"Search: {st.order}, {st.seconds:.3f} s for {len(r.layers)} operators")
-        lines.append(f"  largest K {st.largest_K}, largest dependent set {st.largest_dependent_set}, "
-                     f"largest table {st.largest_table:,} entries")
+        if st.pruned and st.largest_K_pruned is not None:
+            lines.append(f"  largest K {st.largest_K}, {st.largest_K_pruned} after pruning "
+                         f"({st.configurations_kept:,} of {st.configurations:,} configurations kept)")
+        else:
+            lines.append(f"  largest K {st.largest_K} (not pruned: a small search)")
+        lines.append(f"  largest dependent set {st.largest_dependent_set}, largest table {st.largest_table:,} "
+                     f"entries, {st.work:,} entries evaluated")
         if st.timings:
             t = st.timings
             lines.append(f"Timed {len(t)} searches (after 2 warm-up): mean {fmt_seconds(sum(t) / len(t))}, "
@@ -241,7 +246,11 @@ def to_record(r: Result) -> dict:
     if r.search is not None:
         st = r.search
         rec["search"] = {"order": st.order, "largest_K": st.largest_K, "largest_dependent_set":
-                         st.largest_dependent_set, "largest_table": st.largest_table, "work": st.work}
+                         st.largest_dependent_set, "largest_table": st.largest_table, "work": st.work,
+                         "pruned": st.pruned, "largest_K_pruned": st.largest_K_pruned,
+                         "configurations": st.configurations, "configurations_kept": st.configurations_kept,
+                         "work_unpruned": st.work_unpruned, "prune_seconds": st.prune_seconds,
+                         "kernel": st.kernel}
         if r.bound is not None:
             b = r.bound
             rec["search"]["within_memory"] = {"capacity": b.capacity, "status": b.status, "lower_bound": b.lower_bound,

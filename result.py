@@ -54,16 +54,33 @@ class Layer:
 
 @dataclass(frozen=True)
 class SearchStats:
-    """How the search went."""
+    """How the search went.
 
-    algo: int
+    ``largest_K`` and ``configurations`` count the configuration space
+    (largest per operator, total); ``largest_K_pruned`` and
+    ``configurations_kept`` what dominance pruning left.  The dependent
+    sets and tables are those of the dynamic program that ran: over the
+    pruned configurations, without the operators left with one.  ``work``
+    is the table entries it evaluated, ``work_unpruned`` what the same
+    order evaluates without pruning.  ``kernel``: ``numpy`` or ``fused``
+    (the compiled add-and-min kernel ran for the large steps).
+    """
+
+    algo: int | None  # None: an order given by the caller
     order: str  # GENERATESEQ, breadth-first
-    seconds: float
+    seconds: float  # the whole search, pruning included
     largest_K: int
     largest_dependent_set: int
     largest_table: int
     work: int  # table entries evaluated
     timings: tuple[float, ...] = ()  # --measure: repeated searches
+    largest_K_pruned: int | None = None
+    configurations: int | None = None
+    configurations_kept: int | None = None
+    work_unpruned: int | None = None
+    prune_seconds: float = 0.0
+    kernel: str = "numpy"
+    pruned: bool = True
 
 
 @dataclass(frozen=True)

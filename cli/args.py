@@ -183,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--evaluate", metavar="PATH",
       help="cost the strategy in PATH (a JSON file with 'layers': [{'id', 'config'}]) instead of searching")
     a("--mem-limit", type=_positive_float, dest="mem_limit_gb", metavar="GB",
-      help="memory the search may use, in GB (default: half the memory available now)")
+      help="memory the cost arrays and the search may use, in GB (default: half the memory available now; "
+      "the process itself needs up to 100 MB more)")
     a("-q", "--summary", action="store_true",
       help="print only the header, the totals and the search line, not a row per operator")
     a("--compare", action="store_true",

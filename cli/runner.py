@@ -244,8 +244,8 @@ def plan(s: Settings, out=None, baselines=None):
 
 
 def _search(s: Settings, g, model, costed, limit, out):
-    from dp_search import ALGOS, search, search_within
-    from result import MemoryBound, SearchStats, make_result
+    from dp_search import search, search_within
+    from result import MemoryBound, make_result
 
     capacity = model.cluster.memory
 
@@ -284,10 +284,8 @@ def _search(s: Settings, g, model, costed, limit, out):
     if capacity is not None:
         bound = MemoryBound(capacity * 1e9, r.status, r.lower_bound, r.gap, r.lam, r.searches, r.least_memory)
     found = _found(r)
-    st = found.stats
-    stats = SearchStats(s.algo, ALGOS[s.algo], found.seconds, st["K"], st["M"], st["largest_table"], st["work"],
-                        timings)
-    return make_result(g, costed.figures(found.index), model, s.procs, "search", search=stats, bound=bound)
+    return make_result(g, costed.figures(found.index), model, s.procs, "search",
+                       search=replace(found.stats, timings=timings), bound=bound)
 
 
 def _found(r):

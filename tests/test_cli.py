@@ -56,6 +56,20 @@ def test_each_graph_matches_reference(graph):
         assert 1 <= math.prod(json.loads("[" + config[1:-1] + "]")) <= p
 
 
+def test_search_statistics_in_the_report_and_the_record(tmp_path):
+    plan = tmp_path / "plan.json"
+    out = run("-g", "transformer", "-p", 64, "--output", plan).stdout
+    st = json.loads(plan.read_text())["search"]
+    assert (st["order"], st["largest_K"], st["largest_dependent_set"], st["pruned"]) == ("GENERATESEQ", 566, 3, True)
+    assert st["largest_K_pruned"] < 566 and st["configurations_kept"] < st["configurations"]
+    assert st["work"] < st["work_unpruned"] and st["kernel"] in ("numpy", "fused")
+    assert (f"  largest K 566, {st['largest_K_pruned']} after pruning ({st['configurations_kept']:,} of "
+            f"{st['configurations']:,} configurations kept)") in out
+    assert f"largest dependent set 3, largest table {st['largest_table']:,} entries, {st['work']:,} entries" in out
+    small = run("-p", 8).stdout  # AlexNet: nothing worth pruning
+    assert "  largest K 28 (not pruned: a small search)" in small
+
+
 def test_output_json_round_trips_through_evaluate(tmp_path):
     plan = tmp_path / "plan.json"
     out = run("-g", "transformer", "-p", 8, "--output", plan).stdout
@@ -141,6 +155,50 @@ def test_mem_limit_refuses_before_searching():
     assert proc.returncode == 1 and "limit is 0.001 GB" in proc.stderr
 
 
+# A small launcher runs scheduler.py and reports the child's own peak RSS: a
+# child forked straight from pytest would inherit pytest's.
+_LAUNCHER = """
+import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+err = proc.stderr.read()
+_, status, usage = os.wait4(proc.pid, 0)
+sys.stderr.write(err.decode())
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
+"""
+MEMORY_OVERHEAD = 100e6  # the README's: the interpreter, numpy and networkx beyond --mem-limit
+
+
+def run_measured(*args):
+    """(exit status, peak RSS in bytes, stderr) of one scheduler.py process."""
+    proc = subprocess.run([sys.executable, "-c", _LAUNCHER, sys.executable, SCHEDULER, *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+    code, maxrss_kb = proc.stdout.split()
+    return int(code), int(maxrss_kb) * 1024, proc.stderr
+
+
+@pytest.mark.parametrize("limit, fits", [(0.2, False), (0.56, True)])
+def test_peak_memory_stays_within_the_limit(limit, fits):
+    code, rss, err = run_measured("-g", "transformer", "-p", 256, "--mem-limit", limit)
+    if fits:
+        assert code == 0, err
+    else:
+        assert code == 1 and f"but the limit is {limit:g} GB" in err and len(err.splitlines()) == 1, err
+    assert rss <= limit * 1e9 + MEMORY_OVERHEAD
+
+
+def test_cost_arrays_too_large_are_refused_at_once():
+    code, rss, err = run_measured("-g", "transformer", "-p", 10**6, "--mem-limit", 2)
+    assert code == 1 and "the cost arrays for p = 1000000 need " in err and len(err.splitlines()) == 1, err
+    assert rss <= MEMORY_OVERHEAD  # nothing was built
+
+
+def test_breadth_first_on_one_device():
+    """Every operator has one configuration: no table, whatever the frontier."""
+    out = run("--algo", "1", "-g", "transformer", "-p", 1).stdout
+    assert total_of(out) == total_of(run("-g", "transformer", "-p", 1).stdout)
+    assert "largest K 1" in out and "largest dependent set 0" in out
+
+
 BAD = [
     (["-p", "0"], "p must be an integer from 1 to 1,000,000"),
     (["-p", "-4"], "p must be an integer from 1 to 1,000,000"),
@@ -156,7 +214,8 @@ BAD = [
     (["-g", "alexnet", "-m", "512"], "-m is not a parameter of alexnet (it takes batch)"),
     (["--algo", "2"], "invalid choice: 2"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
-    (["-g", "inception3", "-p", "8", "--algo", "1"], "operator 135 (mixed_6d/concat) has 11 dependent operators"),
+    (["-g", "inception3", "-p", "8", "--algo", "1"],
+     "operator 203 (mixed_7c/branch3x3dbl_1) has 9 dependent operators"),
     (["--output", "plan.txt"], "--output: 'plan.txt' must end in .json or .csv"),
     (["--output", "nowhere/plan.json"], "--output: directory nowhere does not exist"),
     (["--output", "/proc/plan.json"], "--output: cannot write in /proc"),

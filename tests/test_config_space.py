@@ -8,7 +8,15 @@ import math
 import numpy as np
 import pytest
 
-from config_space import contiguous, dimension_splits, divisors, enumerate_configs
+from config_space import (
+    configurations,
+    contiguous,
+    count_configs,
+    count_configurations,
+    dimension_splits,
+    divisors,
+    enumerate_configs,
+)
 
 
 def brute_force(space, p, cutoff, never_split=()):
@@ -68,3 +76,27 @@ class TestContiguous:
     def test_reshape_enumeration_keeps_contiguous_only(self):
         got = enumerate_configs((8, 4, 2), 16, 1, contiguous_only=True).tolist()
         assert got == [[1, 1, 1], [2, 1, 1], [4, 1, 1], [8, 1, 1], [8, 2, 1]]
+
+
+class TestCount:
+    @pytest.mark.parametrize("p", [1, 2, 3, 7, 12, 64, 100])
+    @pytest.mark.parametrize("cutoff", [1, 4])
+    def test_equals_the_enumeration(self, p, cutoff):
+        for space, never in [((128, 3, 55, 55, 11, 11, 96), (2, 3)), ((12, 30, 7), ()),
+                             ((2, 256, 24, 2048, 2048), (1,)), ((1, 128, 8, 256, 64), (0,))]:
+            for contiguous_only in (False, True):
+                want = len(enumerate_configs(space, p, cutoff, never, contiguous_only))
+                assert count_configs(space, p, cutoff, never, contiguous_only) == want
+
+    @pytest.mark.parametrize("p", [1, 5, 16, 64, 1000])
+    def test_every_operator_of_the_built_in_graphs(self, p):
+        from graph import build_graph, operators
+
+        for name in ("alexnet", "resnet101", "inception3", "rnnlm", "transformer"):
+            g = build_graph(name)
+            for op in set(operators(g)):
+                assert count_configurations(op, p, g.graph["cutoff"]) == len(configurations(op, p, g.graph["cutoff"]))
+
+    def test_counts_without_enumerating(self):
+        # four dimensions of 2^10 3^5 5^3 on 10^6 devices: millions of configurations, counted at once
+        assert count_configs((2**10 * 3**5 * 5**3,) * 4, 10**6, 1) == 4038172

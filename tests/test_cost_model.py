@@ -16,6 +16,7 @@ from cost_model import (
     build_costs,
     check_strategy,
     edge_costs,
+    estimate_costs,
     evaluate,
     op_cost_parts,
     op_costs,
@@ -338,3 +339,43 @@ class TestCheckStrategy:
         s[13] = bad
         with pytest.raises(ValueError, match="node 13 .*must hold integers >= 1"):
             check_strategy(built("alexnet"), s)
+
+
+# -- memory ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("g, p", [("alexnet", 64), ("resnet101", 16), ("inception3", 32), ("rnnlm", 8),
+                                  ("transformer", 64), ("transformer", 1)])
+def test_estimate_is_the_memory_the_arrays_take(g, p):
+    est = estimate_costs(built(g), p)
+    cg = costed(g, p)
+    assert est.held == cg.nbytes
+    assert est.largest_K == max(len(c) for c in cg.configs)
+    assert est.largest_edge == max(m.size for m in cg.edge_costs.values())
+    assert est.peak >= est.held + 8 * est.largest_edge
+
+
+def test_too_large_cost_arrays_are_refused_before_anything_is_enumerated(monkeypatch):
+    import cost_model
+
+    def enumerate_nothing(*args):
+        raise AssertionError("enumerated")
+
+    monkeypatch.setattr(cost_model, "configurations", enumerate_nothing)
+    with pytest.raises(cost_model.CostTablesTooLarge, match=r"the cost arrays for p = 1000000 need \d+.\d+ GB but "
+                                                            r"the limit is 1 GB \(up to 27545 configurations"):
+        build_costs(built("transformer"), 10**6, memory_limit=10**9)
+
+
+@pytest.mark.parametrize("g, p", [("transformer", 64), ("inception3", 32), ("rnnlm", 16), ("alexnet", 8)])
+def test_edges_worked_out_per_distinct_split_are_the_same_numbers(monkeypatch, g, p):
+    import cost_model
+
+    graph = built(g)
+    ops = operators(graph)
+    cg = costed(g, p)
+    for spread in (0, 10**18):  # every matrix per distinct split, or none
+        monkeypatch.setattr(cost_model, "_SPREAD", spread)
+        for u, v, d in sorted(graph.edges(data=True))[:40]:
+            m = edge_costs(ops[u], d["out"], ops[v], d["inp"], cg.configs[u], cg.configs[v], cg.model)
+            assert np.array_equal(m, cg.edge_costs[(u, v)])

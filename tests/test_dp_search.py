@@ -19,6 +19,7 @@ from dp_search import (
     plan,
     search,
     solve,
+    worth_pruning,
 )
 
 
@@ -95,10 +96,11 @@ class TestGenerateSeq:
         assert order == [0, 1, 2, 3] and dep == [(1, 2), (2, 3), (3,), ()]
 
 
-def test_reference_optimum_generateseq(setting):
+@pytest.mark.parametrize("prune", [True, "auto"], ids=["pruned", "auto"])
+def test_reference_optimum_generateseq(setting, prune):
     g, p = setting
     cg = costed(g, p)
-    r = search(cg, 0)
+    r = search(cg, 0, prune=prune)
     want = reference(g, p)["optimal_cost"]
     assert rel(r.cost, want) <= 1e-9
     assert rel(cg.cost_at(r.index), want) <= 1e-9
@@ -128,12 +130,37 @@ def test_memory_limit_applies_to_generateseq():
 
 def test_plan_statistics():
     cg = costed("inception3", 8)
-    r = search(cg, 0)
-    pl = r.plan
-    assert r.stats["M"] == pl.largest_dependent_set == 2
-    assert r.stats["K"] == max(len(c) for c in cg.configs) == 30
-    assert r.stats["work"] == sum(pl.sizes[v] * math.prod(pl.sizes[w] for w in pl.scope[v]) for v in pl.order)
+    r = search(cg, 0, prune=True)
+    pl, st = r.plan, r.stats
+    assert st.algo == 0 and st.order == "GENERATESEQ"
+    assert st.largest_dependent_set == pl.largest_dependent_set == 2
+    assert st.largest_K == max(len(c) for c in cg.configs) == 30
+    assert st.configurations == sum(len(c) for c in cg.configs)
+    assert st.largest_K_pruned == max(map(len, r.kept)) == max(pl.sizes) < 30
+    assert st.configurations_kept == sum(map(len, r.kept)) == sum(pl.sizes)
+    assert st.work == sum(pl.sizes[v] * math.prod(pl.sizes[w] for w in pl.scope[v]) for v in pl.order)
+    assert st.work_unpruned == plan(generate_seq(cg.n, list(cg.edge_costs))[0], [len(c) for c in cg.configs],
+                                    list(cg.edge_costs)).work > st.work
     assert pl.peak_bytes() >= pl.table_bytes == 8 * sum(pl.table_entries(v) for v in pl.order)
+    # the dynamic program runs over the operators left with more than one configuration
+    assert sorted(pl.order) == [v for v in range(cg.n) if len(r.kept[v]) > 1]
+    # by default a search this small (7e5 entries) is not worth pruning
+    auto = search(cg, 0)
+    assert not auto.stats.pruned and auto.stats.work == auto.stats.work_unpruned and auto.cost == r.cost
+
+
+def test_pruning_only_the_operators_worth_it():
+    cg = costed("transformer", 32)
+    order = generate_seq(cg.n, list(cg.edge_costs))[0]
+    unpruned = plan(order, [len(c) for c in cg.configs], list(cg.edge_costs))
+    worth = worth_pruning(unpruned)
+    assert 0 < len(worth) < cg.n
+    r = solve(cg.node_costs, cg.edge_costs, order)
+    assert r.stats.pruned and r.stats.work < unpruned.work
+    assert all(len(r.kept[v]) == len(cg.configs[v]) for v in range(cg.n) if v not in worth)
+    assert any(len(r.kept[v]) < len(cg.configs[v]) for v in worth)
+    with pytest.raises(ValueError, match="prune must be true, false or 'auto'"):
+        solve(cg.node_costs, cg.edge_costs, order, prune="yes")
 
 
 def test_bad_algo_and_shapes():
@@ -158,3 +185,23 @@ def test_same_strategy_whatever_the_hash_seed():
         for seed in ("0", "1", "12345")
     }
     assert len(outs) == 1
+
+
+def test_a_table_with_more_axes_than_numpy_handles_is_refused():
+    # breadth-first from the centre of a star: its table spans all 40 leaves
+    nodes = [np.array([0.0, 1.0])] + [np.array([0.0, 1.0]) for _ in range(40)]
+    emats = {(0, v): np.array([[0.0, 2.0], [3.0, 0.0]]) for v in range(1, 41)}
+    order, dependent = breadth_first(41, list(emats))
+    assert len(dependent[0]) == 40
+    with pytest.raises(SearchTooLarge, match=r"operator 0 has 40 dependent operators; the search handles at most 31"):
+        solve(nodes, emats, order, prune=False, memory_limit=10**30)
+    # GENERATESEQ takes the leaves first
+    assert solve(nodes, emats, generate_seq(41, list(emats))[0], prune=False).cost == 0.0
+
+
+def test_operators_left_with_one_configuration_leave_the_dynamic_program():
+    cg = costed("transformer", 1)  # one configuration each
+    for algo in (0, 1):  # breadth-first would otherwise need tables of 37 axes
+        r = search(cg, algo)
+        assert r.plan.order == () and r.stats.largest_dependent_set == 0
+        assert rel(r.cost, cg.cost_at([0] * cg.n)) <= 1e-12
