@@ -134,13 +134,13 @@ def test_a_plain_run_imports_neither_pandas_nor_matplotlib():
 
 def test_an_interrupted_sweep_keeps_its_rows(tmp_path):
     path = tmp_path / "rows.csv"
-    proc = subprocess.Popen([sys.executable, SCHEDULER, "-g", "transformer", "-p", "4,8,16,32,64,128,256,512",
+    proc = subprocess.Popen([sys.executable, SCHEDULER, "-g", "transformer", "-p", "4,8,16,32,64,128,256,512,1024",
                              "--jobs", "1", "--output", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=tmp_path)
-    time.sleep(4)  # the first settings take well under a second each, the last ones many
+    time.sleep(2.5)  # the first settings take well under a second each, the last ones seconds
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130 and err == "scheduler.py: interrupted\n", err
     rows = pd.read_csv(path)
-    assert 1 <= len(rows) < 8 and list(rows["procs"]) == [4, 8, 16, 32, 64, 128, 256, 512][: len(rows)]
-    assert "PaSE sweep: 8 settings" in out
+    assert 1 <= len(rows) < 9 and list(rows["procs"]) == [4, 8, 16, 32, 64, 128, 256, 512, 1024][: len(rows)]
+    assert "PaSE sweep: 9 settings" in out

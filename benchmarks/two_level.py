@@ -9,8 +9,8 @@ optimum (searched as if every link ran at the intra-node speed) is costed on
 it too, to show what planning without the second level would lose.  Search
 times are the best of --repeat in-process searches, flat and two-level.
 
-    python benchmarks/cluster.py                   # the table for benchmarks/README.md
-    python benchmarks/cluster.py --markdown
+    python benchmarks/two_level.py                   # the table for benchmarks/README.md
+    python benchmarks/two_level.py --markdown
 """
 
 from __future__ import annotations
