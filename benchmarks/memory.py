@@ -4,7 +4,7 @@ optimum, of data parallelism, and of the search held within 80, 40 and 24 GB
 bound the Lagrangian search certifies.
 
     python benchmarks/memory.py                      # Transformer, p = 64, bf16, Adam
-    python benchmarks/memory.py -g transformer path/to/llama3-8b/config.json --markdown
+    python benchmarks/memory.py -g transformer tests/data/configs/llama3-8b/config.json --seq 2048 --markdown
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def memory_of(sc, model) -> float:
 
 def rows_for(source: str, p: int, capacities, model: CostModel, params: dict) -> list[list[str]]:
     g = build_graph(source, **params)
-    name = g.graph["name"]
+    name = g.graph["name"] + (f", batch {params['batch']}" if "batch" in params else "")
     t0 = time.perf_counter()
     costed = build_costs(g, p, model)
     build_s = time.perf_counter() - t0
@@ -66,6 +66,7 @@ def main(argv=None) -> None:
     ap.add_argument("-g", "--graphs", nargs="+", default=["transformer"])
     ap.add_argument("-p", type=int, default=64)
     ap.add_argument("--seq", type=int, default=None, help="sequence length of models read from files")
+    ap.add_argument("-b", "--batch", type=int, default=None, help="batch (default: each model's)")
     ap.add_argument("--capacities", nargs="+", type=float, default=[80, 40, 24])
     ap.add_argument("--precision", default="bf16")
     ap.add_argument("--optimizer", default="adam")
@@ -77,8 +78,12 @@ def main(argv=None) -> None:
     cluster = resolve({"precision": args.precision}, device=args.device)
     model = CostModel(Cluster(cluster.flops, cluster.bw, precision=args.precision, device=cluster.device),
                       optimizer=args.optimizer)
-    params = {} if args.seq is None else {"seq": args.seq}
-    rows = [r for source in args.graphs for r in rows_for(source, args.p, args.capacities, model, params)]
+    rows = []
+    for source in args.graphs:
+        params = {} if args.batch is None else {"batch": args.batch}
+        if args.seq is not None and source.endswith((".json", ".onnx")):  # the built-in models keep theirs
+            params["seq"] = args.seq
+        rows += rows_for(source, args.p, args.capacities, model, params)
     head = ["model", f"strategy (p = {args.p}, {args.precision}, {args.optimizer})", "cost (FLOP)",
             "memory per device", "bound", "search s", "x unconstrained"]
     print(render(head, rows, args.markdown, left=2))

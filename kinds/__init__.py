@@ -14,7 +14,7 @@ here is imported when the package is, so a new kind needs its definition
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import os
 
 from kinds.base import Extents, Kind, Operator, Ref, Tensor, gemm, halo, need, shard, tensor_splits
 
@@ -34,6 +34,6 @@ def register(cls: type[Kind]) -> type[Kind]:
     return cls
 
 
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    if _module != "base":
-        importlib.import_module(f"{__name__}.{_module}")
+for _file in sorted(os.listdir(__path__[0])):  # every module of the package (os: cheaper than pkgutil)
+    if _file.endswith(".py") and _file not in ("__init__.py", "base.py"):
+        importlib.import_module(f"{__name__}.{_file[:-3]}")

@@ -16,7 +16,6 @@ configs) go through the same builder.
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -107,4 +106,4 @@ BATCH = Param("batch", 128, "global mini-batch size")
 
 for _module in ("cnn", "sequence"):  # the built-in models, in the registry's order
     importlib.import_module(f"{__name__}.{_module}")
-del importlib, pkgutil
+del importlib

@@ -14,7 +14,6 @@ record.  Nothing here imports ``onnx`` unless an ONNX file is read.
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 from errors import SettingError
@@ -62,6 +61,8 @@ def locate(arg: str) -> tuple[str, str]:
 
 def file_identity(path: str) -> dict:
     """The file name, absolute path and SHA-256 of a model file."""
+    import hashlib  # only a model read from a file needs it
+
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as f:
