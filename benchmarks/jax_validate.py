@@ -76,6 +76,26 @@ class Collective:
         node-major: device d sits on node d // per_node)."""
         return any(len({d // per_node for d in group}) > 1 for group in self.groups)
 
+    def across_share(self, per_node: int) -> float:
+        """The share of this collective's traffic that crosses nodes: of a
+        ring over each group in its listed order (all-reduce, all-gather,
+        reduce-scatter), the links between nodes; of an all-to-all, the
+        pairs on different nodes; of a permute, the pairs that cross."""
+        def node(d):
+            return d // per_node
+
+        crossing = total = 0
+        for group in self.groups:
+            if self.kind == "collective-permute":
+                pairs = [tuple(group)]
+            elif self.kind == "all-to-all":
+                pairs = [(a, b) for a in group for b in group if a != b]
+            else:
+                pairs = list(zip(group, group[1:] + group[:1])) if len(group) > 1 else []
+            crossing += sum(node(a) != node(b) for a, b in pairs)
+            total += len(pairs)
+        return crossing / total if total else 0.0
+
 
 def replica_groups(line: str, p: int) -> tuple[tuple[int, ...], ...]:
     """The device groups of one HLO collective, from any of XLA's spellings:
@@ -396,7 +416,8 @@ def communication(graph, g, mp, mesh, p, strategy, small, per_node):
         layer = layer_of(c.op_name, names)
         measured[layer] = measured.get(layer, 0.0) + c.traffic
         inside, across = locality.get(layer, (0.0, 0.0))
-        locality[layer] = (inside, across + c.traffic) if c.across_nodes(per_node) else (inside + c.traffic, across)
+        share = c.across_share(per_node)
+        locality[layer] = (inside + (1 - share) * c.traffic, across + share * c.traffic)
         kinds[c.kind] = kinds.get(c.kind, 0) + 1
     return {"compile_s": compile_s, "measured": measured, "predicted": predicted_words(g, strategy),
             "kinds": kinds, "locality": locality, "predicted_locality": predicted_locality(g, strategy, per_node)}
@@ -428,7 +449,8 @@ def comm_table(comm: dict, markdown: bool) -> str:
 
 def locality_table(comm: dict, markdown: bool) -> str:
     """Per layer: elements moved inside a node and between nodes, cost model
-    beside XLA (whose collectives are classified by their replica groups)."""
+    (hierarchical all-reduces) beside XLA (each collective's traffic split by
+    the share of its ring's links, or of its pairs, that join two nodes)."""
     from table import render
 
     meas, pred = comm["locality"], comm["predicted_locality"]

@@ -120,6 +120,16 @@ class TestCollectiveParser:
         assert jv.Collective("all-reduce", 8, ((0, 1), (2, 3)), "").across_nodes(4) is False
         assert jv.Collective("all-reduce", 8, ((0, 4),), "").across_nodes(4) is True
 
+    def test_share_of_traffic_between_nodes(self):
+        import jax_validate as jv
+
+        ring = jv.Collective("all-reduce", 8, (tuple(range(8)),), "")
+        assert ring.across_share(4) == 2 / 8  # links 3-4 and 7-0 of the ring join the two nodes
+        assert jv.Collective("all-reduce", 8, ((0, 2, 4, 6), (1, 3, 5, 7)), "").across_share(4) == 0.5
+        assert jv.Collective("all-to-all", 8, ((0, 1, 4, 5),), "").across_share(4) == 8 / 12
+        assert jv.Collective("collective-permute", 8, ((0, 4), (1, 2)), "").across_share(4) == 0.5
+        assert jv.Collective("all-reduce", 8, ((0, 1, 2, 3),), "").across_share(4) == 0.0
+
 
 def test_predicted_locality_splits_the_model_words():
     import jax_validate as jv
