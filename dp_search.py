@@ -482,28 +482,41 @@ def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_l
     return SearchResult(total, index, pl, seconds, stats, kept)
 
 
+def _solver(costed, algo: int, **options):
+    """A function solving ``costed``'s edges for any node cost vectors, in
+    the order of ``algo`` (the options are :func:`solve`'s)."""
+    if algo not in ALGOS:
+        raise SettingError("algo", f"must be one of {sorted(ALGOS)}, got {algo!r}")
+    order, _ = (generate_seq if algo == 0 else breadth_first)(costed.n, list(costed.edge_costs))
+    g = costed.graph
+    names = [g.nodes[v]["op"].name for v in range(costed.n)]
+
+    def run(node_costs):
+        return solve(node_costs, costed.edge_costs, order, names=names, held_bytes=costed.nbytes, **options)
+
+    return run
+
+
+def _named(result: SearchResult, costed, algo: int, **stats) -> SearchResult:
+    """``result`` with its order in the statistics and its configurations."""
+    result.stats = replace(result.stats, algo=algo, order=ALGOS[algo], **stats)
+    result.strategy = [tuple(int(c) for c in costed.configs[v][i]) for v, i in enumerate(result.index)]
+    return result
+
+
 def search(costed, algo: int = 0, *, prune: bool | str = "auto", memory_limit: int | None = None, progress=None,
            threads: int | None = None, kernel: str = "auto") -> SearchResult:
     """Optimal strategy of a :class:`cost_model.CostedGraph`.
 
     ``algo`` 0 uses GENERATESEQ, 1 the breadth-first order; ``prune``
     applies dominance pruning first, as in :func:`solve` (the optimum is
-    the same).  The
-    returned ``cost`` is the DP's optimum, ``strategy`` one configuration
-    per node; ``costed.cost_at(result.index)`` re-evaluates it.  The memory
-    limit covers the cost arrays ``costed`` holds too.
+    the same).  The returned ``cost`` is the DP's optimum, ``strategy`` one
+    configuration per node; ``costed.cost_at(result.index)`` re-evaluates
+    it.  The memory limit covers the cost arrays ``costed`` holds too.
     """
-    if algo not in ALGOS:
-        raise SettingError("algo", f"must be one of {sorted(ALGOS)}, got {algo!r}")
-    edges = list(costed.edge_costs)
-    order, _ = (generate_seq if algo == 0 else breadth_first)(costed.n, edges)
-    g = costed.graph
-    names = [g.nodes[v]["op"].name for v in range(costed.n)]
-    result = solve(costed.node_costs, costed.edge_costs, order, prune=prune, memory_limit=memory_limit,
-                   names=names, progress=progress, threads=threads, kernel=kernel, held_bytes=costed.nbytes)
-    result.stats = replace(result.stats, algo=algo, order=ALGOS[algo])
-    result.strategy = [tuple(int(c) for c in costed.configs[v][i]) for v, i in enumerate(result.index)]
-    return result
+    run = _solver(costed, algo, prune=prune, memory_limit=memory_limit, progress=progress, threads=threads,
+                  kernel=kernel)
+    return _named(run(costed.node_costs), costed, algo)
 
 
 # -- within the device memory ---------------------------------------------------------
@@ -660,22 +673,11 @@ def search_within(costed, capacity: float, algo: int = 0, *, prune: bool | str =
     cheapest strategy whose per-device memory (``costed.memory``, bytes) is
     at most ``capacity`` bytes, with the search order of ``algo``; each
     search of the relaxation prunes its own node costs."""
-    if algo not in ALGOS:
-        raise SettingError("algo", f"must be one of {sorted(ALGOS)}, got {algo!r}")
-    edges = list(costed.edge_costs)
-    order, _ = (generate_seq if algo == 0 else breadth_first)(costed.n, edges)
-    g = costed.graph
-    names = [g.nodes[v]["op"].name for v in range(costed.n)]
-
-    def run(nodes):
-        return solve(nodes, costed.edge_costs, order, prune=prune, memory_limit=memory_limit, names=names,
-                     progress=progress, threads=threads, kernel=kernel, held_bytes=costed.nbytes)
-
+    run = _solver(costed, algo, prune=prune, memory_limit=memory_limit, progress=progress, threads=threads,
+                  kernel=kernel)
     t0 = time.perf_counter()
     b = within_memory(costed.node_costs, costed.memory, costed.edge_costs, capacity, run)
-    r = b.result
-    r.seconds = time.perf_counter() - t0
-    r.cost = b.cost
-    r.stats = replace(r.stats, algo=algo, order=ALGOS[algo], seconds=r.seconds)
-    r.strategy = [tuple(int(c) for c in costed.configs[v][i]) for v, i in enumerate(r.index)]
+    b.result.seconds = time.perf_counter() - t0
+    b.result.cost = b.cost
+    _named(b.result, costed, algo, seconds=b.result.seconds)
     return b

@@ -52,6 +52,28 @@ def run_cli(*args, cwd=None, ok=True, timeout=300):
     return proc
 
 
+def outputs_under_hash_seeds(code: str, seeds=("0", "1", "12345")) -> set[str]:
+    """The distinct outputs of ``code`` (run with the project on its path)
+    under several hash seeds: one output means a deterministic result."""
+    import subprocess
+
+    code = f"import sys; sys.path.insert(0, {str(ROOT)!r})\n" + code
+    return {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}).stdout for seed in seeds}
+
+
+def modules_loaded_by_a_plain_run(*names: str) -> list[bool]:
+    """Whether a built-in run of the command line loads each module."""
+    import subprocess
+
+    code = ("import sys, io, contextlib, cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()): cli.main(['-g', 'resnet101', '-p', '4'])\n"
+            f"print(*[m in sys.modules for m in {list(names)!r}])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return [word == "True" for word in proc.stdout.split()]
+
+
 def rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-300)
 

@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from conftest import ROOT
+from conftest import ROOT, modules_loaded_by_a_plain_run
 from onnx_models import model
 from test_cli import run, total_of
 
@@ -172,11 +172,7 @@ def test_the_same_plan_whatever_the_hash_seed(tmp_path):
 
 
 def test_a_built_in_run_does_not_import_onnx():
-    code = ("import sys, io, contextlib, scheduler\n"
-            "with contextlib.redirect_stdout(io.StringIO()): scheduler.main(['-g', 'resnet101', '-p', '4'])\n"
-            "print('onnx' in sys.modules, 'models.onnx_import' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert proc.stdout.split() == ["False", "False"], proc.stderr
+    assert modules_loaded_by_a_plain_run("onnx", "models.onnx_import") == [False, False]
 
 
 def test_help_names_the_model_files():

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import itertools
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, costed, reference, rel
+from conftest import costed, outputs_under_hash_seeds, reference, rel
 from dp_search import (
     SearchTooLarge,
     breadth_first,
@@ -173,17 +171,10 @@ def test_bad_algo_and_shapes():
 
 
 def test_same_strategy_whatever_the_hash_seed():
-    code = (
-        "import sys; sys.path.insert(0, %r)\n"
+    outs = outputs_under_hash_seeds(
         "from graph import build_graph; from cost_model import build_costs; from dp_search import search\n"
         "r = search(build_costs(build_graph('transformer'), 8), 0)\n"
-        "print(r.cost, r.strategy)\n"
-    ) % str(ROOT)
-    outs = {
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                       env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}).stdout
-        for seed in ("0", "1", "12345")
-    }
+        "print(r.cost, r.strategy)\n")
     assert len(outs) == 1
 
 

@@ -4,13 +4,11 @@ and shrinks the real graphs' searches."""
 from __future__ import annotations
 
 import itertools
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, costed, reference, rel
+from conftest import costed, outputs_under_hash_seeds, reference, rel
 from dp_search import generate_seq, solve
 from search.prune import prune
 
@@ -123,17 +121,10 @@ def test_the_real_graphs_shrink():
 
 
 def test_same_kept_sets_whatever_the_hash_seed():
-    code = (
-        "import sys; sys.path.insert(0, %r)\n"
+    outs = outputs_under_hash_seeds(
         "from graph import build_graph; from cost_model import build_costs; from search.prune import prune\n"
         "cg = build_costs(build_graph('inception3'), 8)\n"
-        "print([k.tolist() for k in prune(cg.node_costs, cg.edge_costs)])\n"
-    ) % str(ROOT)
-    outs = {
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                       env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}).stdout
-        for seed in ("0", "1", "98765")
-    }
+        "print([k.tolist() for k in prune(cg.node_costs, cg.edge_costs)])\n", seeds=("0", "1", "98765"))
     assert len(outs) == 1
 
 

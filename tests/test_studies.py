@@ -16,7 +16,7 @@ import pytest
 
 from cli.args import parse_args
 from cli.runner import plan
-from conftest import ROOT, reference, rel
+from conftest import ROOT, modules_loaded_by_a_plain_run, reference, rel
 from studies.breakdown import against, grouped, layers_frame
 from studies.plot import plot
 
@@ -125,11 +125,7 @@ def test_bad_lists(tmp_path, args, message):
 
 
 def test_a_plain_run_imports_neither_pandas_nor_matplotlib():
-    code = ("import sys, io, contextlib, cli\n"
-            "with contextlib.redirect_stdout(io.StringIO()): cli.main(['-g', 'resnet101', '-p', '4'])\n"
-            "print('pandas' in sys.modules, 'matplotlib' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert proc.stdout.split() == ["False", "False"], proc.stderr
+    assert modules_loaded_by_a_plain_run("pandas", "matplotlib", "tabulate") == [False, False, False]
 
 
 def test_an_interrupted_sweep_keeps_its_rows(tmp_path):
