@@ -31,9 +31,12 @@ space holds it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
-from config_space import divisors
+import numpy as np
+
+from config_space import contiguous, divisors
 from cost_model import CostModel, evaluate
 from graph import Operator, operators
 from result import Result, make_result
@@ -49,8 +52,22 @@ def fit(size: int, want: int) -> int:
 
 
 def _split(op: Operator, want: dict[str, int]) -> tuple[int, ...]:
-    """A configuration splitting the dimensions named in ``want`` (by letter)."""
-    return tuple(fit(size, want.get(letter, 1)) for letter, size in zip(op.dims, op.space))
+    """A configuration splitting the dimensions named in ``want`` (by letter),
+    within the operator's constraints: never-split dimensions stay whole,
+    and a reshape, which admits only contiguous splits, uses as many devices
+    from its leading dimensions instead."""
+    cfg = tuple(1 if letter in op.never_split else fit(size, want.get(letter, 1))
+                for letter, size in zip(op.dims, op.space))
+    if op.contiguous_only and not contiguous(np.asarray([cfg]), op.space)[0]:
+        cfg, left = [], math.prod(cfg)
+        for size in op.space:
+            c = fit(size, left)
+            cfg.append(c)
+            left //= c
+            if c != size:  # split partly: every later dimension stays whole
+                left = 1
+        cfg = tuple(cfg)
+    return cfg
 
 
 def data_parallel(g, p: int) -> list[tuple[int, ...]]:

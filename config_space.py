@@ -25,6 +25,8 @@ from math import prod as prod_
 
 import numpy as np
 
+from errors import InputError
+
 __all__ = ["divisors", "dimension_splits", "enumerate_configs", "count_configs", "contiguous", "configurations",
            "count_configurations", "in_space"]
 
@@ -33,7 +35,7 @@ __all__ = ["divisors", "dimension_splits", "enumerate_configs", "count_configs",
 def divisors(n: int) -> tuple[int, ...]:
     """All positive divisors of ``n`` in ascending order."""
     if n < 1:
-        raise ValueError(f"cannot take the divisors of {n}: sizes must be >= 1")
+        raise InputError(f"cannot take the divisors of {n}: sizes must be >= 1")
     small, large = [], []
     i = 1
     while i * i <= n:
@@ -78,7 +80,7 @@ def enumerate_configs(
     ``int64`` array of shape ``(K, len(space))`` in the deterministic order
     described in the module docstring."""
     if p < 1:
-        raise ValueError(f"the number of devices p must be >= 1, got {p}")
+        raise InputError(f"the number of devices p must be >= 1, got {p}")
     lists = [
         (1,) if i in never_split else dimension_splits(size, p, cutoff)
         for i, size in enumerate(space)
@@ -109,7 +111,7 @@ def count_configs(
     """How many configurations :func:`enumerate_configs` returns, counted
     without making them (to estimate memory before allocating it)."""
     if p < 1:
-        raise ValueError(f"the number of devices p must be >= 1, got {p}")
+        raise InputError(f"the number of devices p must be >= 1, got {p}")
     lists = [
         (1,) if i in never_split else dimension_splits(size, p, cutoff)
         for i, size in enumerate(space)

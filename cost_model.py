@@ -24,7 +24,7 @@ import numpy as np
 
 from cluster import Cluster
 from config_space import configurations, contiguous, count_configurations, in_space
-from errors import SettingError, shown
+from errors import InputError, SettingError, shown
 from graph import Operator, operators
 from kinds import Extents, need, shard, tensor_splits
 
@@ -286,7 +286,7 @@ class CostedGraph:
         index = [self.position(v, cfg) for v, cfg in enumerate(strategy)]
         if None in index:
             v = index.index(None)
-            raise ValueError(f"node {v}: configuration {tuple(strategy[v])} is not in the search space")
+            raise InputError(f"node {v}: configuration {tuple(strategy[v])} is not in the search space")
         return index
 
     def cost_at(self, index) -> float:
@@ -409,24 +409,24 @@ def check_strategy(g, strategy) -> list[tuple[int, ...]]:
     ops = operators(g)
     strategy = list(strategy)
     if len(strategy) != len(ops):
-        raise ValueError(f"the strategy has {len(strategy)} configurations; {g.graph['name']} has {len(ops)} operators")
+        raise InputError(f"the strategy has {len(strategy)} configurations; {g.graph['name']} has {len(ops)} operators")
     out = []
     for v, (op, cfg) in enumerate(zip(ops, strategy)):
         where = f"node {v} ({op.name})"
         try:
             cfg = tuple(cfg)
         except TypeError:
-            raise ValueError(f"{where}: configuration {cfg!r} is not a list of integers") from None
+            raise InputError(f"{where}: configuration {cfg!r} is not a list of integers") from None
         if len(cfg) != len(op.space):
-            raise ValueError(
+            raise InputError(
                 f"{where}: configuration {cfg} has {len(cfg)} entries; its space {op.space} has {len(op.space)}"
             )
         if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 1 for c in cfg):
-            raise ValueError(f"{where}: configuration {cfg} must hold integers >= 1")
+            raise InputError(f"{where}: configuration {cfg} must hold integers >= 1")
         if any(d % c for d, c in zip(op.space, cfg)):
-            raise ValueError(f"{where}: configuration {cfg} does not divide its space {op.space}")
+            raise InputError(f"{where}: configuration {cfg} does not divide its space {op.space}")
         if op.contiguous_only and not contiguous(np.asarray([cfg]), op.space)[0]:
-            raise ValueError(f"{where}: configuration {cfg} splits a reshape into pieces that are not contiguous "
+            raise InputError(f"{where}: configuration {cfg} splits a reshape into pieces that are not contiguous "
                              f"blocks of the flattened tensor, which the cost model cannot price; split "
                              f"{op.dims} from the left (every dimension whole before the first one split "
                              "partly, the later ones unsplit)")

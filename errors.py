@@ -1,4 +1,4 @@
-"""The tool's own error for a bad setting, phrased without command-line flags.
+"""The tool's own errors for bad input, phrased without command-line flags.
 
 The library raises :class:`SettingError` naming the setting (``flops``,
 ``batch``); the command line reports it under its flag (``--flops``, ``-b``).
@@ -7,7 +7,12 @@ The library raises :class:`SettingError` naming the setting (``flops``,
 from __future__ import annotations
 
 
-class SettingError(ValueError):
+class InputError(ValueError):
+    """Input the tool cannot use (a setting, a file, a model): the user's to
+    fix, reported in one line.  Any other exception is the tool's own bug."""
+
+
+class SettingError(InputError):
     """A setting with a value the tool cannot use: ``f"{name} {problem}"``."""
 
     def __init__(self, name: str, problem: str):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from math import prod
 
+from errors import InputError
 from kinds import Kind, Operator, Ref, Tensor
 
 __all__ = ["GraphBuilder", "Operator", "Tensor", "Ref", "build_graph", "operators", "graph_names",
@@ -71,15 +72,15 @@ class GraphBuilder:
         (or a tuple of them when it has several).  ``shared``: positions of
         weight inputs that another operator also reads (a tied embedding)."""
         if name in self._names:
-            raise ValueError(f"two operators are named {name!r}")
+            raise InputError(f"two operators are named {name!r}")
         op, out_letters = kind.build(name, tuple(inputs))
         v = self.graph.number_of_nodes()
         for ref, t in zip(inputs, op.inputs):
             if ref.shape != t.shape:
-                raise ValueError(f"{name}: input shape {ref.shape} is not the {t.shape} it needs")
+                raise InputError(f"{name}: input shape {ref.shape} is not the {t.shape} it needs")
         for i in shared:
             if not 0 <= i < len(op.inputs) or op.inputs[i].role != "weight":
-                raise ValueError(f"{name}: input {i} is not a weight it could share")
+                raise InputError(f"{name}: input {i} is not a weight it could share")
             self.graph.graph.setdefault("shared", []).append((v, i))
         self.graph.add_node(v, op=op)
         self._names.add(name)
@@ -95,7 +96,7 @@ class GraphBuilder:
         from kinds.shape import Ravel, Unravel
 
         if prod(x.shape) != prod(shape):
-            raise ValueError(f"{name}: cannot reshape {x.shape} to {tuple(shape)}")
+            raise InputError(f"{name}: cannot reshape {x.shape} to {tuple(shape)}")
         flat = self.add(f"{name}/ravel", Ravel(), x)
         return self.add(f"{name}/unravel", Unravel(tuple(shape), letters), flat)
 

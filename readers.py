@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+from errors import InputError
+
 __all__ = ["read_text", "read_json"]
 
 
@@ -16,17 +18,17 @@ def read_text(path: str, limit: int, what: str) -> str:
         with open(path, "rb") as f:
             raw = f.read(limit + 1)
     except FileNotFoundError:
-        raise ValueError(f"{path}: no such file") from None
+        raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise ValueError(f"{path} is a directory") from None
+        raise InputError(f"{path} is a directory") from None
     except OSError as e:
-        raise ValueError(f"cannot read {path}: {e.strerror}") from None
+        raise InputError(f"cannot read {path}: {e.strerror}") from None
     if len(raw) > limit:
-        raise ValueError(f"{path} is larger than {limit / 2**20:g} MB: not a {what}")
+        raise InputError(f"{path} is larger than {limit / 2**20:g} MB: not a {what}")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ValueError(f"{path} is not a text file") from None
+        raise InputError(f"{path} is not a text file") from None
 
 
 def read_json(path: str, limit: int, what: str):
@@ -35,9 +37,9 @@ def read_json(path: str, limit: int, what: str):
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+        raise InputError(f"{path} is not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
     except RecursionError:
-        raise ValueError(f"{path} is nested too deeply to be a {what}") from None
+        raise InputError(f"{path} is nested too deeply to be a {what}") from None
     except ValueError as e:  # e.g. an integer of thousands of digits
         why = "a number has too many digits" if "digits" in str(e) else type(e).__name__
-        raise ValueError(f"{path} is not a usable JSON file ({why})") from None
+        raise InputError(f"{path} is not a usable JSON file ({why})") from None

@@ -11,8 +11,10 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from errors import shown
-from models import MODELS  # the registry only: kinds, numpy and networkx load when a model is built
+from errors import InputError, shown
+from models import (
+    MODELS,  # the registry only: kinds, numpy and networkx load when a model is built
+)
 
 DEFAULTS = {"graph": "alexnet", "procs": 32, "algo": 0}
 DOT_FILE = "graph.dot"
@@ -28,7 +30,7 @@ FLAGS = {"p": "-p", "batch": "-b", "width": "-m", "seq": "--seq", "vocab": "--vo
          "embedding_lookup": "--evaluate: embedding_lookup"}
 
 
-class UsageError(ValueError):
+class UsageError(InputError):
     """A bad command line or input file: reported in one line."""
 
 

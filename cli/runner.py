@@ -11,9 +11,22 @@ import threading
 import time
 from dataclasses import replace
 
-from cli.args import DOT_FILE, FLAGS, MODEL_PARAMS, PROG, Settings, UsageError, parse_args
-from cli.files import check_writable, read_strategy_file, strategy_from_layers, write_atomic
-from errors import SettingError
+from cli.args import (
+    DOT_FILE,
+    FLAGS,
+    MODEL_PARAMS,
+    PROG,
+    Settings,
+    UsageError,
+    parse_args,
+)
+from cli.files import (
+    check_writable,
+    read_strategy_file,
+    strategy_from_layers,
+    write_atomic,
+)
+from errors import InputError, SettingError
 from models import MODELS
 
 
@@ -233,13 +246,13 @@ def plan(s: Settings, out=None, baselines=None):
             why = "embedding gradients are all-reduced densely (use --sparse-embeddings or --compare)"
         if why:
             result = replace(result, notes=result.notes + (f"--distinct-rows has no effect here: {why}.",))
-    keys = baselines if baselines is not None else (("data_parallel", "expert", "parallax") if s.compare else ())
-    if keys:
-        from baselines import compare
+    from baselines import BASELINES, compare
 
+    keys = baselines if baselines is not None else (BASELINES if s.compare else ())
+    if keys:
         result = result.with_baselines(compare(g, s.procs, model, keys))
     if not math.isfinite(result.total_cost):
-        raise ValueError("the total cost is not a finite number; choose realistic --flops and --bw")
+        raise InputError("the total cost is not a finite number; choose realistic --flops and --bw")
     return s, g, result
 
 
@@ -312,8 +325,9 @@ def _say(line: str) -> None:
 def main(argv=None) -> int:
     """Exit statuses: 0 done; 2 a bad command line or input (a flag's value, a
     file the tool cannot use); 1 the run could not be done (it would not fit
-    the memory limit, nothing fits the device, a file could not be written);
-    130 interrupted; 141 the reader of the report went away."""
+    the memory limit, nothing fits the device, a file could not be written,
+    or an internal error); 130 interrupted; 141 the reader of the report
+    went away."""
     if sys.stdout is None:  # started with stdout closed: the report goes nowhere
         sys.stdout = open(os.devnull, "w")
     try:
@@ -325,11 +339,15 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # the reader went away (| head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except ValueError as e:  # a setting or input the tool cannot use
+    except InputError as e:  # a setting or input the tool cannot use
         _say(f"{PROG}: error: {message(e)}")
         return 2
     except (MemoryError, OSError) as e:  # the run could not be done
         _say(f"{PROG}: error: {message(e)}")
+        return 1
+    except Exception as e:  # a bug of the tool: one line all the same, and how to report it
+        _say(f"{PROG}: internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
+             "(please report it with the command line)")
         return 1
     except KeyboardInterrupt:  # a sweep has written the rows finished so far
         _say(f"{PROG}: interrupted")

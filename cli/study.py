@@ -68,15 +68,18 @@ def _check(s: Settings) -> None:
 def _work(job):
     """One setting in a worker: its row, its plan (for --plans) and its
     breakdown rows (for --breakdown)."""
+    from baselines import BASELINES
     from cli.runner import message, plan
+    from errors import InputError
     from studies.sweep import row
 
     s, swept, want_plan, want_breakdown = job
     try:
-        _, _, result = plan(s, None, baselines=("data_parallel", "expert", "parallax") if s.compare
-                            else ("data_parallel",))
-    except (ValueError, MemoryError, OSError) as e:
+        _, _, result = plan(s, None, baselines=BASELINES if s.compare else ("data_parallel",))
+    except (InputError, MemoryError, OSError) as e:
         return row(None, swept, message(e)), None, None
+    except Exception as e:  # a bug: the row says so, the sweep goes on
+        return row(None, swept, f"internal error: {type(e).__name__}: {e}"), None, None
     text = None
     if want_plan:
         from report import render_json

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from cluster import DEFAULT_PRECISION, PRECISIONS, Cluster
 from cluster.presets import device as preset
-from errors import SettingError, shown
+from errors import InputError, SettingError, shown
 
 __all__ = ["FIELDS", "check_fields", "read_cluster_file", "record", "resolve"]
 
@@ -37,13 +37,13 @@ def check_fields(fields: dict, where: str) -> dict:
         if value is None:
             continue
         if key not in FIELDS:
-            raise ValueError(f"{where}: unknown key {key!r}; the keys are {', '.join(FIELDS)}")
+            raise InputError(f"{where}: unknown key {key!r}; the keys are {', '.join(FIELDS)}")
         kind = FIELDS[key]
         ok = isinstance(value, str) if kind is str else (
             isinstance(value, int) and not isinstance(value, bool) if kind is int else
             isinstance(value, (int, float)) and not isinstance(value, bool))
         if not ok:
-            raise ValueError(f"{where}: {key} must be {'a string' if kind is str else 'a number'}, got {value!r}")
+            raise InputError(f"{where}: {key} must be {'a string' if kind is str else 'a number'}, got {value!r}")
         out[key] = value
     return out
 
@@ -58,11 +58,11 @@ def read_cluster_file(path: str) -> dict:
         try:
             data = tomllib.loads(read_text(path, MAX_FILE_BYTES, "cluster file"))
         except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{path} is not valid TOML ({e})") from None
+            raise InputError(f"{path} is not valid TOML ({e})") from None
     else:
         data = read_json(path, MAX_FILE_BYTES, "cluster file")
     if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a table of cluster fields ({', '.join(FIELDS)})")
+        raise InputError(f"{path} must hold a table of cluster fields ({', '.join(FIELDS)})")
     return check_fields(data, path)
 
 

@@ -16,7 +16,18 @@ from __future__ import annotations
 import importlib
 import os
 
-from kinds.base import Extents, Kind, Operator, Ref, Tensor, gemm, halo, need, shard, tensor_splits
+from kinds.base import (
+    Extents,
+    Kind,
+    Operator,
+    Ref,
+    Tensor,
+    gemm,
+    halo,
+    need,
+    shard,
+    tensor_splits,
+)
 
 __all__ = ["KINDS", "register", "Kind", "Operator", "Tensor", "Ref", "Extents", "gemm", "halo", "need", "shard",
            "tensor_splits"]

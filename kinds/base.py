@@ -30,6 +30,8 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from errors import InputError
+
 __all__ = ["ROLES", "Tensor", "Operator", "Ref", "Extents", "Kind", "normalize_axis", "shard", "tensor_splits", "gemm",
            "gemm_extents",
            "halo", "need"]
@@ -57,9 +59,9 @@ class Tensor:
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
         object.__setattr__(self, "axes", tuple(self.axes))
         if len(self.shape) != len(self.axes):
-            raise ValueError(f"tensor shape {self.shape} and axes {self.axes} differ in rank")
+            raise InputError(f"tensor shape {self.shape} and axes {self.axes} differ in rank")
         if self.role not in ROLES:
-            raise ValueError(f"tensor role must be one of {ROLES}, got {self.role!r}")
+            raise InputError(f"tensor role must be one of {ROLES}, got {self.role!r}")
 
     @property
     def size(self) -> int:
@@ -96,13 +98,13 @@ class Operator:
     def __post_init__(self):
         object.__setattr__(self, "space", tuple(int(s) for s in self.space))
         if len(self.dims) != len(self.space) or len(set(self.dims)) != len(self.dims):
-            raise ValueError(f"{self.name}: letters {self.dims!r} do not name the space {self.space} one to one")
+            raise InputError(f"{self.name}: letters {self.dims!r} do not name the space {self.space} one to one")
         if "b" not in self.dims:
-            raise ValueError(f"{self.name}: iteration space {self.dims!r} has no sample dimension 'b'")
+            raise InputError(f"{self.name}: iteration space {self.dims!r} has no sample dimension 'b'")
         for t in self.inputs + self.outputs:
             stray = set("".join(t.axes)) - set(self.dims)
             if stray:
-                raise ValueError(f"{self.name}: tensor axes {t.axes} use letters {sorted(stray)} not in {self.dims!r}")
+                raise InputError(f"{self.name}: tensor axes {t.axes} use letters {sorted(stray)} not in {self.dims!r}")
 
     @property
     def never_split(self) -> str:
@@ -220,7 +222,7 @@ class Kind:
 def normalize_axis(axis: int, rank: int, name: str) -> int:
     """``axis`` (negative from the end) as an index into ``rank`` axes."""
     if not -rank <= axis < rank:
-        raise ValueError(f"{name}: axis {axis} is out of range for rank {rank}")
+        raise InputError(f"{name}: axis {axis} is out of range for rank {rank}")
     return axis % rank
 
 

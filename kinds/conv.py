@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from errors import InputError
 from kinds import register
 from kinds.base import Kind, Operator, Tensor, gemm, halo
 
@@ -43,10 +44,10 @@ class _Window(Kind):
 
     def _output_hw(self, name, x):
         if len(x.shape) != 4:
-            raise ValueError(f"{name}: {self.name} needs an NCHW image, got shape {x.shape}")
+            raise InputError(f"{name}: {self.name} needs an NCHW image, got shape {x.shape}")
         ho, wo = window_output(x.shape[2:], self.kernel, self.stride, self.pad)
         if ho < 1 or wo < 1:
-            raise ValueError(f"{name}: a {self.kernel} window does not fit the {x.shape[2:]} image")
+            raise InputError(f"{name}: a {self.kernel} window does not fit the {x.shape[2:]} image")
         return ho, wo
 
 
@@ -77,7 +78,7 @@ class Conv(_Window):
         ho, wo = self._output_hw(name, x)
         (r, s), n, g = self.kernel, self.out, self.groups
         if g < 1 or c % g or n % g:
-            raise ValueError(f"{name}: {g} groups do not divide {c} input and {n} output channels")
+            raise InputError(f"{name}: {g} groups do not divide {c} input and {n} output channels")
         gl = "g" if g > 1 else ""
         dims = "b" + gl + "chwrsn"
         space = (b,) + ((g,) if g > 1 else ()) + (c // g, ho, wo, r, s, n // g)

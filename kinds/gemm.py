@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from errors import InputError
 from kinds import register
 from kinds.base import Kind, Operator, Tensor, gemm
 
@@ -92,21 +93,21 @@ class Einsum(Kind):
         letters, _, m, n, _ = einsum_roles(self.equation)
         squeezed = "".join(c for c in dict.fromkeys(in1 + in2) if c not in letters)
         if not set(out) <= set(in1 + in2) or len(set(letters)) != len(letters) or len(set(out)) != len(out):
-            raise ValueError(f"{name}: unsupported einsum {self.equation!r}")
+            raise InputError(f"{name}: unsupported einsum {self.equation!r}")
         if not m or not n:
-            raise ValueError(f"{name}: einsum {self.equation!r} needs an M and an N dimension")
+            raise InputError(f"{name}: einsum {self.equation!r} needs an M and an N dimension")
         if not set(self.unsplit) <= set(letters):
-            raise ValueError(f"{name}: unsplit letters {self.unsplit!r} are not all in {self.equation!r}")
+            raise InputError(f"{name}: unsplit letters {self.unsplit!r} are not all in {self.equation!r}")
         size = {}
         for ref, sub in ((x, in1), (y, in2)):
             if len(ref.shape) != len(sub):
-                raise ValueError(f"{name}: operand {ref.shape} does not match {sub!r}")
+                raise InputError(f"{name}: operand {ref.shape} does not match {sub!r}")
             for c, s in zip(sub, ref.shape):
                 if size.setdefault(c, s) != s:
-                    raise ValueError(f"{name}: dimension {c!r} is {size[c]} and {s}")
+                    raise InputError(f"{name}: dimension {c!r} is {size[c]} and {s}")
         for c in squeezed:
             if size[c] != 1:
-                raise ValueError(f"{name}: {c!r} is in one operand only and not in the output of "
+                raise InputError(f"{name}: {c!r} is in one operand only and not in the output of "
                                  f"{self.equation!r}: it must have size 1, not {size[c]}")
         letters += squeezed
         inputs = [Tensor(x.shape, tuple(in1), x.role), Tensor(y.shape, tuple(in2), y.role)]
@@ -153,7 +154,7 @@ class Embedding(Kind):
         (ids,) = refs
         ll = ids.letters
         if self.letter in ll or "v" in ll:
-            raise ValueError(f"{name}: the ids' letters {ll!r} collide with {self.letter!r} or 'v'")
+            raise InputError(f"{name}: the ids' letters {ll!r} collide with {self.letter!r} or 'v'")
         inputs = (Tensor(ids.shape, tuple(ll), ids.role),
                   Tensor((self.vocab, self.width), ("v", self.letter), "weight"))
         out = Tensor(ids.shape + (self.width,), tuple(ll) + (self.letter,))

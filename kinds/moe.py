@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from errors import InputError
 from kinds import register
 from kinds.base import Kind, Operator, Tensor
 
@@ -43,9 +44,9 @@ class TopKGating(Kind):
     def build(self, name, refs):
         (x,) = refs
         if self.letter in x.letters:
-            raise ValueError(f"{name}: the logits' letters {x.letters!r} already hold {self.letter!r}")
+            raise InputError(f"{name}: the logits' letters {x.letters!r} already hold {self.letter!r}")
         if not 1 <= self.k <= x.shape[-1] or self.capacity < 1:
-            raise ValueError(f"{name}: top-{self.k} of {x.shape[-1]} experts with capacity {self.capacity}")
+            raise InputError(f"{name}: top-{self.k} of {x.shape[-1]} experts with capacity {self.capacity}")
         dims = x.letters + self.letter
         space = x.shape + (self.capacity,)
         out = Tensor(space, tuple(dims))

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from errors import InputError
 from kinds import register
 from kinds.base import Kind, Operator, Tensor, normalize_axis
 
@@ -42,13 +43,13 @@ class Elementwise(Kind):
         inputs = [Tensor(x.shape, tuple(x.letters), x.role)]
         for y in refs[1:]:
             if len(y.shape) > r:
-                raise ValueError(f"{name}: cannot broadcast {y.shape} to {x.shape}")
+                raise InputError(f"{name}: cannot broadcast {y.shape} to {x.shape}")
             lead = r - len(y.shape)
             axes = []
             for j, s in enumerate(y.shape):
                 full = x.shape[lead + j]
                 if s not in (1, full):
-                    raise ValueError(f"{name}: cannot broadcast {y.shape} to {x.shape}")
+                    raise InputError(f"{name}: cannot broadcast {y.shape} to {x.shape}")
                 axes.append(x.letters[lead + j] if s == full and full > 1 else "")
             inputs.append(Tensor(y.shape, tuple(axes), y.role))
         out = Tensor(x.shape, tuple(x.letters))

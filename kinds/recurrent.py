@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from errors import InputError
 from kinds import register
 from kinds.base import Kind, Operator, Tensor, gemm_extents, need
 
@@ -33,7 +34,7 @@ class LSTM(Kind):
         (x,) = refs
         b, s, u = x.shape
         if u != self.units:
-            raise ValueError(f"{name}: input width {u} is not the {self.units} units")
+            raise InputError(f"{name}: input width {u} is not the {self.units} units")
         L = self.layers
         inputs = (Tensor(x.shape, ("b", "s", "k"), x.role),
                   Tensor((L, 2 * u, 4 * u), ("l", "k", "n"), "weight"),

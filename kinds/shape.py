@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from errors import InputError
 from kinds import register
 from kinds.base import Kind, Operator, Tensor, normalize_axis
 
@@ -37,7 +38,7 @@ class Concat(_Free):
         axis = normalize_axis(self.axis, r, name)
         for x in refs:
             if len(x.shape) != r or any(x.shape[i] != first[i] for i in range(r) if i != axis):
-                raise ValueError(f"{name}: cannot concatenate {x.shape} to {first} along axis {axis}")
+                raise InputError(f"{name}: cannot concatenate {x.shape} to {first} along axis {axis}")
         letters = refs[0].letters
         space = first[:axis] + (1,) + first[axis + 1:]
         out = first[:axis] + (sum(x.shape[axis] for x in refs),) + first[axis + 1:]
@@ -63,7 +64,7 @@ class Split(_Free):
         axis = normalize_axis(self.axis, r, name)
         sizes = tuple(int(s) for s in self.sizes)
         if sum(sizes) != x.shape[axis] or min(sizes, default=0) < 1:
-            raise ValueError(f"{name}: pieces {sizes} do not split axis {axis} of {x.shape}")
+            raise InputError(f"{name}: pieces {sizes} do not split axis {axis} of {x.shape}")
         space = x.shape[:axis] + (1,) + x.shape[axis + 1:]
         outs = tuple(Tensor(x.shape[:axis] + (s,) + x.shape[axis + 1:], tuple(x.letters)) for s in sizes)
         op = Operator(type(self)(axis, sizes), x.letters, space, (Tensor(x.shape, tuple(x.letters), x.role),), outs,
@@ -85,7 +86,7 @@ class Stack(_Free):
     def build(self, name, refs):
         shape, letters = refs[0].shape, refs[0].letters
         if any(x.shape != shape for x in refs):
-            raise ValueError(f"{name}: cannot stack tensors of shapes {sorted({x.shape for x in refs})}")
+            raise InputError(f"{name}: cannot stack tensors of shapes {sorted({x.shape for x in refs})}")
         inputs = tuple(Tensor(shape, tuple(letters), x.role) for x in refs)
         out = Tensor((len(refs),) + shape, (self.letter,) + tuple(letters))
         return Operator(self, self.letter + letters, (1,) + shape, inputs, (out,), name), (self.letter + letters,)
@@ -144,7 +145,7 @@ class Unravel(_Reshape):
         (x,) = refs
         shape = tuple(int(s) for s in self.shape)
         if x.shape != (prod(shape),):
-            raise ValueError(f"{name}: cannot reshape {x.shape} to {shape}")
+            raise InputError(f"{name}: cannot reshape {x.shape} to {shape}")
         kind = type(self)(shape, self.letters)
         op = Operator(kind, self.letters, shape, (Tensor(x.shape, (self.letters,), x.role),),
                       (Tensor(shape, tuple(self.letters)),), name)
@@ -164,7 +165,7 @@ class Transpose(_Free):
         (x,) = refs
         perm = tuple(int(i) for i in self.perm)
         if sorted(perm) != list(range(len(x.shape))):
-            raise ValueError(f"{name}: {perm} is not a permutation of the {len(x.shape)} axes of {x.shape}")
+            raise InputError(f"{name}: {perm} is not a permutation of the {len(x.shape)} axes of {x.shape}")
         letters = "".join(x.letters[i] for i in perm)
         out = Tensor(tuple(x.shape[i] for i in perm), tuple(letters))
         op = Operator(type(self)(perm), x.letters, x.shape, (Tensor(x.shape, tuple(x.letters), x.role),), (out,), name)

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import os
 
-from errors import SettingError
+from errors import InputError, SettingError
 from models import MODELS, build_model
 
 __all__ = ["ModelFileError", "build", "locate", "file_identity", "is_file_argument"]
 
 
-class ModelFileError(ValueError):
+class ModelFileError(InputError):
     """A model file that cannot be read or planned: one line naming the file."""
 
 

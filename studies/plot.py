@@ -3,6 +3,8 @@ only): one line per combination of the other swept axes."""
 
 from __future__ import annotations
 
+from errors import InputError
+
 __all__ = ["METRICS", "NUMERIC", "plot"]
 
 #: --metric: the column plotted and its axis label
@@ -20,7 +22,7 @@ def x_axis(swept: list[str]) -> str:
     for axis in swept:
         if axis in NUMERIC:
             return axis
-    raise ValueError("a plot needs a swept numeric setting (-p, -b, -m, --seq, --flops, --bw, ...) for its x axis")
+    raise InputError("a plot needs a swept numeric setting (-p, -b, -m, --seq, --flops, --bw, ...) for its x axis")
 
 
 def plot(df, path: str, metric: str, swept: list[str], fixed: str = "") -> int:
@@ -28,7 +30,7 @@ def plot(df, path: str, metric: str, swept: list[str], fixed: str = "") -> int:
     try:
         import matplotlib
     except ImportError:
-        raise ValueError("a plot needs matplotlib: pip install -r requirements.txt") from None
+        raise InputError("a plot needs matplotlib: pip install -r requirements.txt") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -19,6 +19,8 @@ import signal
 import time
 from dataclasses import replace
 
+from errors import InputError
+
 __all__ = ["AXES", "MAX_SETTINGS", "expand", "row", "run_sweep", "cores"]
 
 #: the settings a sweep may vary, in the order rows vary them (slowest first)
@@ -33,7 +35,7 @@ def expand(settings, values: dict) -> list:
     axes = [a for a in AXES if a in values]
     n = math.prod(len(values[a]) for a in axes)
     if n > MAX_SETTINGS:
-        raise ValueError(f"the lists make {n:,} combinations; a sweep runs at most {MAX_SETTINGS:,}")
+        raise InputError(f"the lists make {n:,} combinations; a sweep runs at most {MAX_SETTINGS:,}")
     return [replace(settings, **dict(zip(axes, combo))) for combo in itertools.product(*(values[a] for a in axes))]
 
 

@@ -7,6 +7,8 @@ import math
 
 import pandas as pd
 
+from errors import InputError
+
 __all__ = ["frame", "render", "render_file", "FORMATS"]
 
 FORMATS = (".csv", ".json", ".md")
@@ -73,4 +75,4 @@ def render_file(df: pd.DataFrame, path: str) -> str:
         return json.dumps(records, indent=1) + "\n"
     if ext == ".md":
         return df.to_markdown(index=False, missingval="-") + "\n"
-    raise ValueError(f"a sweep's table is written as {', '.join(FORMATS)}, not {path!r}")
+    raise InputError(f"a sweep's table is written as {', '.join(FORMATS)}, not {path!r}")

@@ -241,3 +241,21 @@ def test_compare_after_evaluate_speaks_of_the_strategy(tmp_path):
     out = cli("--evaluate", plan, "--compare")
     assert "this strategy" in out and "cheaper than this strategy" in out
     assert "than PaSE" not in out
+
+
+def test_baselines_keep_a_reshape_contiguous():
+    """A reshape whose sample dimension is not its leading one: data
+    parallel splits it from the left instead (the search's own rule), so
+    --compare works on such graphs."""
+    from cost_model import check_strategy
+    from graph import GraphBuilder
+    from kinds.pointwise import Elementwise, SoftmaxCrossEntropy
+
+    B = GraphBuilder("t", cutoff=1, batch=8)
+    y = B.add("e", Elementwise(), B.data((4, 8, 6), "sbe"))
+    B.add("loss", SoftmaxCrossEntropy(), B.reshape("r", y, (32, 6), "be"))
+    g = B.graph
+    dp = data_parallel(g, 8)
+    assert dp[1] == (4, 2, 1) and dp[2] == (8, 1)  # the ravel of (s, b, e): s whole, then b
+    check_strategy(g, dp)
+    assert {b.key for b in compare(g, 8, CostModel())} == {"data_parallel", "expert", "parallax"}
