@@ -138,13 +138,12 @@ def _comparison(r: Result) -> list[str]:
         notes.append("  * uses configurations the search does not enumerate (below the cutoff)")
     if r.capacity is not None and any(not b.fits for b in r.baselines):
         notes.append(f"  ! needs more memory than the {fmt_bytes(r.capacity)} of a device")
-    volume = not r.cost_model.cluster.two_level  # bytes follow from the cost on one network only
-    table = [("strategy", "total", "comm", "speedup", "step time", "memory") + (("comm/device",) if volume else ())]
+    table = [("strategy", "total", "comm", "speedup", "step time", "memory", "comm/device")]
     for label, rec, inside in [(mine_label, r, True)] + [(b.title, b, b.in_search_space) for b in r.baselines]:
         table.append((label + ("" if inside else " *"), f"{rec.total_cost:.2e}", f"{rec.communication:.2e}",
                       f"{dp_cost / rec.total_cost:.2f}x", fmt_time(rec.step_seconds),
-                      fmt_bytes(rec.memory_bytes) + ("!" if rec.fits is False else ""))
-                     + ((fmt_bytes(rec.comm_bytes_per_device),) if volume else ()))
+                      fmt_bytes(rec.memory_bytes) + ("!" if rec.fits is False else ""),
+                      fmt_bytes(rec.comm_bytes_per_device)))
     lines = ["", "Compared with baselines (FLOP per step; speedup = data-parallel cost / cost):"]
     return lines + ["  " + line for line in _align(table, right=set(range(1, 7)), sep="  ")] + notes
 

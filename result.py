@@ -125,6 +125,7 @@ class Result:
     notes: tuple[str, ...] = ()  # what the run itself has to say (an ignored flag, a limit of the model)
     rules_from: str | None = None  # the file whose recorded cost-model rules are in force
     parameters: int | None = None  # trained parameters of the model
+    words: float = 0.0  # elements one device sends or receives per step, inside operators and on edges
     model_source: tuple[tuple[str, str], ...] = ()  # a model read from a file: its file, path and sha256
 
     # -- totals -----------------------------------------------------------------------
@@ -155,9 +156,10 @@ class Result:
 
     @property
     def comm_bytes_per_device(self) -> float:
-        """Communication of one device per step, in bytes."""
-        c = self.cost_model.cluster
-        return c.word_bytes * self.communication / c.word
+        """Communication of one device per step, in bytes: the elements it
+        moves (whatever the links' speeds and latency) at the precision's
+        bytes."""
+        return self.cost_model.cluster.word_bytes * self.words
 
     @property
     def memory(self) -> tuple[float, ...]:
@@ -224,4 +226,16 @@ def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
     params = tuple(g.graph.get("params", {}).items())
     source = tuple(g.graph.get("source", {}).items())
     return Result(mode, g.graph["name"], params, p, model, layers, edges, parameters=parameter_count(g),
-                  model_source=source, **fields)
+                  model_source=source, words=words_moved(g, sc.strategy, model), **fields)
+
+
+def words_moved(g, strategy, model) -> float:
+    """Elements one device moves per step under ``strategy``: its
+    communication costed at one FLOP per element, no latency, one network
+    (the same rules otherwise)."""
+    from cluster import Cluster
+    from cost_model import evaluate
+
+    c = model.cluster
+    unit = replace(model, cluster=Cluster(1.0, 1000.0 * c.word_bytes, precision=c.precision))
+    return evaluate(g, strategy, unit).comm_total

@@ -22,6 +22,7 @@ strategy and the data-parallel baseline), on p virtual CPU devices:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import re
@@ -487,6 +488,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if "jax" in sys.modules:
         raise SystemExit("jax_validate.py: jax was imported before the device count could be set")
+    spec = importlib.util.find_spec("jax")  # without importing it; benchmarks/jax alone is a mere directory
+    if spec is None or spec.origin is None:
+        raise SystemExit("jax_validate.py: jax is not installed: pip install -r benchmarks/jax/requirements.txt")
     flags = f"--xla_force_host_platform_device_count={args.procs}"
     if not args.xla_cpu_defaults:
         flags += f" {NO_YNN}"

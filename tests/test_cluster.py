@@ -228,3 +228,14 @@ def test_bad_cluster_file_cli(tmp_path):
     (tmp_path / "c.json").write_text('{"gpus_per_node": 8, "nodes": 2}')
     proc = cli("--cluster", "c.json", cwd=tmp_path, ok=False)
     assert proc.returncode == 2 and "--cluster: c.json: unknown key 'nodes'" in proc.stderr
+
+
+def test_bytes_moved_do_not_depend_on_the_links():
+    """The communication volume per device counts elements: the same with
+    latency, or with a slow second level, as on one flat network."""
+    volumes = set()
+    for args in ([], ["--latency", 5], ["--gpus-per-node", 4, "--inter-bw", 1]):
+        out = run_cli("-p", 8, "--compare", *args).stdout
+        row = next(line for line in out.splitlines() if line.startswith("  data parallel "))
+        volumes.add(" ".join(row.split()[-2:]))  # "875 MB"
+    assert len(volumes) == 1

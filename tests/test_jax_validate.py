@@ -12,6 +12,8 @@ import pytest
 
 from conftest import ROOT, built
 
+# before benchmarks/ is on the path, where the directory benchmarks/jax would pass for the package
+HAVE_JAX = importlib.util.find_spec("jax") is not None
 sys.path.insert(0, str(ROOT / "benchmarks" / "jax"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -20,7 +22,6 @@ from dp_search import search  # noqa: E402
 from graph import operators  # noqa: E402
 from plan_sharding import PlanNotExpressible, assign, prime_factors  # noqa: E402
 
-HAVE_JAX = importlib.util.find_spec("jax") is not None
 needs_jax = pytest.mark.skipif(not HAVE_JAX, reason="jax is not installed (pip install -r benchmarks/jax/requirements.txt)")
 
 
