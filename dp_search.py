@@ -245,7 +245,8 @@ def plan(order, sizes, edges) -> Plan:
     return _plan(order, sizes, edges)
 
 
-def _cores() -> int:
+def cores() -> int:
+    """The cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:
@@ -407,7 +408,7 @@ def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_l
     called after each vertex.
     """
     t0 = time.perf_counter()
-    threads = _cores() if threads is None else threads
+    threads = cores() if threads is None else threads
     if kernel not in KERNELS:
         raise SettingError("kernel", f"must be one of {', '.join(KERNELS)}, got {kernel!r}")
     sizes0 = [len(c) for c in node_costs]

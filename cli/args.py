@@ -68,6 +68,7 @@ class Settings:
     distinct_rows: int | None = None
     breakdown: bool = False
     jobs: int | None = None  # a sweep's worker processes (default: every core)
+    threads: int | None = None  # the search's threads (a sweep's worker: its share of the cores; None: all)
     plans: str | None = None  # a sweep: a directory for each setting's plan
     plot: str | None = None  # a sweep: a .png or .svg of --metric against the swept numeric axis
     metric: str = "speedup"

@@ -264,8 +264,9 @@ def _search(s: Settings, g, model, costed, limit, out):
 
     def once(progress=None):
         if capacity is None:
-            return search(costed, s.algo, memory_limit=limit, progress=progress)
-        return search_within(costed, capacity * 1e9, s.algo, memory_limit=limit, progress=progress)
+            return search(costed, s.algo, memory_limit=limit, progress=progress, threads=s.threads)
+        return search_within(costed, capacity * 1e9, s.algo, memory_limit=limit, progress=progress,
+                             threads=s.threads)
 
     if s.profile:
         import cProfile

@@ -109,7 +109,8 @@ class Sweep:
 def sweep(s: Settings, progress=None, keep_plans: bool = False) -> Sweep:
     """Run every setting of ``s``'s lists, ``--jobs`` at a time; with
     ``--plans`` (or ``keep_plans``) each outcome holds its plan's JSON."""
-    from studies.sweep import cores, expand, run_sweep
+    from dp_search import cores
+    from studies.sweep import expand, run_sweep
     from studies.tables import frame
 
     values = dict(s.sweep)
@@ -119,14 +120,31 @@ def sweep(s: Settings, progress=None, keep_plans: bool = False) -> Sweep:
         raise UsageError(str(e)) from None
     axes = list(values)
     jobs = min(s.jobs or cores(), len(points))
-    if jobs > 1:  # each worker gets its share of the memory
+    if jobs > 1:  # each worker gets its share of the memory and of the cores
         from dp_search import default_memory_limit
 
         share = (default_memory_limit() / 1e9 if s.mem_limit_gb is None else s.mem_limit_gb) / jobs
-        points = [replace(pt, mem_limit_gb=share) for pt in points]
+        threads = max(1, cores() // jobs)
+        points = [replace(pt, mem_limit_gb=share, threads=threads) for pt in points]
     work = [(pt, {a: getattr(pt, a) for a in axes}, keep_plans or s.plans is not None, s.breakdown) for pt in points]
-    outcomes, interrupted = run_sweep(work, _work, jobs, progress)
+    outcomes, interrupted = run_sweep(work, _work, jobs, progress, on_row=_partial_table(s.output))
     return Sweep(frame([o[0] if o is not None else None for o in outcomes]), outcomes, points, axes, interrupted)
+
+
+def _partial_table(path):
+    """With ``--output``, a callback that rewrites the table after each row,
+    so a sweep stopped by force keeps what it finished."""
+    if path is None:
+        return None
+    from studies.tables import frame, render_file
+
+    def write(outcomes):
+        try:
+            write_atomic(path, render_file(frame([o[0] for o in outcomes if o is not None]), path))
+        except OSError:
+            pass  # the final write reports it
+
+    return write
 
 
 def run_study(s: Settings, out=None):

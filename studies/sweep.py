@@ -1,8 +1,8 @@
 """Run many settings, in parallel on the local cores, into one table.
 
 The settings are the cartesian product of the swept values, in a fixed
-order: the axes in the order of :data:`AXES`, each axis's values in the
-order given, the first axis varying slowest.  Each setting runs in a worker
+order: the axes in the order given, each axis's values in the order given,
+the first axis varying slowest.  Each setting runs in a worker
 process (``jobs`` of them; one runs in this process) and becomes one row:
 its values on the swept axes, then the result's figures (:func:`row`), or
 an ``error`` with the one-line message of a setting that failed.  Rows keep
@@ -14,25 +14,22 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import signal
 import time
 from dataclasses import replace
 
 from errors import InputError
 
-__all__ = ["AXES", "MAX_SETTINGS", "expand", "row", "run_sweep", "cores"]
+__all__ = ["MAX_SETTINGS", "expand", "row", "run_sweep"]
 
-#: the settings a sweep may vary, in the order rows vary them (slowest first)
-AXES = ("graph", "procs", "batch", "width", "seq", "flops", "bw", "inter_bw", "gpus_per_node", "latency",
-        "device", "precision", "device_memory", "optimizer")
 MAX_SETTINGS = 1000  # combinations a sweep may run
 
 
 def expand(settings, values: dict) -> list:
-    """Every combination of ``values`` (axis -> tuple), applied to
-    ``settings`` (a dataclass with the axes as fields), in :data:`AXES` order."""
-    axes = [a for a in AXES if a in values]
+    """Every combination of ``values`` (axis -> tuple, the slowest-varying
+    axis first), applied to ``settings`` (a dataclass with the axes as
+    fields)."""
+    axes = list(values)
     n = math.prod(len(values[a]) for a in axes)
     if n > MAX_SETTINGS:
         raise InputError(f"the lists make {n:,} combinations; a sweep runs at most {MAX_SETTINGS:,}")
@@ -66,22 +63,16 @@ def row(result, swept: dict, error: str | None = None) -> dict:
     return out
 
 
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def _quiet_worker():
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops the workers
 
 
-def run_sweep(points: list, work, jobs: int, progress=None) -> tuple[list, bool]:
+def run_sweep(points: list, work, jobs: int, progress=None, on_row=None) -> tuple[list, bool]:
     """``work(point) -> row`` for every point, ``jobs`` at a time.
 
     Returns the rows in the points' order (``None`` for a point not run) and
-    whether it was interrupted.  ``progress(done, total)`` after each row.
+    whether it was interrupted.  After each row, ``on_row(rows)`` (the rows
+    so far, as returned) and ``progress(done, total)``.
     """
     rows = [None] * len(points)
     done = 0
@@ -90,6 +81,8 @@ def run_sweep(points: list, work, jobs: int, progress=None) -> tuple[list, bool]
             for i, point in enumerate(points):
                 rows[i] = work(point)
                 done += 1
+                if on_row:
+                    on_row(rows)
                 if progress:
                     progress(done, len(points))
         except KeyboardInterrupt:
@@ -104,6 +97,8 @@ def run_sweep(points: list, work, jobs: int, progress=None) -> tuple[list, bool]
             for i in [i for i, a in pending.items() if a.ready()]:
                 rows[i] = pending.pop(i).get()
                 done += 1
+                if on_row:
+                    on_row(rows)
                 if progress:
                     progress(done, len(points))
             time.sleep(0.01)
