@@ -335,12 +335,15 @@ def estimate_costs(g, p: int) -> CostEstimate:
     p = check_procs(p)
     cutoff = g.graph["cutoff"]
     ops = operators(g)
-    ids: dict = {}  # identical operators share an id, as they share their arrays
+    shared = _shared(g)
+    ids: dict = {}  # identical operators share an id, as they share their arrays (and their edges' matrices)
     op_id = [ids.setdefault(op, len(ids)) for op in ops]
     distinct = list(ids)
     counts = [count_configurations(op, p, cutoff) for op in distinct]
-    # per configuration: its splits, compute, communication and cost, weights, activations and memory
-    held = sum(8 * k * (len(op.space) + 6) for op, k in zip(distinct, counts))
+    # per configuration: its splits, compute, communication and cost, weights, activations and memory; an
+    # operator that shares a weight with another has arrays of its own (its memory differs)
+    arrays = {(op_id[v], shared.get(v, ())) for v in range(len(ops))}
+    held = sum(8 * counts[i] * (len(distinct[i].space) + 6) for i, _ in arrays)
     pairs = {(op_id[u], d["out"], op_id[v], d["inp"]): counts[op_id[u]] * counts[op_id[v]]
              for u, v, d in g.edges(data=True)}
     held += 8 * sum(pairs.values())

@@ -664,7 +664,8 @@ def _improve(node_costs, node_memory, edge_costs, index, capacity, max_moves: in
         cur[v] = index[v] = int(k)
         for u, _, _ in nbrs[v]:
             local(u)
-    return index if used <= capacity * (1 + 1e-12) else None
+    used = math.fsum(float(node_memory[v][index[v]]) for v in range(n))  # without the moves' rounding
+    return index if used <= capacity else None
 
 
 def search_within(costed, capacity: float, algo: int = 0, *, prune: bool | str = "auto",

@@ -180,7 +180,7 @@ class Result:
     @property
     def fits(self) -> bool | None:
         cap = self.capacity
-        return None if cap is None else self.memory_bytes <= cap
+        return None if cap is None else self.memory_bytes <= cap * (1 + 1e-12)  # sums in another order
 
     @property
     def step_seconds(self) -> float:

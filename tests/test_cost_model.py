@@ -355,6 +355,21 @@ def test_estimate_is_the_memory_the_arrays_take(g, p):
     assert est.peak >= est.held + 8 * est.largest_edge
 
 
+def test_estimate_counts_the_arrays_of_an_operator_sharing_its_weight():
+    """Two identical operators, one reading a weight the other holds: their
+    memory differs, so each has arrays of its own."""
+    from graph import GraphBuilder
+    from kinds.gemm import Einsum
+
+    B = GraphBuilder("tied", cutoff=1, batch=8)
+    x = B.data((8, 16), "bk")
+    B.add("a", Einsum("bk,nk->bn"), x, B.weight((16, 16), "nk"))
+    B.add("b", Einsum("bk,nk->bn"), x, B.weight((16, 16), "nk"), shared=(1,))
+    cg = build_costs(B.graph, 4)
+    assert cg.weights[0] is not cg.weights[1] and cg.weights[1].max() == 0
+    assert estimate_costs(B.graph, 4).held == cg.nbytes
+
+
 def test_too_large_cost_arrays_are_refused_before_anything_is_enumerated(monkeypatch):
     import cost_model
 
