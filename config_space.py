@@ -69,6 +69,13 @@ def contiguous(configs: np.ndarray, space: tuple[int, ...]) -> np.ndarray:
     return ~np.any(later & (configs != 1), axis=1)  # (K,)
 
 
+def _split_lists(space, p: int, cutoff: int, never_split) -> list:
+    """Each dimension's allowed splits (just 1 for a never-split one)."""
+    if p < 1:
+        raise InputError(f"the number of devices p must be >= 1, got {p}")
+    return [(1,) if i in never_split else dimension_splits(size, p, cutoff) for i, size in enumerate(space)]
+
+
 def enumerate_configs(
     space: tuple[int, ...],
     p: int,
@@ -79,12 +86,7 @@ def enumerate_configs(
     """All configurations of an iteration space for ``p`` devices, as an
     ``int64`` array of shape ``(K, len(space))`` in the deterministic order
     described in the module docstring."""
-    if p < 1:
-        raise InputError(f"the number of devices p must be >= 1, got {p}")
-    lists = [
-        (1,) if i in never_split else dimension_splits(size, p, cutoff)
-        for i, size in enumerate(space)
-    ]
+    lists = _split_lists(space, p, cutoff, never_split)
     # Grow the product one dimension at a time, pruning partial products > p
     # so that the intermediate arrays stay small.
     configs = np.ones((1, 0), dtype=np.int64)
@@ -110,12 +112,7 @@ def count_configs(
 ) -> int:
     """How many configurations :func:`enumerate_configs` returns, counted
     without making them (to estimate memory before allocating it)."""
-    if p < 1:
-        raise InputError(f"the number of devices p must be >= 1, got {p}")
-    lists = [
-        (1,) if i in never_split else dimension_splits(size, p, cutoff)
-        for i, size in enumerate(space)
-    ]
+    lists = _split_lists(space, p, cutoff, never_split)
     if contiguous_only:
         # Leading dimensions split completely, then the first one that is
         # not (any split but its size), then only 1s; or all split completely.

@@ -112,11 +112,6 @@ class CostModel:
         return weights * wb, weights * gb, weights * ob, activations * float(self.cluster.word_bytes)
 
     @property
-    def word_cost(self) -> float:
-        """``W``: FLOP equivalent of moving one word."""
-        return self.cluster.word
-
-    @property
     def original(self) -> bool:
         """True when the rules are the original PaSE model's."""
         return not self.embedding_lookup and self.embedding_sync == "dense"
@@ -180,12 +175,13 @@ def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tg
     distinct splits, then spread to the configurations (the same numbers)."""
     t_src, t_tgt = src.outputs[out], tgt.inputs[inp]
     T = np.asarray(t_src.shape, dtype=float)
-    S = tensor_splits(t_src, _extents(src, src_configs)[1])  # (K_src, r)
-    Q = tensor_splits(t_tgt, _extents(tgt, tgt_configs)[1])  # (K_tgt, r)
+    C_src, C_tgt = _extents(src, src_configs)[1], _extents(tgt, tgt_configs)[1]
+    S = tensor_splits(t_src, C_src)  # (K_src, r)
+    Q = tensor_splits(t_tgt, C_tgt)  # (K_tgt, r)
     net = model.cluster
     if net.two_level:  # with the nodes over which each axis's pieces spread
-        S = np.concatenate([S, net.tensor_nodes(t_src, _extents(src, src_configs)[1])], axis=1)  # (K_src, 2r)
-        Q = np.concatenate([Q, net.tensor_nodes(t_tgt, _extents(tgt, tgt_configs)[1])], axis=1)  # (K_tgt, 2r)
+        S = np.concatenate([S, net.tensor_nodes(t_src, C_src)], axis=1)  # (K_src, 2r)
+        Q = np.concatenate([Q, net.tensor_nodes(t_tgt, C_tgt)], axis=1)  # (K_tgt, 2r)
     spread = len(S) * len(Q) >= _SPREAD
     if spread:
         (S, s_of), (Q, q_of) = _distinct_rows(S), _distinct_rows(Q)  # (r_src, .), (K_src,); (r_tgt, .), (K_tgt,)

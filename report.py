@@ -37,10 +37,6 @@ def fmt_bytes(n: float, compact: bool = False) -> str:
     return f"{n:.0f}" if compact else f"{n:.0f} B"
 
 
-def fmt_seconds(t: float) -> str:
-    return f"{t:.3g} s"
-
-
 def _model_line(r: Result) -> str:
     """``alexnet, batch 128`` plus every parameter that is not the model's default."""
     from models import MODELS
@@ -112,7 +108,6 @@ def _first_outside(r: Result) -> str:
 def _comparison(r: Result) -> list[str]:
     """The baselines beside the result, and what to make of them."""
     dp = r.baseline("data_parallel")
-    dp_cost = dp.total_cost
     mine = r.total_cost
     mine_label = "PaSE" if r.mode == "search" else "this strategy"
     notes = []
@@ -141,7 +136,7 @@ def _comparison(r: Result) -> list[str]:
     table = [("strategy", "total", "comm", "speedup", "step time", "memory", "comm/device")]
     for label, rec, inside in [(mine_label, r, True)] + [(b.title, b, b.in_search_space) for b in r.baselines]:
         table.append((label + ("" if inside else " *"), f"{rec.total_cost:.2e}", f"{rec.communication:.2e}",
-                      f"{dp_cost / rec.total_cost:.2f}x", fmt_time(rec.step_seconds),
+                      f"{r.speedup(rec):.2f}x", fmt_time(rec.step_seconds),
                       fmt_bytes(rec.memory_bytes) + ("!" if rec.fits is False else ""),
                       fmt_bytes(rec.comm_bytes_per_device)))
     lines = ["", "Compared with baselines (FLOP per step; speedup = data-parallel cost / cost):"]
@@ -189,8 +184,8 @@ def render_text(r: Result, summary: bool = False) -> str:
                      f"entries, {st.work:,} entries evaluated")
         if st.timings:
             t = st.timings
-            lines.append(f"Timed {len(t)} searches (after 2 warm-up): mean {fmt_seconds(sum(t) / len(t))}, "
-                         f"min {fmt_seconds(min(t))}, max {fmt_seconds(max(t))}")
+            lines.append(f"Timed {len(t)} searches (after 2 warm-up): mean {fmt_time(sum(t) / len(t))}, "
+                         f"min {fmt_time(min(t))}, max {fmt_time(max(t))}")
     if r.bound is not None:
         lines += _bound_lines(r)
     lines += _memory_lines(r)
@@ -259,10 +254,8 @@ def to_record(r: Result) -> dict:
         rec["label"] = r.label
         rec["in_search_space"] = r.in_search_space
     if r.baselines:
-        dp = r.baseline("data_parallel").total_cost
-        rec["speedup_over_data_parallel"] = dp / r.total_cost
-        rec["baselines"] = {b.key: {**to_record(b), "speedup_over_data_parallel": dp / b.total_cost}
-                            for b in r.baselines}
+        rec["speedup_over_data_parallel"] = r.speedup()
+        rec["baselines"] = {b.key: {**to_record(b), "speedup_over_data_parallel": r.speedup(b)} for b in r.baselines}
     return rec
 
 

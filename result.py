@@ -202,10 +202,12 @@ class Result:
     def baseline(self, key: str) -> "Result | None":
         return next((b for b in self.baselines if b.key == key), None)
 
-    @property
-    def speedup_over_data_parallel(self) -> float | None:
+    def speedup(self, of: "Result | None" = None) -> float | None:
+        """The predicted speedup over data parallelism (the ratio of costs) of
+        this result, or of ``of`` (one of its baselines); ``None`` without the
+        data-parallel baseline."""
         dp = self.baseline("data_parallel")
-        return None if dp is None else dp.total_cost / self.total_cost
+        return None if dp is None else dp.total_cost / (self if of is None else of).total_cost
 
     def with_baselines(self, baselines) -> "Result":
         return replace(self, baselines=tuple(baselines))

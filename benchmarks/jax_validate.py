@@ -202,10 +202,10 @@ def predicted_words(g, strategy) -> dict[str, tuple[float, float]]:
     model = CostModel()
     sc = evaluate(g, strategy, model)
     ops = operators(g)
-    own = {op.name: sc.comm[v] / model.word_cost for v, op in enumerate(ops)}
+    own = {op.name: sc.comm[v] / model.cluster.word for v, op in enumerate(ops)}
     edges = dict.fromkeys(own, 0.0)
     for (u, v), c in sc.edges.items():
-        edges[ops[v].name] += c / model.word_cost
+        edges[ops[v].name] += c / model.cluster.word
     return {name: (own[name], edges[name]) for name in own}
 
 

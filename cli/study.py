@@ -169,11 +169,11 @@ def run_study(s: Settings, out=None):
         if parts:
             import pandas as pd
 
-            fmt = {c: (lambda x: f"{x:.4e}") for c in ("compute", "communication", "edges", "total")}
-            fmt["share"] = lambda x: f"{100 * x:.1f}%"
+            from studies.breakdown import table
+
             print("\nCost by operator kind (FLOP; re-distribution charged to the layer that reads the tensor):",
                   file=out)
-            print(pd.DataFrame(parts).to_string(index=False, formatters=fmt), file=out)
+            print(table(pd.DataFrame(parts)), file=out)
     failures = []
     if s.plans is not None:
         os.makedirs(s.plans, exist_ok=True)

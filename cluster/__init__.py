@@ -33,8 +33,8 @@ approximation otherwise.
 * A re-distribution charges the words a device needs from other nodes at
   ``inter_bw`` and the rest at ``bw`` (see :meth:`Cluster.redistribute`).
 * Every collective step pays ``latency`` microseconds: ``2(q_in - 1) +
-  2(q_out - 1)`` steps for an all-reduce, one for an exchange or a
-  re-distribution.
+  2(q_out - 1)`` steps for an all-reduce, one for an exchange, and one per
+  direction (forward and backward) for a re-distribution.
 
 Without ``gpus_per_node`` (or with ``G >= p``), no latency and the default
 device, every number is the original tool's.

@@ -2,7 +2,7 @@
 
 Each kind is a frozen dataclass deriving from :class:`Kind` and decorated
 with :func:`register`, in one of this package's modules (grouped by family:
-``conv``, ``gemm``, ``pointwise``, ``shape``, ``recurrent``).  Every module
+``conv``, ``gemm``, ``pointwise``, ``shape``, ``recurrent``, ``moe``).  Every module
 here is imported when the package is, so a new kind needs its definition
 (and its test) and nothing else.  ``KINDS`` maps a kind's name to its class.
 

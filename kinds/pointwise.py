@@ -61,7 +61,7 @@ class Elementwise(Kind):
 
     def saved(self, op):
         if self.keeps_inputs:
-            return tuple(t for t in op.inputs if t.role != "weight")
+            return super().saved(op)
         return op.outputs if self.pw else ()
 
 

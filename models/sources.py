@@ -38,7 +38,6 @@ def locate(arg: str) -> tuple[str, str]:
         raise SettingError("graph", f"must be one of {', '.join(MODELS)}, got {arg!r} "
                                     "(or an .onnx file, a config.json, or a directory holding one)")
     if os.path.isdir(arg):
-        found = []
         try:
             names = sorted(os.listdir(arg))
         except OSError as e:

@@ -14,9 +14,12 @@ import math
 
 import pandas as pd
 
-__all__ = ["layers_frame", "grouped", "against", "render"]
+__all__ = ["layers_frame", "grouped", "against", "render", "table"]
 
 PARTS = ("compute", "communication", "edges")
+#: how each column of a breakdown is printed
+FORMATS = {**{c: (lambda x: f"{x:.4e}") for c in (*PARTS, "total", "cost", "cost_baseline")},
+           "share": lambda x: f"{100 * x:.1f}%", "difference": lambda x: f"{x:+.4e}"}
 
 
 def layers_frame(result) -> pd.DataFrame:
@@ -57,26 +60,27 @@ def against(result, baseline, top: int = 10) -> pd.DataFrame:
     return joined.loc[order[:top]].reset_index(drop=True)
 
 
-def _table(df: pd.DataFrame, name: str) -> str:
-    fmt = {p: (lambda x: f"{x:.4e}") for p in (*PARTS, "total")}
-    fmt["share"] = lambda x: f"{100 * x:.1f}%"
-    return df.reset_index().rename(columns={"index": name}).to_string(index=False, formatters=fmt)
+def table(df: pd.DataFrame, index: str | None = None, rename: dict | None = None) -> str:
+    """A breakdown's frame as aligned text, each column in its format;
+    ``index`` names the index when it is a column to show; ``rename``
+    retitles columns."""
+    from report import fmt_config
+
+    if index is not None:
+        df = df.reset_index().rename(columns={"index": index})
+    fmt = {c: FORMATS.get(c, fmt_config if c.startswith("config") else None) for c in df.columns}
+    rename = rename or {}
+    return df.rename(columns=rename).to_string(
+        index=False, formatters={rename.get(c, c): f for c, f in fmt.items() if f is not None})
 
 
 def render(result, baseline=None) -> str:
     """The breakdown as text; with ``baseline``, the layers that differ most."""
     df = layers_frame(result)
     lines = ["", "Where the cost goes (FLOP; re-distribution charged to the layer that reads the tensor):", "",
-             _table(grouped(df, "kind"), "kind"), "", _table(grouped(df, "group"), "group")]
+             table(grouped(df, "kind"), "kind"), "", table(grouped(df, "group"), "group")]
     if baseline is not None:
-        diff = against(result, baseline)
-        fmt = {c: (lambda x: f"{x:.4e}") for c in ("cost", "cost_baseline")}
-        fmt["difference"] = lambda x: f"{x:+.4e}"
-        fmt["config"] = fmt["config_baseline"] = lambda c: "(" + ",".join(map(str, c)) + ")"
         lines += ["", f"Layers where the plan and {baseline.title} differ most:", "",
-                  diff.rename(columns={"cost_baseline": f"cost ({baseline.key})",
-                                       "config_baseline": f"config ({baseline.key})"}).to_string(
-                      index=False, formatters={
-                          {"cost_baseline": f"cost ({baseline.key})",
-                           "config_baseline": f"config ({baseline.key})"}.get(k, k): f for k, f in fmt.items()})]
+                  table(against(result, baseline), rename={"cost_baseline": f"cost ({baseline.key})",
+                                                           "config_baseline": f"config ({baseline.key})"})]
     return "\n".join(lines)

@@ -45,13 +45,11 @@ def row(result, swept: dict, error: str | None = None) -> dict:
         out["error"] = error
         return out
     r = result
-    dp = r.baseline("data_parallel")
-    out.update(total_cost=r.total_cost, step_seconds=r.step_seconds,
-               speedup=None if dp is None else dp.total_cost / r.total_cost)
+    out.update(total_cost=r.total_cost, step_seconds=r.step_seconds, speedup=r.speedup())
     if len(r.baselines) > 1:  # with --compare: each baseline's speedup, and whether the search space holds it
         for b in r.baselines:
             if b.key != "data_parallel":
-                out[f"{b.key}_speedup"] = dp.total_cost / b.total_cost
+                out[f"{b.key}_speedup"] = r.speedup(b)
         for b in r.baselines:
             out[f"{b.key}_inside"] = b.in_search_space
     out.update(compute=r.compute, communication=r.communication, memory_gb=r.memory_bytes / 1e9)

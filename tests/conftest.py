@@ -40,13 +40,14 @@ def costed(graph: str, p: int):
     return build_costs(built(graph), p)
 
 
-def run_cli(*args, cwd=None, ok=True, timeout=300):
-    """``scheduler.py`` in a subprocess, as users run it; with ``ok``, it must
-    succeed with nothing on stderr."""
+def run_cli(*args, cwd=None, ok=True, timeout=300, **kw):
+    """``scheduler.py`` in a subprocess, as users run it (``kw``: more of
+    ``subprocess.run``'s arguments); with ``ok``, it must succeed with
+    nothing on stderr."""
     import subprocess
 
     proc = subprocess.run([sys.executable, str(ROOT / "scheduler.py"), *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=timeout)
+                          text=True, cwd=cwd, timeout=timeout, **kw)
     if ok:
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     return proc

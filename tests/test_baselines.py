@@ -4,15 +4,13 @@ PaSE against every baseline, and the CLI's --compare and --sparse-embeddings."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from baselines import compare, data_parallel, expert, fit, mesh_tensorflow, parallax
-from conftest import GRAPH_NAMES, PROCS, ROOT, built, costed, reference, rel
+from conftest import GRAPH_NAMES, PROCS, built, costed, reference, rel, run_cli
 from config_space import dimension_splits
 from cost_model import CostModel, build_costs, evaluate, op_cost_parts
 from dp_search import search
@@ -187,10 +185,7 @@ class TestSparseEmbeddingSearch:
 
 
 def cli(*args, cwd=None):
-    proc = subprocess.run([sys.executable, str(ROOT / "scheduler.py"), *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    return proc.stdout
+    return run_cli(*args, cwd=cwd).stdout
 
 
 def test_compare_report_and_json(tmp_path):

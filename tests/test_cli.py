@@ -11,18 +11,12 @@ import sys
 
 import pytest
 
-from conftest import GRAPH_NAMES, ROOT, reference, rel
+from conftest import GRAPH_NAMES, ROOT, reference, rel, run_cli
 
 SCHEDULER = str(ROOT / "scheduler.py")
 
 
-def run(*args, cwd=None, ok=True):
-    proc = subprocess.run([sys.executable, SCHEDULER, *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
-    if ok:
-        assert proc.returncode == 0, proc.stderr
-        assert proc.stderr == ""
-    return proc
+run = run_cli
 
 
 def total_of(stdout: str) -> float:
@@ -123,7 +117,9 @@ def test_profile_prints_top_entries():
 def test_measure_prints_mean_min_max():
     out = run("-g", "alexnet", "-p", 8, "--measure").stdout
     line = next(l for l in out.splitlines() if l.startswith("Timed 5 searches (after 2 warm-up)"))
-    mean, lo, hi = (float(line.split(k)[1].split()[0]) for k in ("mean ", "min ", "max "))
+    scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+    mean, lo, hi = (float(line.split(k)[1].split()[0]) * scale[line.split(k)[1].split()[1].rstrip(",")]
+                    for k in ("mean ", "min ", "max "))
     assert 0 < lo <= mean <= hi < 5  # really timed, and an AlexNet search is quick
     assert out.rstrip().splitlines()[-1].startswith("Total cost: ")
 

@@ -3,6 +3,7 @@ wrong or misleading answers, resources, crashes and silences, messages."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -13,14 +14,12 @@ import time
 
 import pytest
 
-from conftest import ROOT, reference
+from conftest import ROOT, reference, run_cli
 
 SCHEDULER = str(ROOT / "scheduler.py")
 
 
-def run(*args, cwd=None, **kw):
-    return subprocess.run([sys.executable, SCHEDULER, *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          timeout=300, **kw)
+run = functools.partial(run_cli, ok=False)  # each test checks the status and messages itself
 
 
 def one_line_error(proc, status, message):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -17,16 +18,14 @@ import pytest
 
 from cli.args import parse_args
 from cli.runner import plan
-from conftest import ROOT, modules_loaded_by_a_plain_run, reference, rel
+from conftest import ROOT, modules_loaded_by_a_plain_run, reference, rel, run_cli
 from studies.breakdown import against, grouped, layers_frame
 from studies.plot import plot
 
 SCHEDULER = str(ROOT / "scheduler.py")
 
 
-def run(*args, cwd=None, timeout=600):
-    return subprocess.run([sys.executable, SCHEDULER, *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
+run = functools.partial(run_cli, ok=False, timeout=600)  # each test checks the status and messages itself
 
 
 def test_a_sweep_equals_its_single_runs(tmp_path):
