@@ -331,29 +331,42 @@ def main(argv=None) -> int:
     went away."""
     if sys.stdout is None:  # started with stdout closed: the report goes nowhere
         sys.stdout = open(os.devnull, "w")
+    signals = []  # the interrupts received
+
+    def interrupt(signum, frame):
+        signals.append(signum)
+        raise KeyboardInterrupt
+
     try:
         s = parse_args(argv)
         if threading.current_thread() is threading.main_thread():  # from here an interrupt unwinds (files stay whole)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, interrupt)
         run(s)
         sys.stdout.flush()
+    except KeyboardInterrupt:  # a sweep has written the rows finished so far
+        return _interrupted()
     except BrokenPipeError:  # the reader went away (| head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except InputError as e:  # a setting or input the tool cannot use
-        _say(f"{PROG}: error: {message(e)}")
-        return 2
-    except (MemoryError, OSError) as e:  # the run could not be done
-        _say(f"{PROG}: error: {message(e)}")
-        return 1
-    except Exception as e:  # a bug of the tool: one line all the same, and how to report it
+    except Exception as e:
+        if signals:  # an interrupt inside an extension's import surfaces as an ImportError
+            return _interrupted()
+        if isinstance(e, InputError):  # a setting or input the tool cannot use
+            _say(f"{PROG}: error: {message(e)}")
+            return 2
+        if isinstance(e, (MemoryError, OSError)):  # the run could not be done
+            _say(f"{PROG}: error: {message(e)}")
+            return 1
+        # a bug of the tool: one line all the same, and how to report it
         _say(f"{PROG}: internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
              "(please report it with the command line)")
         return 1
-    except KeyboardInterrupt:  # a sweep has written the rows finished so far
-        _say(f"{PROG}: interrupted")
-        return 130
     return 0
+
+
+def _interrupted() -> int:
+    _say(f"{PROG}: interrupted")
+    return 130
 
 
 if __name__ == "__main__":
