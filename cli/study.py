@@ -33,7 +33,51 @@ class SweepInterrupted(KeyboardInterrupt):
 def _name(axis: str, value) -> str:
     if axis == "graph":
         return os.path.splitext(os.path.basename(os.path.normpath(str(value))))[0] or "model"
-    return f"{_TAGS.get(axis, '')}{value:g}" if isinstance(value, float) else f"{_TAGS.get(axis, '')}{value}"
+    return f"{_TAGS.get(axis, '')}{value:.15g}" if isinstance(value, float) else f"{_TAGS.get(axis, '')}{value}"
+
+
+def plan_names(points: list, axes: list) -> list[str]:
+    """Each setting's plan file name (its swept values), made unique: two
+    settings that would share one (model files of the same name in two
+    directories) get ``-2``, ``-3``... in the settings' order."""
+    names, taken = [], set()
+    for pt in points:
+        stem = "-".join(_name(a, getattr(pt, a)) for a in axes)
+        name, n = stem, 1
+        while name.lower() in taken:  # case-insensitive file systems too
+            n += 1
+            name = f"{stem}-{n}"
+        taken.add(name.lower())
+        names.append(name + ".json")
+    return names
+
+
+def _check_plans(s: Settings) -> None:
+    """Refuse, before any work, a --plans directory we could not write, or
+    one where a plan would replace the table or the plot."""
+    path = s.plans
+    if not path:
+        raise UsageError("--plans: the directory name is empty")
+    if os.path.lexists(path) and not os.path.exists(path):
+        raise UsageError(f"--plans: {path} is a link to {os.path.realpath(path)}, which does not exist")
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise UsageError(f"--plans: {path} is not a directory")
+        where = path
+    else:
+        where = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(where):
+            raise UsageError(f"--plans: directory {where} does not exist")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise UsageError(f"--plans: cannot write in {where}")
+    from studies.sweep import expand
+
+    values = dict(s.sweep)
+    names = plan_names(expand(replace(s, sweep=()), values), list(values))
+    ours = {os.path.realpath(os.path.join(path, n)): n for n in names}
+    for flag, other in (("--output", s.output), ("--plot", s.plot)):
+        if other is not None and os.path.realpath(other) in ours:
+            raise UsageError(f"{flag}: {other} is also where --plans writes the plan {ours[os.path.realpath(other)]}")
 
 
 def _check(s: Settings) -> None:
@@ -56,11 +100,7 @@ def _check(s: Settings) -> None:
         except ValueError as e:
             raise UsageError(f"--plot: {e}") from None
     if s.plans is not None:
-        parent = os.path.dirname(os.path.abspath(s.plans))
-        if os.path.exists(s.plans) and not os.path.isdir(s.plans):
-            raise UsageError(f"--plans: {s.plans} is not a directory")
-        if not os.path.isdir(parent):
-            raise UsageError(f"--plans: directory {parent} does not exist")
+        _check_plans(s)
     if s.jobs is not None and not 1 <= s.jobs <= 256:
         raise UsageError(f"--jobs must be from 1 to 256, got {s.jobs}")
 
@@ -139,12 +179,19 @@ def _partial_table(path):
     from studies.tables import frame, render_file
 
     def write(outcomes):
+        if not any(_planned(o) for o in outcomes):
+            return  # the user's file stays as it was until a setting gives a plan
         try:
             write_atomic(path, render_file(frame([o[0] for o in outcomes if o is not None]), path))
         except OSError:
             pass  # the final write reports it
 
     return write
+
+
+def _planned(outcome) -> bool:
+    """Whether a setting ran and gave a plan (its row has no error)."""
+    return outcome is not None and outcome[0].get("error") is None
 
 
 def run_study(s: Settings, out=None):
@@ -175,21 +222,24 @@ def run_study(s: Settings, out=None):
                   file=out)
             print(table(pd.DataFrame(parts)), file=out)
     failures = []
-    if s.plans is not None:
-        os.makedirs(s.plans, exist_ok=True)
-        for pt, o in zip(sw.settings, sw.outcomes):
-            if o is not None and o[1] is not None:
-                name = "-".join(_name(a, getattr(pt, a)) for a in axes) + ".json"
+    planned = any(_planned(o) for o in sw.outcomes)
+    if s.plans is not None and planned:
+        try:
+            os.makedirs(s.plans, exist_ok=True)
+        except OSError as e:
+            failures.append(f"--plans: could not make {s.plans}: {e.strerror or e}")
+        for name, o in zip(plan_names(sw.settings, axes), sw.outcomes):
+            if not failures and o is not None and o[1] is not None:
                 try:
                     write_atomic(os.path.join(s.plans, name), o[1])
                 except OSError as e:
                     failures.append(f"--plans: could not write {name}: {e.strerror or e}")
-    if s.output is not None:
+    if s.output is not None and planned:  # else the user's file stays as it was
         try:
             write_atomic(s.output, render_file(df, s.output))
         except OSError as e:
             failures.append(f"--output: could not write {s.output}: {e.strerror or e}")
-    if s.plot is not None and "total_cost" in df:
+    if s.plot is not None and planned:
         from studies.plot import plot
 
         try:

@@ -17,8 +17,8 @@ FORMATS = (".csv", ".json", ".md")
 def frame(rows: list) -> pd.DataFrame:
     """The rows that ran, in order; columns as the rows name them."""
     df = pd.DataFrame([r for r in rows if r is not None])
-    if "error" in df and df["error"].isna().all():
-        df = df.drop(columns="error")
+    if "error" in df:  # last, whichever row came first
+        df = df[[c for c in df.columns if c != "error"] + ([] if df["error"].isna().all() else ["error"])]
     if "largest_K" in df:
         df["largest_K"] = df["largest_K"].astype("Int64")  # a count, missing where the setting failed
     return df
@@ -48,6 +48,8 @@ def _formatters(df: pd.DataFrame) -> dict:
             out[col] = num(".3g")
         elif col == "largest_K":
             out[col] = lambda x: "-" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
+        elif df[col].dtype.kind == "f":  # a swept setting (--bw 16,16.5): as given, not rounded
+            out[col] = num(".15g")
     return out
 
 

@@ -64,9 +64,45 @@ def test_a_failing_setting_is_a_row(tmp_path):
     assert "-p must be an integer from 1 to 1,000,000, got 0" in proc.stdout
     table = path.read_text()
     assert table.count("\n") == 5 and "| error" in table.splitlines()[0]  # header, rule, 3 settings
-    none = run("-g", "alexnet", "-p", "0,-1")
+    mine = tmp_path / "mine.csv"
+    mine.write_text("keep me\n")
+    none = run("-g", "alexnet", "-p", "0,-1", "--output", mine, "--plans", tmp_path / "none")
     assert none.returncode == 1 and "no setting of the sweep gave a plan" in none.stderr
     assert len(none.stderr.strip().splitlines()) == 1
+    assert mine.read_text() == "keep me\n" and not (tmp_path / "none").exists()  # a failed sweep writes nothing
+    first_fails = run("-p", "0,4", "--output", tmp_path / "e.csv")
+    assert first_fails.returncode == 0
+    assert (tmp_path / "e.csv").read_text().splitlines()[0].endswith(",error")  # the error column comes last
+
+
+def test_plans_never_share_a_file(tmp_path):
+    for d in ("a", "b"):
+        (tmp_path / d / "gpt2").mkdir(parents=True)
+        (tmp_path / d / "gpt2" / "config.json").write_text((ROOT / "tests/data/configs/gpt2/config.json").read_text())
+    proc = run("-g", "a/gpt2,b/gpt2", "-p", 4, "--bw", "16,16.0000001", "-b", 8, "--seq", 32, "-q",
+               "--plans", "plans", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(tmp_path / "plans")) == ["gpt2-bw16-2.json", "gpt2-bw16.0000001-2.json",
+                                                       "gpt2-bw16.0000001.json", "gpt2-bw16.json"]
+    (tmp_path / "plans2").mkdir()
+    clash = run("-p", "4,8", "--plans", "plans2", "--output", "plans2/p4.json", cwd=tmp_path)
+    assert clash.returncode == 2 and clash.stderr == (
+        "scheduler.py: error: --output: plans2/p4.json is also where --plans writes the plan p4.json\n")
+    assert os.listdir(tmp_path / "plans2") == []
+
+
+@pytest.mark.parametrize("plans, message", [
+    ("", "--plans: the directory name is empty"),
+    ("dangling", "--plans: dangling is a link to "),
+    ("file.txt", "--plans: file.txt is not a directory"),
+    ("missing/plans", "--plans: directory "),
+])
+def test_bad_plans_directories_are_refused_before_any_work(tmp_path, plans, message):
+    (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    proc = run("-p", "4,8", "--plans", plans, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"scheduler.py: error: {message}"), proc.stderr
+    assert proc.stdout == ""
 
 
 def test_plans_and_plots(tmp_path):
