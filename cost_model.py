@@ -461,8 +461,9 @@ class StrategyCost:
 
     @property
     def comm_total(self) -> float:
-        """Communication inside operators and on edges."""
-        return self.total - self.compute_total
+        """Communication inside operators and on edges (summed by itself: the
+        total less the compute would lose it when compute dwarfs it)."""
+        return math.fsum([*self.comm, *self.edges.values()])
 
 
 def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None) -> StrategyCost:

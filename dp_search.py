@@ -527,8 +527,9 @@ class DoesNotFit(MemoryError):
     """No strategy fits the device memory."""
 
     def __init__(self, least: float, capacity: float):
-        super().__init__(f"no strategy fits in {capacity / 1e9:.4g} GB per device: the smallest any strategy "
-                         f"of this graph needs at this p is {least / 1e9:.4g} GB")
+        digits = next(d for d in range(4, 18) if f"{least / 1e9:.{d}g}" != f"{capacity / 1e9:.{d}g}" or d == 17)
+        super().__init__(f"no strategy fits in {capacity / 1e9:.{digits}g} GB per device: the smallest any strategy "
+                         f"of this graph needs at this p is {least / 1e9:.{digits}g} GB")
         self.least, self.capacity = least, capacity
 
 

@@ -151,8 +151,9 @@ class Result:
 
     @property
     def communication(self) -> float:
-        """Inside operators and on edges."""
-        return self.total_cost - self.compute
+        """Inside operators and on edges (summed by itself: the total less the
+        compute would lose it when compute dwarfs it)."""
+        return math.fsum([*(layer.communication for layer in self.layers), *(c for _, _, c in self.edges)])
 
     @property
     def comm_bytes_per_device(self) -> float:

@@ -26,7 +26,7 @@ try:  # from the first line until the run starts, an interrupt ends quietly (cli
             sys.stderr.flush()
         os._exit(130)
 
-    if __name__ == "__main__":
+    if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # ignored: stays so
         signal.signal(signal.SIGINT, _interrupted)
     from cli import main
 except KeyboardInterrupt:  # before the handler was in place

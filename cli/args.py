@@ -106,6 +106,22 @@ def _nonnegative_float(text: str) -> float:
     return v
 
 
+def _device(text: str) -> str:
+    """A device preset's name, in the presets' spelling."""
+    from cluster.presets import DEVICES
+
+    if text.lower() not in DEVICES:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a known device; choose one of {', '.join(DEVICES)}")
+    return text.lower()
+
+
+def _jobs(text: str) -> int:
+    v = _int(text)
+    if not 1 <= v <= 256:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 256, got {v}")
+    return v
+
+
 def _int(text: str) -> int:
     if not _INT.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{shown(text)} is not an integer (ASCII digits, at most 30)")
@@ -166,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
       help="devices per node, numbered node-major (default: one node holds them all)")
     a("--inter-bw", type=_listed(_positive_float), metavar="GB/s", help="bandwidth between nodes (default: --bw)")
     a("--latency", type=_listed(_nonnegative_float), metavar="US", help="microseconds per collective step (default: 0)")
-    a("--device", type=_listed(str), metavar="NAME", help="a device preset: peak TFLOPS at the precision, memory and bandwidth "
+    a("--device", type=_listed(_device), metavar="NAME", help="a device preset: peak TFLOPS at the precision, memory and bandwidth "
       "inside a node (v100, a100-40gb, a100-80gb, h100, paper); flags override it")
     a("--precision", type=_listed(str), metavar="P", help="training precision: fp64 (the original 8-byte word, default), fp32, "
       "bf16 or fp16 (mixed precision)")
@@ -204,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "--gpus-per-node, --latency, --device, --precision, --device-memory, --optimizer a "
                              "comma-separated list to run every combination: one row per setting, in a table "
                              "(pandas). --output then writes the table (.csv, .json or .md).")
-    g.add_argument("--jobs", type=_int, metavar="N", help="settings run at once, one process each "
+    g.add_argument("--jobs", type=_jobs, metavar="N", help="settings run at once, one process each "
                    "(default: every core)")
     g.add_argument("--plans", metavar="DIR", help="also write each setting's plan (JSON) into DIR")
     g.add_argument("--plot", metavar="FILE", help="plot --metric against the swept numeric setting: .png or "

@@ -72,6 +72,9 @@ def _with_file_settings(s: Settings, recorded: dict) -> Settings:
         takes = {p.name for p in MODELS[merged.graph].params}
         stray = [k for k in MODEL_PARAMS if k in updates and k not in takes]
         if stray:
+            theirs = recorded["model"].get("source") if isinstance(recorded.get("model"), dict) else recorded.get("graph")
+            if theirs is not None and theirs != merged.graph:  # -g named another model: say that first
+                raise UsageError(f"--evaluate: {s.evaluate} is a strategy for {theirs}, not for {merged.graph}")
             raise UsageError(f"--evaluate: the file records {stray[0]} {updates[stray[0]]!r}, "
                              f"but {merged.graph} has no such parameter")
     return merged
@@ -339,7 +342,8 @@ def main(argv=None) -> int:
 
     try:
         s = parse_args(argv)
-        if threading.current_thread() is threading.main_thread():  # from here an interrupt unwinds (files stay whole)
+        if (threading.current_thread() is threading.main_thread()  # from here an interrupt unwinds (files stay whole)
+                and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN):  # started with it ignored: it stays so
             signal.signal(signal.SIGINT, interrupt)
         run(s)
         sys.stdout.flush()

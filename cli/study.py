@@ -101,8 +101,6 @@ def _check(s: Settings) -> None:
             raise UsageError(f"--plot: {e}") from None
     if s.plans is not None:
         _check_plans(s)
-    if s.jobs is not None and not 1 <= s.jobs <= 256:
-        raise UsageError(f"--jobs must be from 1 to 256, got {s.jobs}")
 
 
 def _work(job):

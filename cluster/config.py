@@ -17,6 +17,7 @@ A strategy file written with ``--output`` records the same fields under
 from __future__ import annotations
 
 from cluster import DEFAULT_PRECISION, PRECISIONS, Cluster
+from cluster.presets import DEVICES
 from cluster.presets import device as preset
 from errors import InputError, SettingError, shown
 
@@ -43,7 +44,11 @@ def check_fields(fields: dict, where: str) -> dict:
             isinstance(value, int) and not isinstance(value, bool) if kind is int else
             isinstance(value, (int, float)) and not isinstance(value, bool))
         if not ok:
-            raise InputError(f"{where}: {key} must be {'a string' if kind is str else 'a number'}, got {value!r}")
+            what = {str: "a string", int: "an integer"}.get(kind, "a number")
+            raise InputError(f"{where}: {key} must be {what}, got {value!r}")
+        if key == "device" and value.lower() not in DEVICES:
+            raise InputError(f"{where}: device {shown(value)} is not a known device; choose one of "
+                             f"{', '.join(DEVICES)}")
         out[key] = value
     return out
 
@@ -88,8 +93,8 @@ def resolve(settings: dict, *, device: str | None = None, file_fields: dict | No
     if precision not in PRECISIONS:
         raise SettingError("precision", f"must be one of {', '.join(PRECISIONS)}, got {shown(precision)}")
     fields = {}
-    name = device or source.get("device")
-    if name:
+    name = device if device is not None else source.get("device")
+    if name is not None:
         fields.update(preset(name, precision))
     fields.update({k: v for k, v in source.items() if k not in ("device", "precision")})
     fields.update({k: v for k, v in settings.items() if k != "precision"})

@@ -21,9 +21,10 @@ from typing import Callable
 
 from errors import SettingError, shown
 
-__all__ = ["MAX_SIZE", "Param", "ModelSpec", "MODELS", "model", "build_model", "check_int"]
+__all__ = ["MAX_SIZE", "MAX_LAYERS", "Param", "ModelSpec", "MODELS", "model", "build_model", "check_int"]
 
 MAX_SIZE = 10**9  # largest batch, width, sequence ... accepted: far beyond any real model
+MAX_LAYERS = 1000  # largest stack of repeated layers (operators per layer times this): published models have < 200
 
 
 def check_int(name: str, value, low: int = 1, high: int = MAX_SIZE) -> int:

@@ -54,7 +54,7 @@ import os
 from dataclasses import dataclass
 
 from errors import SettingError, shown
-from models import BATCH, check_int
+from models import BATCH, MAX_LAYERS, check_int
 from models.sources import ModelFileError, file_identity
 
 __all__ = ["FAMILIES", "DecoderConfig", "read_config", "load_config", "DEFAULT_SEQ"]
@@ -140,6 +140,9 @@ def read_config(path: str) -> DecoderConfig:
         names = {"width": "n_embd", "heads": "n_head"}
         width = integer("n_embd", "hidden_size")
         layers = integer("n_layer", "num_hidden_layers")
+        if layers > MAX_LAYERS:
+            fail(f"{'n_layer' if 'n_layer' in data else 'num_hidden_layers'} is {layers:,}; the tool plans at most "
+                 f"{MAX_LAYERS:,} layers")
         heads = integer("n_head", "num_attention_heads")
         kv_heads = heads
         ffn = integer("n_inner", default=4 * width)
@@ -150,6 +153,8 @@ def read_config(path: str) -> DecoderConfig:
         names = {"width": "hidden_size", "heads": "num_attention_heads"}
         width = integer("hidden_size")
         layers = integer("num_hidden_layers")
+        if layers > MAX_LAYERS:
+            fail(f"num_hidden_layers is {layers:,}; the tool plans at most {MAX_LAYERS:,} layers")
         heads = integer("num_attention_heads")
         kv_heads = integer("num_key_value_heads", default=heads)
         ffn = integer("intermediate_size")

@@ -7,7 +7,7 @@ Kinds are imported by the builders, so that listing the models stays light.
 from __future__ import annotations
 
 from errors import SettingError
-from models import BATCH, Param, model
+from models import BATCH, MAX_LAYERS, Param, model
 
 HEAD_WIDTH = 64  # Transformer key width per head: heads = width / 64
 
@@ -39,7 +39,7 @@ def _check_transformer(values):
        description="Transformer encoder-decoder (6 + 6 layers, vocabulary 50000)",
        params=(BATCH, Param("width", 512, "embedding width (heads = width/64, feed-forward 4 x width)"),
                Param("seq", 256, "sequence length"), Param("vocab", 50000, "vocabulary size"),
-               Param("layers", 6, "encoder layers (and as many decoder layers)")))
+               Param("layers", 6, "encoder layers (and as many decoder layers)", high=MAX_LAYERS)))
 def transformer(B, batch, width, seq, vocab, layers):
     from kinds.gemm import Einsum, Embedding
     from kinds.pointwise import Elementwise, Norm, Softmax, SoftmaxCrossEntropy

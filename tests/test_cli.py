@@ -202,6 +202,7 @@ BAD = [
     (["-b", "0"], "-b must be an integer from 1 to 1,000,000,000, got 0"),
     (["-g", "rnnlm", "--seq", "0"], "--seq must be an integer from 1 to 1,000,000,000, got 0"),
     (["-g", "alexnet", "--layers", "3"], "--layers is not a parameter of alexnet (it takes batch)"),
+    (["-g", "transformer", "--layers", "1000000000"], "--layers must be an integer from 1 to 1,000, got 1000000000"),
     (["--flops", "0"], "must be a positive finite number"),
     (["--bw", "-16"], "must be a positive finite number"),
     (["--bw", "nan"], "must be a positive finite number"),

@@ -394,3 +394,12 @@ def test_edges_worked_out_per_distinct_split_are_the_same_numbers(monkeypatch, g
         for u, v, d in sorted(graph.edges(data=True))[:40]:
             m = edge_costs(ops[u], d["out"], ops[v], d["inp"], cg.configs[u], cg.configs[v], cg.model)
             assert np.array_equal(m, cg.edge_costs[(u, v)])
+
+
+def test_communication_is_summed_by_itself_whatever_the_compute():
+    """Taking the compute from the total would round tiny communication
+    away when the compute is astronomically larger."""
+    from cost_model import StrategyCost
+
+    sc = StrategyCost([(1,), (1,)], (1e40, 1e40), (1.0, 0.0), {(0, 1): 2.0}, (True, True), (0.0, 0.0), (0.0, 0.0))
+    assert sc.comm_total == 3.0 and sc.total == 2e40

@@ -137,6 +137,51 @@ def test_an_interrupt_while_starting_is_quiet(delay):
     assert proc.returncode == 130 and err == "scheduler.py: interrupted\n", err
 
 
+def test_an_ignored_interrupt_stays_ignored():
+    """Started with SIGINT ignored (a background job of a script), the tool
+    keeps ignoring it, as Python itself does."""
+    proc = subprocess.Popen([sys.executable, SCHEDULER, "-g", "transformer", "-p", "64", "-q"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    while not _mapped(proc.pid, "_multiarray_umath") and proc.poll() is None:
+        time.sleep(0.001)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and err == "" and out.endswith("Total cost: 747450134528.00\n")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", ""], "argument --device: '' is not a known device; choose one of v100, a100-40gb"),
+    (["--device", "v100,V100"], "argument --device: 'V100' appears twice in 'v100,V100'"),
+    (["--jobs", "0"], "argument --jobs: must be from 1 to 256, got 0"),
+    (["-p", "8", "--device-memory", "0.37103"],
+     "no strategy fits in 0.37103 GB per device: the smallest any strategy of this graph needs at this p is "
+     "0.371031 GB"),
+])
+def test_settings_refused_in_one_clear_line(args, message):
+    proc = run(*args)
+    assert proc.returncode in (1, 2) and proc.stderr.startswith(f"scheduler.py: error: {message}"), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"device": ""}, "device '' is not a known device"),
+    ({"gpus_per_node": 1e20}, "gpus_per_node must be an integer, got 1e+20"),
+])
+def test_cluster_file_fields_are_checked(tmp_path, fields, message):
+    (tmp_path / "c.json").write_text(json.dumps(fields))
+    proc = run("--cluster", "c.json", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr == f"scheduler.py: error: --cluster: c.json: {message}" + (
+        "; choose one of v100, a100-40gb, a100-80gb, h100, paper\n" if "device" in fields else "\n")
+
+
+def test_a_strategy_for_another_model_says_so(tmp_path):
+    assert run("-g", "transformer", "-p", 4, "-q", "--output", "t.json", cwd=tmp_path).returncode == 0
+    proc = run("--evaluate", "t.json", "-g", "alexnet", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr == "scheduler.py: error: --evaluate: t.json is a strategy for transformer, not for alexnet\n"
+
+
 # -- messages and documentation --------------------------------------------------------------
 
 

@@ -124,6 +124,7 @@ BAD = [
      "n_head 12 does not divide n_embd 100"),
     (dict(TINY_LLAMA, hidden_size="64"), "hidden_size must be a positive integer, got '64'"),
     (dict(TINY_LLAMA, num_hidden_layers=0), "num_hidden_layers must be a positive integer, got 0"),
+    (dict(TINY_LLAMA, num_hidden_layers=100000), "num_hidden_layers is 100,000; the tool plans at most 1,000 layers"),
     (dict(TINY_LLAMA, tie_word_embeddings="yes"), "tie_word_embeddings must be true or false"),
     (dict(TINY_MIXTRAL, num_experts_per_tok=5), "num_experts_per_tok 5 is more than num_local_experts 4"),
     ({k: v for k, v in TINY_MIXTRAL.items() if k != "num_local_experts"}, "missing key 'num_local_experts'"),
