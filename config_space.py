@@ -20,6 +20,8 @@ order they return is deterministic and is the order every cost array uses.
 
 from __future__ import annotations
 
+import math
+import operator
 from functools import lru_cache
 from math import prod as prod_
 
@@ -27,30 +29,134 @@ import numpy as np
 
 from errors import InputError
 
-__all__ = ["divisors", "dimension_splits", "enumerate_configs", "count_configs", "contiguous", "configurations",
-           "count_configurations", "in_space"]
+__all__ = ["divisors", "divisors_upto", "dimension_splits", "enumerate_configs", "count_configs", "contiguous",
+           "configurations", "count_configurations", "in_space"]
+
+
+#: below this, Miller-Rabin with the primes up to 41 as bases decides primality exactly
+_PRIME_TEST_LIMIT = 3_317_044_064_679_887_385_961_981
+_BASES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
+#: divisors up to a bound this small are found by trial division up to the bound
+_TRIAL = 1 << 12
+
+
+def _is_prime(n: int) -> bool:
+    """Whether ``n`` (below :data:`_PRIME_TEST_LIMIT`) is prime."""
+    if n < 2:
+        return False
+    for q in _BASES:
+        if n % q == 0:
+            return n == q
+    d, s = n - 1, 0
+    while d % 2 == 0:
+        d, s = d // 2, s + 1
+    for a in _BASES:
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(s - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def _some_factor(n: int) -> int:
+    """A factor ``1 < f < n`` of an odd composite ``n`` (Pollard's rho with
+    Brent's cycle finding; deterministic)."""
+    for c in range(1, n):
+        y, r, q, g = 2, 1, 1, 1
+        x = ys = y
+        while g == 1:
+            x = y
+            for _ in range(r):
+                y = (y * y + c) % n
+            k = 0
+            while k < r and g == 1:
+                ys = y
+                for _ in range(min(128, r - k)):
+                    y = (y * y + c) % n
+                    q = q * abs(x - y) % n
+                g = math.gcd(q, n)
+                k += 128
+            r *= 2
+        if g == n:  # the batch overshot: step again one at a time
+            g = 1
+            while g == 1:
+                ys = (ys * ys + c) % n
+                g = math.gcd(abs(x - ys), n)
+        if g != n:
+            return g
+    raise AssertionError(f"no factor of {n} found")  # pragma: no cover
+
+
+def _prime_factors(n: int) -> dict[int, int]:
+    """``{prime: exponent}`` of ``1 <= n`` below :data:`_PRIME_TEST_LIMIT`."""
+    out: dict[int, int] = {}
+    for q in range(2, 64):
+        while n % q == 0:
+            out[q] = out.get(q, 0) + 1
+            n //= q
+    stack = [n] if n > 1 else []
+    while stack:
+        m = stack.pop()
+        if _is_prime(m):
+            out[m] = out.get(m, 0) + 1
+        else:
+            f = _some_factor(m)
+            stack += [f, m // f]
+    return out
+
+
+def _size(n) -> int:
+    """``n`` as a Python int (exact arithmetic on numpy integers too), >= 1."""
+    n = operator.index(n)
+    if n < 1:
+        raise InputError(f"cannot take the divisors of {n}: sizes must be >= 1")
+    return n
 
 
 @lru_cache(maxsize=4096)
 def divisors(n: int) -> tuple[int, ...]:
-    """All positive divisors of ``n`` in ascending order."""
-    if n < 1:
-        raise InputError(f"cannot take the divisors of {n}: sizes must be >= 1")
-    small, large = [], []
-    i = 1
-    while i * i <= n:
-        if n % i == 0:
-            small.append(i)
-            if i * i != n:
-                large.append(n // i)
-        i += 1
-    return tuple(small + large[::-1])
+    """All positive divisors of ``n`` in ascending order (from its prime
+    factors, so that a dimension of 2**62 takes no time)."""
+    n = _size(n)
+    if n >= _PRIME_TEST_LIMIT:  # no exact primality test: trial division
+        small, large = [], []
+        i = 1
+        while i * i <= n:
+            if n % i == 0:
+                small.append(i)
+                if i * i != n:
+                    large.append(n // i)
+            i += 1
+        return tuple(small + large[::-1])
+    out = [1]
+    for prime, exponent in _prime_factors(n).items():
+        out = [d * prime ** e for d in out for e in range(exponent + 1)]
+    return tuple(sorted(out))
+
+
+def divisors_upto(n: int, bound: int) -> tuple[int, ...]:
+    """The divisors of ``n`` that are at most ``bound``, ascending: by trial
+    division up to a small bound (work bounded by it, whatever ``n``), else
+    from all the divisors (found from ``n``'s prime factors)."""
+    n = _size(n)
+    top = min(math.floor(bound), n)
+    if top < 1:
+        return ()
+    if top * top < n and (top <= _TRIAL or n >= _PRIME_TEST_LIMIT):
+        return tuple(d for d in range(1, top + 1) if n % d == 0)
+    return tuple(d for d in divisors(n) if d <= top)
 
 
 def dimension_splits(size: int, p: int, cutoff: int) -> tuple[int, ...]:
     """Ways to split one dimension of ``size``: divisors ``e <= p`` with
-    ``size / e >= cutoff``, or ``(1,)`` when there are none."""
-    splits = tuple(e for e in divisors(size) if e <= p and size >= cutoff * e)
+    ``size / e >= cutoff``, or ``(1,)`` when there are none.  Only divisors
+    up to ``p`` are looked for, so that the work is bounded by ``p``."""
+    splits = tuple(e for e in divisors_upto(size, p) if size >= cutoff * e)
     return splits or (1,)
 
 

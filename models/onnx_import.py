@@ -51,10 +51,12 @@ SoftmaxCrossEntropy (``loss``) over its last axis longer than 1 other than
 the sample axis (none when there is no such axis).
 
 Operators are named after the ONNX nodes (op type and position in the file
-where a node has none).  Anything else stops the import before any search:
-one line listing every unsupported op type, how many nodes have it and the
-first one's name.  The configuration cutoff is 4, as for the built-in CNNs;
-the expert baseline is "one weird trick".
+where a node has none), each character that is not printable (a line
+break, an escape code) written as an escape such as ``\\x1b``.  Anything
+else stops the import before any search: one line listing every
+unsupported op type, how many nodes have it and the first one's name.
+The configuration cutoff is 4, as for the built-in CNNs; the expert
+baseline is "one weird trick".
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ NUMPY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": _div, "Eq
 # -- values --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # no ==: it would compare the elements, arrays
 class Val:
     """A tensor that is not an activation: a constant (``data=False``) or
     derived from the network's inputs alone (``data=True``, sample axis
@@ -198,6 +200,14 @@ def _broadcast(*shapes) -> tuple[int, ...]:
         raise Unsupported("of shapes that do not broadcast") from None
 
 
+def _printable(text: str) -> str:
+    """``text`` on one line with nothing a terminal acts on: each character
+    that is not printable (line breaks, tabs, escape codes, bidirectional
+    overrides) written as Python writes it in a string, ``\\x1b``; other
+    characters, letters like ``é`` among them, kept."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def _fresh(used) -> str:
     return next(c for c in _LETTERS if c not in used)
 
@@ -272,7 +282,9 @@ class _Importer:
     # -- planning operators -----------------------------------------------------------
     def add(self, name: str, kind, *inputs: Ref, weights=()) -> tuple[Ref, ...]:
         """Plan an operator; ``weights``: ``(position, key)`` of the weights
-        it reads from the file's tensors (one read before is shared)."""
+        it reads from the file's tensors (one read before is shared).  The
+        name is made printable, then unique."""
+        name = _printable(name)
         base, k = name, 2
         while name in self.names:
             name, k = f"{base}_{k}", k + 1
@@ -856,7 +868,7 @@ class _Importer:
         if data:
             raise Unsupported("on the network's inputs")
         shapes = [self.inferred.get(o) for o in node.output]
-        if None in shapes:
+        if any(s is None for s in shapes):
             raise Unsupported("on weights of unknown shape")
         return [Val(tuple(s), None, key=key) for s in shapes]
 
@@ -916,7 +928,7 @@ class _Importer:
         shape arithmetic, ONNX's reference implementation for the rest."""
         values = [h.value if h is not None else None for h in ins]
         x = values[0] if values else None
-        if op in NUMPY and values and None not in values:
+        if op in NUMPY and values and all(v is not None for v in values):  # not `None in`: == on arrays
             f = NUMPY[op]
             if op in ("Sum", "Max", "Min"):
                 out = values[0]
@@ -1052,7 +1064,7 @@ def _data_inputs(path, graph):
 def load_onnx(path: str, **params):
     """The graph of the ONNX model in ``path`` with ``batch`` (and ``seq``
     when an input has another symbolic dimension)."""
-    name = os.path.splitext(os.path.basename(path))[0]
+    name = _printable(os.path.splitext(os.path.basename(path))[0])
     try:
         with open(path, "rb") as f:
             data = f.read()

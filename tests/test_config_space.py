@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from config_space import (
     configurations,
@@ -15,6 +17,7 @@ from config_space import (
     count_configurations,
     dimension_splits,
     divisors,
+    divisors_upto,
     enumerate_configs,
 )
 
@@ -45,6 +48,53 @@ class TestDivisors:
     )
     def test_dimension_splits(self, size, p, cutoff, expected):
         assert dimension_splits(size, p, cutoff) == expected
+
+
+def trial_divisors(n):
+    return tuple(sorted({d for i in range(1, math.isqrt(n) + 1) if n % i == 0 for d in (i, n // i)}))
+
+
+class TestHugeDimensions:
+    """Only the divisors up to p are looked for: a dimension of 2**62 takes
+    no 2**31 trial divisions, and the splits are those of the definition."""
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.integers(1, 10**6), st.integers(1, 512), st.integers(0, 64))
+    def test_splits_are_the_definition(self, size, p, cutoff):
+        want = tuple(e for e in range(1, p + 1) if size % e == 0 and size / e >= cutoff) or (1,)
+        assert dimension_splits(size, p, cutoff) == want
+        assert divisors_upto(size, p) == tuple(e for e in range(1, p + 1) if size % e == 0)
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.integers(1, 10**7), st.integers(1, 10**5), st.integers(0, 64))
+    def test_splits_on_many_devices(self, size, p, cutoff):
+        """Beyond a few thousand devices the splits come from all the divisors."""
+        want = tuple(e for e in trial_divisors(size) if e <= p and size / e >= cutoff) or (1,)
+        assert dimension_splits(size, p, cutoff) == want
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.integers(1, 10**6))
+    def test_divisors_are_those_found_by_trial(self, size):
+        assert divisors(size) == trial_divisors(size)
+
+    @pytest.mark.parametrize("n", [67**2, 67**3 * 2, 4099**2, 65537 * 65539, 999983**2,
+                                   2 * 3 * 5 * 7 * 11 * 13 * 17 * 19, 10**6 * 999983])
+    def test_divisors_of_large_prime_factors(self, n):
+        assert divisors(n) == trial_divisors(n)
+
+    def test_a_dimension_of_2_to_the_62(self):
+        size = 2**62 * 3
+        assert dimension_splits(size, 64, 4) == (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+        assert dimension_splits(size, 64, 2**62) == (1, 2, 3)
+        assert len(enumerate_configs((128, size), 64, 4)) == count_configs((128, size), 64, 4)
+        assert divisors(size) == tuple(sorted(2**i * 3**j for i in range(63) for j in range(2)))
+        for n in (2**61 - 1, 4611686018427387847, (2**31 - 1) ** 2, 3037000493 * 3037000453):  # primes, semiprimes
+            assert len(divisors(n)) in (2, 3, 4) and dimension_splits(n, 64, 4) == (1,)
+
+    def test_the_baselines_fit_a_huge_dimension(self):
+        from baselines import fit
+
+        assert fit(2**62 * 3, 64) == 64 and fit(2**62 * 3, 7) == 6 and fit(4611686018427387847, 64) == 1
 
 
 class TestEnumerate:

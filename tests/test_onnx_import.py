@@ -14,7 +14,7 @@ import pytest
 from onnx import helper
 
 from baselines import data_parallel, expert
-from conftest import PROCS, built, reference, rel
+from conftest import PROCS, built, reference, rel, run_cli
 from cost_model import build_costs, evaluate
 from dp_search import search
 from graph import build_graph, operators, parameter_count
@@ -182,6 +182,76 @@ class TestFolding:
         assert g.graph["params"] == {"batch": 4, "seq": 6}
 
 
+def fc_net(path, *extra_nodes, out="y", inits=()):
+    """x (1, 16) -> MatMul by the weight w (16, 10), named fc -> ``extra_nodes``."""
+    nodes = [H("MatMul", ["x", "w"], ["h"], name="fc"), *extra_nodes]
+    return model(path, nodes, [("x", [1, 16])], [(out, None)], [("w", (16, 10)), *inits])
+
+
+class TestConstantArrays:
+    """Constants of more than one element folded (numpy arrays are never
+    compared with ``==``), and the command line plans the result."""
+
+    @pytest.mark.parametrize("stored", [(True, True), (True, False), (False, False)])
+    def test_a_sum_of_weights_is_a_weight(self, tmp_path, stored):
+        w1, w2 = (np.full((16, 10), 0.5, np.float32) if known else (16, 10) for known in stored)
+        nodes = [H("Add", ["w1", "w2"], ["w"]), H("MatMul", ["x", "w"], ["y"], name="fc")]
+        path = model(tmp_path / "m.onnx", nodes, [("x", [1, 16])], [("y", None)], [("w1", w1), ("w2", w2)])
+        g = build_graph(path, batch=8)
+        assert kinds(g) == ["FC", "SoftmaxCrossEntropy"] and by_name(g)["fc"].space == (8, 10, 16)
+        assert parameter_count(g) == 16 * 10
+        run_cli("-g", path, "-p", 4, "-q")
+
+    def test_a_product_of_constant_vectors_scales(self, tmp_path):
+        ones = np.ones(10, np.float32)
+        path = fc_net(tmp_path / "m.onnx", H("Mul", ["s1", "s2"], ["s"]), H("Mul", ["h", "s"], ["y"]),
+                      inits=[("s1", ones), ("s2", 2 * ones)])
+        g = build_graph(path, batch=8)
+        assert kinds(g) == ["FC", "SoftmaxCrossEntropy"] and by_name(g)["fc"].kind.pw == 1
+        run_cli("-g", path, "-p", 4, "-q")
+
+    def test_a_shape_chosen_by_where_sets_a_reshape(self, tmp_path):
+        """PyTorch's export of a view: ``Where(Equal(Shape(m), -1s), 1s, Shape(m))``."""
+        nodes = [H("Shape", ["m"], ["sm"]), H("Equal", ["sm", "minus1"], ["eq"]),
+                 H("Where", ["eq", "ones", "sm"], ["t"]), H("Reshape", ["h", "t"], ["y"], name="view")]
+        path = fc_net(tmp_path / "m.onnx", *nodes, inits=[("m", (1, 2, 5)), ("minus1", np.full(3, -1, np.int64)),
+                                                          ("ones", np.ones(3, np.int64))])
+        g = build_graph(path, batch=8)
+        assert kinds(g) == ["FC", "Ravel", "Unravel", "SoftmaxCrossEntropy"]
+        assert by_name(g)["view/unravel"].space == (8, 2, 5)  # the exported batch 1 follows -b
+        run_cli("-g", path, "-p", 4, "-q")
+
+
+class TestNames:
+    BAD = "n\x1b[31m\u00e9\u202e\n"  # an escape code, é, a bidirectional override, a line break
+    SHOWN = "n\\x1b[31m\u00e9\\u202e\\n"  # BAD made printable: é kept
+
+    def model(self, path):
+        """Three FC layers named BAD, SHOWN (BAD's printable form) and BAD."""
+        nodes = [H("MatMul", ["x", "w"], ["h"], name=self.BAD), H("MatMul", ["h", "w2"], ["h2"], name=self.SHOWN),
+                 H("MatMul", ["h2", "w2"], ["y"], name=self.BAD)]
+        return model(path, nodes, [("x", [1, 16])], [("y", None)], [("w", (16, 10)), ("w2", (10, 10))])
+
+    def test_layer_names_are_printable_and_unique(self, tmp_path):
+        g = build_graph(self.model(tmp_path / "m\t\x1b.onnx"))
+        assert [op.name for op in operators(g)] == [self.SHOWN, self.SHOWN + "_2", self.SHOWN + "_3", "loss"]
+        assert g.graph["name"] == "m\\t\\x1b"
+
+    def test_the_report_has_one_line_per_layer(self, tmp_path):
+        path = self.model(tmp_path / "m.onnx")
+        out = run_cli("-g", path, "-p", 4, "-d", "--output", "plan.csv", cwd=tmp_path).stdout
+        assert all(c.isprintable() or c == "\n" for c in out)
+        lines = out.splitlines()
+        start = lines.index(next(line for line in lines if line.startswith("id name")))
+        rows = lines[start + 1: lines.index("", start)]
+        assert [row.split()[:2] for row in rows] == [["0", self.SHOWN], ["1", self.SHOWN + "_2"],
+                                                     ["2", self.SHOWN + "_3"], ["3", "loss"]]
+        for written in ("plan.csv", "graph.dot"):
+            text = (tmp_path / written).read_text(encoding="utf-8")
+            assert all(c.isprintable() or c == "\n" for c in text), written
+        assert len((tmp_path / "plan.csv").read_text(encoding="utf-8").splitlines()) == 1 + 4
+
+
 def attention_block(path, opset=17):
     """Self-attention and a GELU MLP over ids (batch, seq): embeddings,
     layer norm, fused q/k/v, heads by Reshape and Transpose, batched
@@ -291,6 +361,15 @@ class TestInputs:
     def test_a_fixed_batch_is_replaced(self, tmp_path):
         path = conv_net(tmp_path / "m.onnx", H("Relu", ["c"], ["y"]), batch=32)
         assert operators(build_graph(path, batch=8))[0].space[0] == 8
+
+    def test_a_huge_dimension_plans(self, tmp_path):
+        """Splits of a dimension of 3 * 2**61 are looked for up to p only (not
+        by 2**31 trial divisions), in the search and in the baselines."""
+        nodes = [H("MatMul", ["x", "w"], ["y"], name="fc")]
+        path = model(tmp_path / "m.onnx", nodes, [("x", ["N", 3 * 2**61])], [("y", None)], [("w", (3 * 2**61, 4))])
+        assert by_name(build_graph(path, batch=8))["fc"].space == (8, 4, 3 * 2**61)
+        out = run_cli("-g", path, "-p", 4, "-q", "--compare", timeout=120).stdout
+        assert out.splitlines()[-1].startswith("Total cost: ")
 
 
 class TestBadFiles:
