@@ -24,6 +24,14 @@ class SettingError(InputError):
         return (type(self), (self.name, self.problem))
 
 
+def printable(text: str) -> str:
+    """``text`` on one line with nothing a terminal acts on: each character
+    that is not printable (line breaks, tabs, escape codes, bidirectional
+    overrides) written as Python writes it in a string, ``\\x1b``; other
+    characters, letters like ``é`` among them, kept."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def shown(value, limit: int = 40) -> str:
     """``repr(value)``, cut to ``limit`` characters for a one-line message."""
     text = repr(value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from errors import printable
 from cluster.config import record as cluster_record
 from result import MEMORY_PARTS, Result
 
@@ -82,7 +83,7 @@ def _bound_lines(r: Result) -> list[str]:
 def _source_line(r: Result) -> str:
     """The model's size and, for a model read from a file, which file."""
     src = dict(r.model_source)
-    where = f"read from {src['file']} (sha256 {src['sha256'][:12]})" if src else "built-in model"
+    where = f"read from {printable(src['file'])} (sha256 {src['sha256'][:12]})" if src else "built-in model"
     return f"{r.parameters:,} parameters, {len(r.layers)} operators; {where}"
 
 
@@ -136,7 +137,7 @@ def _comparison(r: Result) -> list[str]:
     table = [("strategy", "total", "comm", "speedup", "step time", "memory", "comm/device")]
     for label, rec, inside in [(mine_label, r, True)] + [(b.title, b, b.in_search_space) for b in r.baselines]:
         table.append((label + ("" if inside else " *"), f"{rec.total_cost:.2e}", f"{rec.communication:.2e}",
-                      f"{r.speedup(rec):.2f}x", fmt_time(rec.step_seconds),
+                      "-" if r.speedup(rec) is None else f"{r.speedup(rec):.2f}x", fmt_time(rec.step_seconds),
                       fmt_bytes(rec.memory_bytes) + ("!" if rec.fits is False else ""),
                       fmt_bytes(rec.comm_bytes_per_device)))
     lines = ["", "Compared with baselines (FLOP per step; speedup = data-parallel cost / cost):"]
@@ -298,7 +299,8 @@ def render_dot(g) -> str:
     for v in sorted(g.nodes):
         op = g.nodes[v]["op"]
         space = " ".join(f"{d}={s}" for d, s in zip(op.dims, op.space))
-        dot.add_node(pydot.Node(str(v), label=f'"{v}: {op.name}\\n{op.kind.name}\\n{space}"'))
+        name = op.name.replace("\\", "\\\\").replace('"', '\\"')  # drawn as written, not as escapes
+        dot.add_node(pydot.Node(str(v), label=f'"{v}: {name}\\n{op.kind.name}\\n{space}"'))
     for u, v, d in sorted(g.edges(data=True)):
         shape = "x".join(map(str, g.nodes[u]["op"].outputs[d["out"]].shape))
         dot.add_edge(pydot.Edge(str(u), str(v), label=f'"{shape}"'))

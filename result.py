@@ -208,7 +208,8 @@ class Result:
         this result, or of ``of`` (one of its baselines); ``None`` without the
         data-parallel baseline."""
         dp = self.baseline("data_parallel")
-        return None if dp is None else dp.total_cost / (self if of is None else of).total_cost
+        cost = (self if of is None else of).total_cost
+        return None if dp is None or cost == 0 else dp.total_cost / cost  # nothing to speed up: no figure
 
     def with_baselines(self, baselines) -> "Result":
         return replace(self, baselines=tuple(baselines))

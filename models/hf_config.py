@@ -53,7 +53,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from errors import SettingError, shown
+from errors import SettingError, printable, shown
 from models import BATCH, MAX_LAYERS, check_int
 from models.sources import ModelFileError, file_identity
 
@@ -186,7 +186,7 @@ def read_config(path: str) -> DecoderConfig:
 def _model_name(path: str, cfg: DecoderConfig) -> str:
     """The directory holding the config (``llama3-8b``), else the family."""
     folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
-    return folder or cfg.family
+    return printable(folder) or cfg.family
 
 
 def _params(cfg: DecoderConfig, name: str, given: dict) -> dict:

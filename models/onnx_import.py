@@ -68,7 +68,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from errors import SettingError
+from errors import SettingError, printable
 from graph import GraphBuilder, Ref
 from models import BATCH, check_int
 from models.sources import ModelFileError, file_identity
@@ -200,14 +200,6 @@ def _broadcast(*shapes) -> tuple[int, ...]:
         raise Unsupported("of shapes that do not broadcast") from None
 
 
-def _printable(text: str) -> str:
-    """``text`` on one line with nothing a terminal acts on: each character
-    that is not printable (line breaks, tabs, escape codes, bidirectional
-    overrides) written as Python writes it in a string, ``\\x1b``; other
-    characters, letters like ``é`` among them, kept."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-
-
 def _fresh(used) -> str:
     return next(c for c in _LETTERS if c not in used)
 
@@ -284,7 +276,7 @@ class _Importer:
         """Plan an operator; ``weights``: ``(position, key)`` of the weights
         it reads from the file's tensors (one read before is shared).  The
         name is made printable, then unique."""
-        name = _printable(name)
+        name = printable(name)
         base, k = name, 2
         while name in self.names:
             name, k = f"{base}_{k}", k + 1
@@ -1064,7 +1056,7 @@ def _data_inputs(path, graph):
 def load_onnx(path: str, **params):
     """The graph of the ONNX model in ``path`` with ``batch`` (and ``seq``
     when an input has another symbolic dimension)."""
-    name = _printable(os.path.splitext(os.path.basename(path))[0])
+    name = printable(os.path.splitext(os.path.basename(path))[0])
     try:
         with open(path, "rb") as f:
             data = f.read()

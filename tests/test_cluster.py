@@ -164,7 +164,7 @@ class TestDescriptions:
         ('{"gpus": 8}', "c.json", "unknown key 'gpus'; the keys are device, flops"),
         ("{nope", "c.json", "is not valid JSON"),
         ("gpus_per_node = [", "c.toml", "is not valid TOML"),
-        ('gpus_per_node = "8"', "c.toml", "gpus_per_node must be a number"),
+        ('gpus_per_node = "8"', "c.toml", "gpus_per_node must be an integer"),
         ("[1, 2]", "c.json", "must hold a table of cluster fields"),
     ])
     def test_bad_files(self, tmp_path, text, name, message):
@@ -213,7 +213,7 @@ def test_cli_names_the_cluster_and_predicts_the_step_time(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--gpus-per-node", "0"], "--gpus-per-node must be an integer from 1 to 1,000,000, got 0"),
     (["--latency", "-1"], "--latency: '-1' must be a number from 0 to 1e6"),
-    (["--device", "tpu9"], "--device 'tpu9' is not a known device; choose one of v100, a100-40gb, a100-80gb"),
+    (["--device", "tpu9"], "argument --device: 'tpu9' is not a known device; choose one of v100, a100-40gb, a100-80gb"),
     (["--precision", "int4"], "--precision must be one of fp64, fp32, bf16, fp16, got 'int4'"),
     (["--device", "v100", "--precision", "bf16"], "--precision bf16 is not supported by v100"),
     (["--cluster", "missing.toml"], "--cluster: missing.toml: no such file"),

@@ -261,3 +261,32 @@ def test_progress_while_the_cost_tables_are_built(monkeypatch):
     monkeypatch.setattr(cli.runner, "Progress", lambda *a: seen.append(a) or real(*a))
     cli.runner.run(cli.runner.parse_args(["-p", "4"]), out=io.StringIO())
     assert ("building the cost tables", "edges") in seen
+
+
+def test_a_model_that_costs_nothing_compares_and_draws(tmp_path):
+    """A graph whose every cost is 0 has no speedup to show (not a division
+    by zero), and a name with quotes and backslashes is drawn as written."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("ReduceMean", ["x"], ["y"], axes=[1], name='mean "of" a\\b')
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 1])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "zero.onnx"))
+    proc = run("-g", "zero.onnx", "-p", 4, "--compare", "-d", "--output", "z.json", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "Total cost: 0.00" in proc.stdout
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("  PaSE "))
+    assert row.split()[3] == "-"  # speedup
+    assert json.loads((tmp_path / "z.json").read_text())["speedup_over_data_parallel"] is None
+    assert '"0: mean \\"of\\" a\\\\b\\nReduceMean' in (tmp_path / "graph.dot").read_text()
+
+
+def test_a_model_directory_name_is_printed_on_one_line(tmp_path):
+    folder = tmp_path / "my\nmodel\x1b[31m"
+    folder.mkdir()
+    (folder / "config.json").write_text((ROOT / "tests" / "data" / "configs" / "gpt2" / "config.json").read_text())
+    proc = run("-g", folder, "-p", 4, "-b", 8, "--seq", 32, "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "PaSE strategy: my\\nmodel\\x1b[31m, batch 8, seq 32, p = 4"
+    assert "\x1b" not in proc.stdout
