@@ -230,16 +230,18 @@ def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
     params = tuple(g.graph.get("params", {}).items())
     source = tuple(g.graph.get("source", {}).items())
     return Result(mode, g.graph["name"], params, p, model, layers, edges, parameters=parameter_count(g),
-                  model_source=source, words=words_moved(g, sc.strategy, model), **fields)
+                  model_source=source, words=words_moved(g, sc, model), **fields)
 
 
-def words_moved(g, strategy, model) -> float:
-    """Elements one device moves per step under ``strategy``: its
-    communication costed at one FLOP per element, no latency, one network
-    (the same rules otherwise)."""
+def words_moved(g, sc, model) -> float:
+    """Elements one device moves per step under the strategy ``sc`` (a
+    :class:`cost_model.StrategyCost`) costs: its communication costed at one
+    FLOP per element, no latency, one network (the same rules otherwise)."""
     from cluster import Cluster
     from cost_model import evaluate
 
     c = model.cluster
+    if not c.two_level and not c.latency:  # every element costs W: the communication says it
+        return sc.comm_total / c.word
     unit = replace(model, cluster=Cluster(1.0, 1000.0 * c.word_bytes, precision=c.precision))
-    return evaluate(g, strategy, unit).comm_total
+    return evaluate(g, sc.strategy, unit).comm_total
