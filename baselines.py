@@ -36,7 +36,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from config_space import contiguous, divisors
+from config_space import contiguous, divisors, divisors_upto
 from cost_model import CostModel, evaluate
 from graph import Operator, operators
 from result import Result, make_result
@@ -48,7 +48,7 @@ BASELINES = ("data_parallel", "expert", "parallax")
 
 def fit(size: int, want: int) -> int:
     """The largest divisor of ``size`` that is at most ``want``."""
-    return max(d for d in divisors(size) if d <= max(want, 1))
+    return divisors_upto(size, max(want, 1))[-1]  # looked for up to ``want`` only
 
 
 def _split(op: Operator, want: dict[str, int]) -> tuple[int, ...]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from errors import printable
 from cluster.config import record as cluster_record
+from errors import printable
 from result import MEMORY_PARTS, Result
 
 __all__ = ["render_text", "to_record", "model_record", "render_json", "render_csv", "render_dot", "LAYER_KEYS"]

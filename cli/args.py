@@ -11,7 +11,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from errors import InputError, shown
+from errors import InputError, SettingError, shown
 from models import (
     MODELS,  # the registry only: kinds, numpy and networkx load when a model is built
 )
@@ -108,11 +108,12 @@ def _nonnegative_float(text: str) -> float:
 
 def _device(text: str) -> str:
     """A device preset's name, in the presets' spelling."""
-    from cluster.presets import DEVICES
+    from cluster.presets import known
 
-    if text.lower() not in DEVICES:
-        raise argparse.ArgumentTypeError(f"{shown(text)} is not a known device; choose one of {', '.join(DEVICES)}")
-    return text.lower()
+    try:
+        return known(text).name
+    except SettingError as e:
+        raise argparse.ArgumentTypeError(e.problem) from None
 
 
 def _jobs(text: str) -> int:

@@ -17,8 +17,8 @@ A strategy file written with ``--output`` records the same fields under
 from __future__ import annotations
 
 from cluster import DEFAULT_PRECISION, PRECISIONS, Cluster
-from cluster.presets import DEVICES
 from cluster.presets import device as preset
+from cluster.presets import known
 from errors import InputError, SettingError, shown
 
 __all__ = ["FIELDS", "check_fields", "read_cluster_file", "record", "resolve"]
@@ -46,9 +46,11 @@ def check_fields(fields: dict, where: str) -> dict:
         if not ok:
             what = {str: "a string", int: "an integer"}.get(kind, "a number")
             raise InputError(f"{where}: {key} must be {what}, got {value!r}")
-        if key == "device" and value.lower() not in DEVICES:
-            raise InputError(f"{where}: device {shown(value)} is not a known device; choose one of "
-                             f"{', '.join(DEVICES)}")
+        if key == "device":
+            try:
+                known(value)
+            except SettingError as e:
+                raise InputError(f"{where}: device {e.problem}") from None
         out[key] = value
     return out
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from errors import SettingError
+from errors import SettingError, shown
 
-__all__ = ["Device", "DEVICES", "device"]
+__all__ = ["Device", "DEVICES", "device", "known"]
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,18 @@ DEVICES = {d.name: d for d in (
 )}
 
 
-def device(name: str, precision: str) -> dict:
-    """The cluster fields a preset sets at ``precision``."""
+def known(name: str) -> Device:
+    """The preset ``name`` names (any case); a :class:`SettingError` listing
+    the presets otherwise."""
     d = DEVICES.get(str(name).lower())
     if d is None:
-        raise SettingError("device", f"{name!r} is not a known device; choose one of {', '.join(DEVICES)}")
+        raise SettingError("device", f"{shown(name)} is not a known device; choose one of {', '.join(DEVICES)}")
+    return d
+
+
+def device(name: str, precision: str) -> dict:
+    """The cluster fields a preset sets at ``precision``."""
+    d = known(name)
     if precision not in d.tflops:
         raise SettingError("precision", f"{precision} is not supported by {d.name} "
                                         f"(it offers {', '.join(d.tflops)})")

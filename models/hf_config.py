@@ -112,12 +112,16 @@ def read_config(path: str) -> DecoderConfig:
     def fail(problem: str):
         raise ModelFileError(f"{path}: {problem}")
 
-    def integer(*names, default=_MISSING):
+    def integer(*names, default=_MISSING, most=None, what=""):
+        """The first of ``names`` the config sets; with ``most``, at most
+        that many ``what``."""
         for name in names:
             if data.get(name) is not None:
                 v = data[name]
                 if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10**12:
                     fail(f"{name} must be a positive integer, got {shown(v)}")
+                if most is not None and v > most:
+                    fail(f"{name} is {v:,}; the tool plans at most {most:,} {what}")
                 return v
         if default is _MISSING:
             fail(f"missing key {names[0]!r}")
@@ -139,10 +143,7 @@ def read_config(path: str) -> DecoderConfig:
     if family == "gpt2":
         names = {"width": "n_embd", "heads": "n_head"}
         width = integer("n_embd", "hidden_size")
-        layers = integer("n_layer", "num_hidden_layers")
-        if layers > MAX_LAYERS:
-            fail(f"{'n_layer' if 'n_layer' in data else 'num_hidden_layers'} is {layers:,}; the tool plans at most "
-                 f"{MAX_LAYERS:,} layers")
+        layers = integer("n_layer", "num_hidden_layers", most=MAX_LAYERS, what="layers")
         heads = integer("n_head", "num_attention_heads")
         kv_heads = heads
         ffn = integer("n_inner", default=4 * width)
@@ -152,9 +153,7 @@ def read_config(path: str) -> DecoderConfig:
     else:
         names = {"width": "hidden_size", "heads": "num_attention_heads"}
         width = integer("hidden_size")
-        layers = integer("num_hidden_layers")
-        if layers > MAX_LAYERS:
-            fail(f"num_hidden_layers is {layers:,}; the tool plans at most {MAX_LAYERS:,} layers")
+        layers = integer("num_hidden_layers", most=MAX_LAYERS, what="layers")
         heads = integer("num_attention_heads")
         kv_heads = integer("num_key_value_heads", default=heads)
         ffn = integer("intermediate_size")

@@ -74,15 +74,20 @@ def run_sweep(points: list, work, jobs: int, progress=None, on_row=None) -> tupl
     """
     rows = [None] * len(points)
     done = 0
+
+    def finished(i, result):
+        nonlocal done
+        rows[i] = result
+        done += 1
+        if on_row:
+            on_row(rows)
+        if progress:
+            progress(done, len(points))
+
     if jobs <= 1 or len(points) <= 1:
         try:
             for i, point in enumerate(points):
-                rows[i] = work(point)
-                done += 1
-                if on_row:
-                    on_row(rows)
-                if progress:
-                    progress(done, len(points))
+                finished(i, work(point))
         except KeyboardInterrupt:
             return rows, True
         return rows, False
@@ -93,12 +98,7 @@ def run_sweep(points: list, work, jobs: int, progress=None, on_row=None) -> tupl
     try:
         while pending:
             for i in [i for i, a in pending.items() if a.ready()]:
-                rows[i] = pending.pop(i).get()
-                done += 1
-                if on_row:
-                    on_row(rows)
-                if progress:
-                    progress(done, len(points))
+                finished(i, pending.pop(i).get())
             time.sleep(0.01)
         pool.close()
         pool.join()
