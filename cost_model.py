@@ -27,6 +27,7 @@ from config_space import configurations, contiguous, count_configurations, in_sp
 from errors import InputError, SettingError, shown
 from graph import Operator, operators
 from kinds import Extents, need, shard, tensor_splits
+from kinds.base import Comm, Work
 
 __all__ = [
     "CostModel",
@@ -135,10 +136,38 @@ def _extents(op: Operator, configs) -> tuple[Extents, Extents]:
     return Extents(op.dims, np.asarray(op.space, dtype=float)), Extents(op.dims, C)
 
 
+def op_work(op: Operator, configs, model: CostModel) -> Work:
+    """What ``op`` does in a step at each configuration (its kind's record)."""
+    D, C = _extents(op, configs)
+    return op.kind.work(op, D, C, model)
+
+
+def collective_cost(c: Comm, C: Extents, net: Cluster):
+    """FLOP of one of the collectives ``c`` describes on the cluster ``net``."""
+    if c.pattern == "allreduce":
+        return net.allreduce(c.words, C, c.letters)
+    if c.pattern == "send":
+        return net.send(c.words, C, c.letters, times=c.rounds)
+    return np.minimum(*[collective_cost(o, C, net) for o in c.options])  # the cheapest
+
+
+def price(work: Work, C: Extents, model: CostModel):
+    """(compute, communication) FLOP of a work record on the model's
+    cluster: the record's compute, and each collective's cost times its
+    count, added in the record's order."""
+    comm = None
+    for c in work.comms:
+        x = collective_cost(c, C, model.cluster)
+        if c.count != 1:
+            x = c.count * x
+        comm = x if comm is None else comm + x
+    return work.compute, np.zeros(len(C)) if comm is None else comm
+
+
 def op_cost_parts(op: Operator, configs, model: CostModel) -> tuple[np.ndarray, np.ndarray]:
     """(compute, communication) FLOP of ``op`` at each configuration (K,)."""
     D, C = _extents(op, configs)
-    comp, comm = op.kind.cost(op, D, C, model)
+    comp, comm = price(op.kind.work(op, D, C, model), C, model)
     K = len(C)
     return (np.broadcast_to(comp, (K,)).astype(float, copy=True),
             np.broadcast_to(comm, (K,)).astype(float, copy=True))

@@ -10,10 +10,14 @@ Its class says, in one place, everything the tool needs about it:
   every tensor it reads or writes with its role (activation, weight, data)
   and the letters whose splits split each tensor axis;
 * ``never_split`` and ``contiguous_only``: the split constraints;
-* ``cost``: compute and communication FLOP for all configurations at once,
-  read by letter (``C["n"]`` is the split of ``n`` of every configuration);
-* ``memory``: per-device elements of its weights and of the activations it
-  keeps for the backward pass, for all configurations at once;
+* ``work``: what one training step of the operator does, for all
+  configurations at once, read by letter (``C["n"]`` is the split of ``n``
+  of every configuration): a :class:`Work` record of its compute (forward
+  and backward), its matrix work, and each collective it needs with its
+  role and its elements, not yet priced (``cost_model`` prices a record on
+  a cluster);
+* ``saved`` and ``memory``: the tensors kept for the backward pass, and
+  per-device elements of weights and of those tensors;
 * ``model_dims`` and ``stage_dim``: what the expert baselines split.
 
 Formulas follow the PaSE paper (Elango, IPDPS 2021, section III) as the
@@ -32,11 +36,20 @@ import numpy as np
 
 from errors import InputError
 
-__all__ = ["ROLES", "Tensor", "Operator", "Ref", "Extents", "Kind", "normalize_axis", "shard", "tensor_splits", "gemm",
-           "gemm_extents",
-           "halo", "need"]
+__all__ = ["ROLES", "COMM_ROLES", "Tensor", "Operator", "Ref", "Extents", "Comm", "Work", "Kind", "normalize_axis",
+           "shard", "tensor_splits", "gemm", "gemm_extents", "halo", "need"]
 
 ROLES = ("activation", "weight", "data")
+#: what each collective of a :class:`Work` record does
+COMM_ROLES = {
+    "gradients": "weight gradients summed over the devices that hold the same shard of the weight",
+    "partial sums": "partial results summed over the devices that split a reduced dimension",
+    "input gradients": "partial input gradients summed over the devices that split an output dimension",
+    "statistics": "statistics of a normalisation or a softmax over a split axis",
+    "halo": "ghost cells of a window exchanged with the neighbouring devices",
+    "exchange": "elements sent point to point",
+}
+COMM_PATTERNS = ("allreduce", "send", "cheapest")
 
 
 @dataclass(frozen=True)
@@ -163,11 +176,73 @@ class Extents:
         return Extents(self.dims, self.array / other.array)
 
 
+@dataclass(frozen=True)
+class Comm:
+    """One collective an operator needs in a training step, not yet priced.
+
+    ``pattern``: ``allreduce`` (a sum over the group, each device ending
+    with all of it) or ``send`` (each device sends ``words`` to the others
+    of the group, in ``rounds`` rounds); ``cheapest``: whichever of
+    ``options`` costs less.  The group is the devices that differ from one
+    another only in the coordinates of ``letters``.  ``words``: elements per
+    device, a vector over the configurations (K,) or a number; ``count``:
+    how many such collectives.  ``role`` is one of :data:`COMM_ROLES`.
+    """
+
+    role: str
+    pattern: str
+    words: object
+    letters: str
+    count: float = 1.0
+    rounds: object = 1
+    options: tuple = ()
+
+    def __post_init__(self):
+        if self.role not in COMM_ROLES:
+            raise ValueError(f"collective role must be one of {', '.join(COMM_ROLES)}, got {self.role!r}")
+        if self.pattern not in COMM_PATTERNS:
+            raise ValueError(f"collective pattern must be one of {', '.join(COMM_PATTERNS)}, got {self.pattern!r}")
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one training step of an operator does, for each configuration.
+
+    ``compute``: FLOP of the forward and backward passes as the PaSE paper
+    counts them (one per multiply-add, one per pointwise operation), and
+    ``forward`` its forward part (what a recomputation repeats; a third of
+    ``compute`` unless the kind says); ``macs``: the multiply-adds of the
+    forward pass done as matrix products (on a real device: two FLOP each,
+    at the matrix units' rate; ``kernel`` says which rate, ``matmul`` or
+    ``attention``), and ``backward_macs`` those of the backward pass
+    (default twice ``macs``: the gradients of both operands); ``comms``: the
+    collectives, in the order their costs are added.  Arrays are (K,) or
+    numbers; nothing here is priced.
+    """
+
+    compute: object
+    forward: object = None
+    comms: tuple = ()
+    macs: object = 0.0
+    backward_macs: object = None
+    kernel: str = "matmul"
+
+    def __post_init__(self):
+        if self.forward is None:
+            object.__setattr__(self, "forward", self.compute / 3.0)
+        if self.backward_macs is None:
+            object.__setattr__(self, "backward_macs", 2.0 * self.macs)
+
+    def of(self, role: str) -> tuple:
+        """The collectives of ``role``."""
+        return tuple(c for c in self.comms if c.role == role)
+
+
 class Kind:
     """Base of every operator kind (see the module docstring).
 
     Subclasses are frozen dataclasses registered with
-    :func:`kinds.register`; ``build`` and ``cost`` must be defined, the rest
+    :func:`kinds.register`; ``build`` and ``work`` must be defined, the rest
     have defaults.
     """
 
@@ -188,10 +263,11 @@ class Kind:
         """Letters enumerated as if their size were 1."""
         return ""
 
-    def cost(self, op: Operator, D: Extents, C: Extents, model) -> tuple[np.ndarray, np.ndarray]:
-        """(compute, communication) FLOP per device for each configuration:
-        ``D`` the sizes, ``C`` the splits (K rows), ``model`` the
-        :class:`cost_model.CostModel` (its ``cluster`` prices communication)."""
+    def work(self, op: Operator, D: Extents, C: Extents, rules) -> Work:
+        """What one step does per device, for each configuration: ``D`` the
+        sizes, ``C`` the splits (K rows), ``rules`` the
+        :class:`cost_model.CostModel` (the modelling rules some kinds read,
+        e.g. how an embedding's gradient is exchanged)."""
         raise NotImplementedError
 
     def saved(self, op: Operator) -> tuple[Tensor, ...]:
@@ -240,33 +316,35 @@ def shard(t: Tensor, C: Extents) -> np.ndarray:
     return t.size / np.prod(tensor_splits(t, C), axis=-1)
 
 
-def gemm(D: Extents, C: Extents, net, batch: str, m: str, n: str, k: str, pw: float = 0, weight_sync=None):
+def gemm(D: Extents, C: Extents, batch: str, m: str, n: str, k: str, pw: float = 0, weight_sync=None) -> Work:
     """A GEMM whose batch, M, N and K dimensions are the letters ``batch``,
     ``m``, ``n``, ``k`` of the space: :func:`gemm_extents` at the per-device
     extents ``bb = B/b``, ``mm = M/m``, ``nn = N/n``, ``kk = K/k``."""
     bb = D[batch] / C[batch]  # (K,)
-    return gemm_extents(bb, D[m] / C[m], D[n] / C[n], D[k] / C[k], C, net, m, n, k, pw, weight_sync)
+    return gemm_extents(bb, D[m] / C[m], D[n] / C[n], D[k] / C[k], m, n, k, pw, weight_sync)
 
 
-def gemm_extents(bb, mm, nn, kk, C: Extents, net, m: str, n: str, k: str, pw: float = 0, weight_sync=None):
+def gemm_extents(bb, mm, nn, kk, m: str, n: str, k: str, pw: float = 0, weight_sync=None) -> Work:
     """GEMM of per-device extents ``mm x kk`` by ``kk x nn``, repeated ``bb``
     times, whose M, N, K are split by the letters ``m``, ``n``, ``k``:
-    (compute, communication) per device.
 
-        comp = 3*mm*nn*kk + 3*pw*mm*nn     # forward GEMM, two backward GEMMs; pointwise
-        comm = AR(mm*nn, k) + AR(mm*kk, n) + AR(nn*kk, m)
+        compute = bb * (3*mm*nn*kk + 3*pw*mm*nn)   # forward GEMM, two backward GEMMs; pointwise
+        forward = bb * (mm*nn*kk + pw*mm*nn)
+        comms   = AR(mm*nn, k) + AR(mm*kk, n) + AR(nn*kk, m)   # partial sums, input gradients, gradients
 
-    ``weight_sync`` replaces the weight-gradient all-reduce ``AR(nn*kk, m)``
-    (for all ``bb`` repeats).
+    (the ``bb`` repeats reduce together: one collective of ``bb`` times the
+    words each).  ``weight_sync`` replaces the weight-gradient all-reduce
+    ``AR(nn*kk, m)`` by another :class:`Comm`.
     """
     comp = 3.0 * mm * nn * kk + 3.0 * pw * mm * nn  # (K,)
-    # the bb repeats reduce together: one collective of bb times the words each
-    sync = net.allreduce(bb * nn * kk, C, m) if weight_sync is None else weight_sync
-    comm = net.allreduce(bb * mm * nn, C, k) + net.allreduce(bb * mm * kk, C, n) + sync  # (K,)
-    return bb * comp, comm
+    fwd = mm * nn * kk + pw * mm * nn  # (K,)
+    sync = Comm("gradients", "allreduce", bb * nn * kk, m) if weight_sync is None else weight_sync
+    comms = (Comm("partial sums", "allreduce", bb * mm * nn, k), Comm("input gradients", "allreduce", bb * mm * kk, n),
+             sync)
+    return Work(bb * comp, bb * fwd, comms, macs=bb * mm * nn * kk)
 
 
-def halo(image: Tensor, C: Extents, r: float, s: float, net) -> np.ndarray:
+def halo(image: Tensor, C: Extents, r: float, s: float) -> Comm:
     """Ghost-cell exchange of an image ``(b, c, h, w)`` split by its tensor
     configuration ``Q``, for an ``r x s`` window:
     ``((t_h + r[Q_h > 1]) (t_w + s[Q_w > 1]) - t_h t_w) t_b t_c`` words."""
@@ -274,7 +352,7 @@ def halo(image: Tensor, C: Extents, r: float, s: float, net) -> np.ndarray:
     t = np.asarray(image.shape, dtype=float) / Q  # (K, 4) per-device extents
     th, tw = t[:, 2], t[:, 3]
     ghost = ((th + r * (Q[:, 2] > 1)) * (tw + s * (Q[:, 3] > 1)) - th * tw) * t[:, 0] * t[:, 1]
-    return net.send(ghost, C, image.axes[2] + image.axes[3])
+    return Comm("halo", "send", ghost, image.axes[2] + image.axes[3])
 
 
 def need(src, tgt, ps, pt):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from errors import InputError
 from kinds import register
-from kinds.base import Kind, Operator, Tensor, gemm, halo
+from kinds.base import Kind, Operator, Tensor, Work, gemm, halo
 
 
 def _pair(v) -> tuple[int, int]:
@@ -92,9 +92,9 @@ class Conv(_Window):
     def never_split(self, op):
         return "hw"
 
-    def cost(self, op, D, C, model):
-        comp, comm = gemm(D, C, model.cluster, "g" if "g" in op.dims else "", "bhw", "n", "crs", self.pw)
-        return comp, comm + halo(op.inputs[0], C, D["r"], D["s"], model.cluster)
+    def work(self, op, D, C, rules):
+        w = gemm(D, C, "g" if "g" in op.dims else "", "bhw", "n", "crs", self.pw)
+        return replace(w, comms=w.comms + (halo(op.inputs[0], C, D["r"], D["s"]),))
 
 
 @register
@@ -120,8 +120,8 @@ class Pooling(_Window):
                       (Tensor((b, c, ho, wo), letters),), name)
         return op, ("bchw",)
 
-    def cost(self, op, D, C, model):
+    def work(self, op, D, C, rules):
         e = (D / C).all  # (K,)
         r, s = self.kernel
-        return e, halo(op.inputs[0], C, r, s, model.cluster)
+        return Work(e, comms=(halo(op.inputs[0], C, r, s),))
 

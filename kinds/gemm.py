@@ -9,7 +9,7 @@ import numpy as np
 
 from errors import InputError
 from kinds import register
-from kinds.base import Kind, Operator, Tensor, gemm
+from kinds.base import Comm, Kind, Operator, Tensor, Work, gemm
 
 
 def _fresh(taken: str, preferred: str) -> str:
@@ -46,8 +46,8 @@ class FC(Kind):
         out = Tensor(lead + (self.units,), tuple(ll) + (nl,))
         return Operator(self, ll + nl + kl, lead + (self.units, k), tuple(inputs), (out,), name), (ll + nl,)
 
-    def cost(self, op, D, C, model):
-        return gemm(D, C, model.cluster, "", op.dims[:-2], op.dims[-2], op.dims[-1], self.pw)
+    def work(self, op, D, C, rules):
+        return gemm(D, C, "", op.dims[:-2], op.dims[-2], op.dims[-1], self.pw)
 
     def model_dims(self, op):
         return op.dims[-2]
@@ -119,9 +119,9 @@ class Einsum(Kind):
     def never_split(self, op):
         return self.unsplit
 
-    def cost(self, op, D, C, model):
+    def work(self, op, D, C, rules):
         _, batch, m, n, k = einsum_roles(self.equation)
-        return gemm(D, C, model.cluster, batch, m, n, k, self.pw)
+        return gemm(D, C, batch, m, n, k, self.pw)
 
 
 @register
@@ -161,16 +161,17 @@ class Embedding(Kind):
         space = ids.shape + (self.width, self.vocab)
         return Operator(self, ll + self.letter + "v", space, inputs, (out,), name), (ll + self.letter,)
 
-    def cost(self, op, D, C, model):
-        net = model.cluster
+    def work(self, op, D, C, rules):
         m, n, k = op.dims[:-2], op.dims[-2], op.dims[-1]
-        if model.original:
-            return gemm(D, C, net, "", m, n, k)
+        if rules.original:
+            return gemm(D, C, "", m, n, k)
         mm, nn, kk = D[m] / C[m], D[n] / C[n], D[k] / C[k]  # (K,) each
-        dense = net.allreduce(nn * kk, C, m)
-        rows = mm if model.distinct_rows is None else np.minimum(mm, float(model.distinct_rows))
-        sparse = net.send(2.0 * np.minimum(rows, kk) * nn, C, m)  # none when m = 1
-        sync = {"dense": dense, "sparse": sparse, "best": np.minimum(dense, sparse)}[model.embedding_sync]
-        if model.embedding_lookup:
-            return 2.0 * mm * nn, net.allreduce(mm * nn, C, k) + sync
-        return gemm(D, C, net, "", m, n, k, weight_sync=sync)
+        dense = Comm("gradients", "allreduce", nn * kk, m)
+        rows = mm if rules.distinct_rows is None else np.minimum(mm, float(rules.distinct_rows))
+        sparse = Comm("gradients", "send", 2.0 * np.minimum(rows, kk) * nn, m)  # none when m = 1
+        sync = {"dense": dense, "sparse": sparse,
+                "best": Comm("gradients", "cheapest", None, m, options=(dense, sparse))}[rules.embedding_sync]
+        if rules.embedding_lookup:  # gather and scatter-add of rows: memory traffic, no matrix product
+            lookup = 2.0 * mm * nn  # (K,)
+            return Work(lookup, lookup / 2.0, (Comm("partial sums", "allreduce", mm * nn, k), sync))
+        return gemm(D, C, "", m, n, k, weight_sync=sync)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from errors import InputError
 from kinds import register
-from kinds.base import Kind, Operator, Tensor
+from kinds.base import Comm, Kind, Operator, Tensor, Work
 
 
 @register
@@ -55,12 +55,11 @@ class TopKGating(Kind):
     def never_split(self, op):
         return self.letter
 
-    def cost(self, op, D, C, model):
-        net = model.cluster
+    def work(self, op, D, C, rules):
         x = op.dims[-2]
         e = (D / C).all  # (K,) combine weights per device
         ex = e / D[self.letter]  # (K,) logits per device (the capacity is never split)
         tokens = ex / (D[x] / C[x])  # (K,) e'
         comp = 4.0 * ex + ex * D[x] + self.k * ex + e
-        comm = 2.0 * net.allreduce(tokens, C, x) + net.allreduce(tokens * D[x], C, x)
-        return comp, comm
+        return Work(comp, comms=(Comm("statistics", "allreduce", tokens, x, count=2.0),
+                                 Comm("statistics", "allreduce", tokens * D[x], x)))

@@ -15,7 +15,7 @@ import numpy as np
 
 from errors import InputError
 from kinds import register
-from kinds.base import Kind, Operator, Tensor, normalize_axis
+from kinds.base import Comm, Kind, Operator, Tensor, Work, normalize_axis
 
 
 def _same(x):
@@ -55,9 +55,9 @@ class Elementwise(Kind):
         out = Tensor(x.shape, tuple(x.letters))
         return Operator(self, x.letters, x.shape, tuple(inputs), (out,), name), (x.letters,)
 
-    def cost(self, op, D, C, model):
+    def work(self, op, D, C, rules):
         e = (D / C).all  # (K,)
-        return (1.0 + self.pw) * e, np.zeros_like(e)
+        return Work((1.0 + self.pw) * e)
 
     def saved(self, op):
         if self.keeps_inputs:
@@ -92,20 +92,17 @@ class Norm(Kind):
         weights = tuple(Tensor((x.shape[pa],), (x.letters[pa],), "weight") for _ in range(self.params))
         return Operator(kind, dims, space, inputs + weights, outputs, name), (x.letters,)
 
-    def _parts(self, op, D, C, model):
-        net = model.cluster
-        a = op.dims[self.axis]
-        e = (D / C).all  # (K,)
-        da = D[a] / C[a]  # (K,)
-        return e, net.allreduce(e / da, C, a), net.allreduce(da, C, C.other(a))
-
     #: operations per element, and all-reduces of the statistics and of the weight gradients
     COMPUTE: ClassVar[float] = 16.0
     SYNCS: ClassVar[float] = 4.0
 
-    def cost(self, op, D, C, model):
-        e, stats, grads = self._parts(op, D, C, model)
-        return (self.COMPUTE + self.pw) * e, self.SYNCS * stats + self.SYNCS * grads
+    def work(self, op, D, C, rules):
+        a = op.dims[self.axis]
+        e = (D / C).all  # (K,)
+        da = D[a] / C[a]  # (K,)
+        stats = Comm("statistics", "allreduce", e / da, a, count=self.SYNCS)
+        grads = Comm("gradients", "allreduce", da, C.other(a), count=self.SYNCS)
+        return Work((self.COMPUTE + self.pw) * e, comms=(stats, grads))
 
 
 @register
@@ -154,10 +151,10 @@ class ReduceMean(Kind):
                       (out,), name)
         return op, (letters,)
 
-    def cost(self, op, D, C, model):
+    def work(self, op, D, C, rules):
         e = (D / C).all  # (K,)
         reduced = "".join(op.dims[i] for i in self.axes)
-        return np.zeros_like(e), model.cluster.allreduce(e, C, reduced)
+        return Work(np.zeros_like(e), comms=(Comm("partial sums", "allreduce", e, reduced),))
 
     def saved(self, op):
         return ()
@@ -180,12 +177,12 @@ class Softmax(Kind):
         return Operator(type(self)(normalize_axis(self.axis, len(x.shape), name)), dims, space, inputs, outputs,
                         name), (x.letters,)
 
-    def cost(self, op, D, C, model):
-        net = model.cluster
+    def work(self, op, D, C, rules):
         a = op.dims[self.axis]
         e = (D / C).all  # (K,)
         e1 = e / (D[a] / C[a])  # e'
-        return 4.0 * e + e * D[a], 2.0 * net.allreduce(e1, C, a) + net.allreduce(e1 * D[a], C, a)
+        return Work(4.0 * e + e * D[a], comms=(Comm("statistics", "allreduce", e1, a, count=2.0),
+                                               Comm("statistics", "allreduce", e1 * D[a], a)))
 
     def saved(self, op):
         return op.outputs
@@ -212,11 +209,11 @@ class SoftmaxCrossEntropy(Kind):
         return Operator(replace(self, axis=-1 if axis == r - 1 else axis), dims, space, inputs, outputs,
                         name), (x.letters,)
 
-    def cost(self, op, D, C, model):
+    def work(self, op, D, C, rules):
         cls = op.dims[self.axis]
         e = (D / C).all  # (K,)
         bs = e / (D[cls] / C[cls])  # (K,)
-        return 4.0 * e + 2.0 * bs, model.cluster.send(2.0 * bs, C, cls)
+        return Work(4.0 * e + 2.0 * bs, comms=(Comm("exchange", "send", 2.0 * bs, cls),))
 
     def saved(self, op):
         return op.outputs

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from errors import InputError
 from kinds import register
-from kinds.base import Kind, Operator, Tensor, gemm_extents, need
+from kinds.base import Comm, Kind, Operator, Tensor, gemm_extents, need
 
 
 @register
@@ -45,15 +45,15 @@ class LSTM(Kind):
     def never_split(self, op):
         return "s"
 
-    def cost(self, op, D, C, model):
-        net = model.cluster
+    def work(self, op, D, C, rules):
         L, s, b, u = D["l"], D["s"], D["b"], D["n"]
         cl, cb, cn, ck = C["l"], C["b"], C["n"], C["k"]  # (K,) each
-        comp, comm = gemm_extents(L / cl, s * b / C["sb"], 4 * u / cn, 2 * u / ck, C, net, "sb", "n", "k", self.pw)
+        w = gemm_extents(L / cl, s * b / C["sb"], 4 * u / cn, 2 * u / ck, "sb", "n", "k", self.pw)
         cell_out = np.stack([b / cb, u / cn], axis=1)  # (K, 2) on cb*cn devices
         cell_in = np.stack([b / cb, u / ck], axis=1)  # (K, 2) on cb*ck devices
         steps = L * s  # one re-distribution per layer and step
-        return comp, comm + net.send(steps * need(cell_out, cell_in, cb * cn, cb * ck), C, "nk", times=steps)
+        state = Comm("exchange", "send", steps * need(cell_out, cell_in, cb * cn, cb * ck), "nk", rounds=steps)
+        return replace(w, comms=w.comms + (state,))
 
     def saved(self, op):
         """The input, and per layer and step the four gates and the cell state."""
