@@ -36,7 +36,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from config_space import contiguous, divisors, divisors_upto
+from config_space import Decision, contiguous, divisors, divisors_upto
 from cost_model import CostModel, evaluate
 from graph import Operator, operators
 from result import Result, make_result
@@ -51,7 +51,7 @@ def fit(size: int, want: int) -> int:
     return divisors_upto(size, max(want, 1))[-1]  # looked for up to ``want`` only
 
 
-def _split(op: Operator, want: dict[str, int]) -> tuple[int, ...]:
+def _split(op: Operator, want: dict[str, int]) -> Decision:
     """A configuration splitting the dimensions named in ``want`` (by letter),
     within the operator's constraints: never-split dimensions stay whole,
     and a reshape, which admits only contiguous splits, uses as many devices
@@ -66,11 +66,10 @@ def _split(op: Operator, want: dict[str, int]) -> tuple[int, ...]:
             left //= c
             if c != size:  # split partly: every later dimension stays whole
                 left = 1
-        cfg = tuple(cfg)
-    return cfg
+    return Decision(op.dims, cfg)
 
 
-def data_parallel(g, p: int) -> list[tuple[int, ...]]:
+def data_parallel(g, p: int) -> list[Decision]:
     """Every operator splits its batch dimension ``b`` by p."""
     return [_split(op, {"b": p}) for op in operators(g)]
 
@@ -95,7 +94,7 @@ def _gnmt(g, p):
     return out
 
 
-def mesh_tensorflow(g, m: int, n: int) -> list[tuple[int, ...]]:
+def mesh_tensorflow(g, m: int, n: int) -> list[Decision]:
     """Batch split ``m`` ways, the model's model dimensions ``n`` ways: in
     each operator the first of them (in the order ``model_dims`` names them)
     that it has, so that no operator uses more than ``m * n`` devices (an
@@ -108,7 +107,7 @@ def mesh_tensorflow(g, m: int, n: int) -> list[tuple[int, ...]]:
     return out
 
 
-def expert(g, p: int, model: CostModel = CostModel()) -> tuple[list[tuple[int, ...]], str]:
+def expert(g, p: int, model: CostModel = CostModel()) -> tuple[list[Decision], str]:
     """The hand-written strategy for ``g`` and a short description of it."""
     recipe = g.graph.get("expert", "one_weird_trick")
     if recipe == "gnmt":
@@ -128,7 +127,7 @@ def expert(g, p: int, model: CostModel = CostModel()) -> tuple[list[tuple[int, .
     return _one_weird_trick(g, p), "one weird trick: data-parallel convolutions, FC/softmax split by p"
 
 
-def parallax(g, p: int, model: CostModel = CostModel()) -> tuple[list[tuple[int, ...]], CostModel]:
+def parallax(g, p: int, model: CostModel = CostModel()) -> tuple[list[Decision], CostModel]:
     """Data parallel strategy, and the cost model that exchanges embedding
     gradients sparsely (everything else as in ``model``)."""
     return data_parallel(g, p), replace(model, embedding_sync="sparse")

@@ -16,12 +16,19 @@ PaSE paper (Elango, IPDPS 2021, section IV) and the original tool:
 
 The functions here do not check that ``space`` describes a real operator; the
 order they return is deterministic and is the order every cost array uses.
+
+What a plan decides for one operator is a :class:`Decision`: its
+configuration, named by letter, and its execution options (see
+``options/``).  :meth:`Decision.of` is the one place a configuration given
+from outside (a strategy file, a baseline, a standard configuration) is
+checked against its operator.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+from dataclasses import dataclass
 from functools import lru_cache
 from math import prod as prod_
 
@@ -30,7 +37,7 @@ import numpy as np
 from errors import InputError
 
 __all__ = ["divisors", "divisors_upto", "dimension_splits", "enumerate_configs", "count_configs", "contiguous",
-           "configurations", "count_configurations", "in_space"]
+           "configurations", "count_configurations", "in_space", "Decision"]
 
 
 #: below this, Miller-Rabin with the primes up to 41 as bases decides primality exactly
@@ -266,3 +273,89 @@ def in_space(op, cfg, p: int, cutoff: int) -> bool:
             return False
     return not op.contiguous_only or bool(contiguous(np.asarray([cfg]), op.space)[0])
 
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a plan decides for one operator: how many ways each dimension
+    of its iteration space is split, by letter, and its execution options
+    (``options/``: activation recomputation, ZeRO stage ...), those not at
+    their default as sorted ``(name, value)`` pairs.
+
+        >>> d = Decision("bnk", (8, 2, 4), (("zero", 3),))
+        >>> d["n"], d.devices, d
+        (2, 64, (b=8, n=2, k=4; zero=3))
+
+    Built from outside values with :meth:`of`, which checks them; the
+    search builds them from its own arrays.
+    """
+
+    dims: str
+    config: tuple[int, ...]
+    options: tuple[tuple[str, object], ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "config", tuple(int(c) for c in self.config))
+        object.__setattr__(self, "options", tuple(sorted(self.options)))
+
+    def __getitem__(self, letter: str) -> int:
+        return self.config[self.dims.index(letter)]
+
+    def option(self, name: str):
+        """The value of option ``name`` (its default when not set)."""
+        from options import OPTIONS
+
+        return dict(self.options).get(name, OPTIONS[name].default)
+
+    def with_options(self, **values) -> "Decision":
+        """The same splits with these options (a default value removes one)."""
+        from options import OPTIONS
+
+        merged = dict(self.options)
+        for name, value in values.items():
+            if value == OPTIONS[name].default:
+                merged.pop(name, None)
+            else:
+                merged[name] = value
+        return Decision(self.dims, self.config, tuple(merged.items()))
+
+    @property
+    def devices(self) -> int:
+        """Devices the configuration uses: the product of the splits."""
+        return prod_(self.config)
+
+    def __repr__(self) -> str:
+        splits = ", ".join(f"{d}={c}" for d, c in zip(self.dims, self.config))
+        opts = ", ".join(f"{k}={v}" for k, v in self.options)
+        return f"({splits}{'; ' + opts if opts else ''})"
+
+    @classmethod
+    def of(cls, op, config, p: int | None = None, options=(), where: str | None = None) -> "Decision":
+        """The decision ``config`` (one split per dimension of ``op``, in
+        the order of ``op.dims``) and ``options`` make for ``op``, checked:
+        positive integer splits, as many as dimensions, dividing the sizes,
+        a reshape's split contiguous, at most ``p`` devices, and options
+        known and valid for the operator.  ``where`` names the operator in
+        the messages (default: its name)."""
+        where = where or op.name
+        try:
+            cfg = tuple(config)
+        except TypeError:
+            raise InputError(f"{where}: configuration {config!r} is not a list of integers") from None
+        if len(cfg) != len(op.space):
+            raise InputError(f"{where}: configuration {cfg} has {len(cfg)} entries; its space {op.space} has "
+                             f"{len(op.space)}")
+        if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 1 for c in cfg):
+            raise InputError(f"{where}: configuration {cfg} must hold integers >= 1")
+        if any(d % c for d, c in zip(op.space, cfg)):
+            raise InputError(f"{where}: configuration {cfg} does not divide its space {op.space}")
+        if op.contiguous_only and not contiguous(np.asarray([cfg]), op.space)[0]:
+            raise InputError(f"{where}: configuration {cfg} splits a reshape into pieces that are not contiguous "
+                             f"blocks of the flattened tensor, which the cost model cannot price; split "
+                             f"{op.dims} from the left (every dimension whole before the first one split "
+                             "partly, the later ones unsplit)")
+        if p is not None and prod_(cfg) > p:
+            raise InputError(f"{where}: configuration {cfg} uses {prod_(cfg)} devices but p is {p}")
+        from options import check_options
+
+        return cls(op.dims, cfg, check_options(op, dict(options), where))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster import Cluster
-from config_space import configurations, contiguous, count_configurations, in_space
+from config_space import Decision, configurations, count_configurations, in_space
 from errors import InputError, SettingError, shown
 from graph import Operator, operators
 from kinds import Extents, need, shard, tensor_splits
@@ -302,6 +302,7 @@ class CostedGraph:
     def position(self, v: int, cfg) -> int | None:
         """Where configuration ``cfg`` of node ``v`` is in ``configs[v]``, or
         ``None`` when the search space does not hold it."""
+        cfg = cfg.config if isinstance(cfg, Decision) else cfg
         hits = np.nonzero((self.configs[v] == np.asarray(cfg)).all(axis=1))[0]
         return int(hits[0]) if len(hits) else None
 
@@ -311,16 +312,21 @@ class CostedGraph:
         index = [self.position(v, cfg) for v, cfg in enumerate(strategy)]
         if None in index:
             v = index.index(None)
-            raise InputError(f"node {v}: configuration {tuple(strategy[v])} is not in the search space")
+            raise InputError(f"node {v}: configuration {strategy[v]!r} is not in the search space")
         return index
 
     def cost_at(self, index) -> float:
         """Total cost of the strategy picking ``configs[v][index[v]]``."""
         return self.figures(index).total
 
+    def decisions(self, index) -> list[Decision]:
+        """The decision of each node at positions ``index`` of the arrays."""
+        ops = operators(self.graph)
+        return [Decision(ops[v].dims, self.configs[v][i]) for v, i in enumerate(index)]
+
     def figures(self, index) -> "StrategyCost":
         """The strategy picking ``configs[v][index[v]]``, read from the arrays."""
-        strategy = [tuple(int(c) for c in self.configs[v][i]) for v, i in enumerate(index)]
+        strategy = self.decisions(index)
         comp = tuple(float(self.compute[v][i]) for v, i in enumerate(index))
         comm = tuple(float(self.comm[v][i]) for v, i in enumerate(index))
         edges = {(u, v): float(m[index[u], index[v]]) for (u, v), m in sorted(self.edge_costs.items())}
@@ -429,36 +435,25 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
 # -- strategies ----------------------------------------------------------------------
 
 
-def check_strategy(g, strategy) -> list[tuple[int, ...]]:
-    """Validate one configuration per node: right count, right length,
-    positive integer splits that divide the dimensions, a reshape's split
-    contiguous.  Returns it as tuples; raises ``ValueError`` naming the
-    first bad node."""
+def check_strategy(g, strategy, p: int | None = None) -> list[Decision]:
+    """One :class:`config_space.Decision` per node of ``g`` from
+    ``strategy`` (decisions, or configurations: lists of splits in the
+    order of each operator's ``dims``), each checked by
+    :meth:`config_space.Decision.of` (with ``p``, the devices it uses too);
+    :class:`errors.InputError` naming the first bad node."""
     ops = operators(g)
     strategy = list(strategy)
     if len(strategy) != len(ops):
         raise InputError(f"the strategy has {len(strategy)} configurations; {g.graph['name']} has {len(ops)} operators")
     out = []
-    for v, (op, cfg) in enumerate(zip(ops, strategy)):
+    for v, (op, d) in enumerate(zip(ops, strategy)):
         where = f"node {v} ({op.name})"
-        try:
-            cfg = tuple(cfg)
-        except TypeError:
-            raise InputError(f"{where}: configuration {cfg!r} is not a list of integers") from None
-        if len(cfg) != len(op.space):
-            raise InputError(
-                f"{where}: configuration {cfg} has {len(cfg)} entries; its space {op.space} has {len(op.space)}"
-            )
-        if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c >= 1 for c in cfg):
-            raise InputError(f"{where}: configuration {cfg} must hold integers >= 1")
-        if any(d % c for d, c in zip(op.space, cfg)):
-            raise InputError(f"{where}: configuration {cfg} does not divide its space {op.space}")
-        if op.contiguous_only and not contiguous(np.asarray([cfg]), op.space)[0]:
-            raise InputError(f"{where}: configuration {cfg} splits a reshape into pieces that are not contiguous "
-                             f"blocks of the flattened tensor, which the cost model cannot price; split "
-                             f"{op.dims} from the left (every dimension whole before the first one split "
-                             "partly, the later ones unsplit)")
-        out.append(tuple(int(c) for c in cfg))
+        if isinstance(d, Decision):
+            if d.dims != op.dims:
+                raise InputError(f"{where}: decision {d!r} is for the letters {d.dims!r}, not {op.dims!r}")
+            out.append(Decision.of(op, d.config, p, d.options, where))
+        else:
+            out.append(Decision.of(op, d, p, (), where))
     return out
 
 
@@ -466,7 +461,8 @@ def check_strategy(g, strategy) -> list[tuple[int, ...]]:
 class StrategyCost:
     """The cost of one strategy, broken down.
 
-    ``compute[v]``, ``comm[v]``: operator ``v``'s own FLOP; ``edges[(u, v)]``:
+    ``strategy[v]``: operator ``v``'s :class:`config_space.Decision`;
+    ``compute[v]``, ``comm[v]``: its own FLOP; ``edges[(u, v)]``:
     re-distribution FLOP of each edge; ``in_space[v]``: whether the search
     space holds ``strategy[v]``; ``weights[v]``, ``activations[v]``: the
     per-device elements of the memory model.
@@ -482,7 +478,9 @@ class StrategyCost:
 
     @property
     def total(self) -> float:
-        return math.fsum(self.compute) + math.fsum(self.comm) + math.fsum(self.edges.values())
+        from result import total
+
+        return total(self.compute, self.comm, self.edges.values())
 
     @property
     def compute_total(self) -> float:
@@ -504,17 +502,17 @@ def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None) 
     ops = operators(g)
     comp, comm, weights, acts = [], [], [], []
     shared = _shared(g)
-    for v, (op, cfg) in enumerate(zip(ops, strategy)):
-        a, b = op_cost_parts(op, [cfg], model)
-        w, x = op_memory(op, [cfg], shared.get(v, ()))
+    for v, (op, d) in enumerate(zip(ops, strategy)):
+        a, b = op_cost_parts(op, [d.config], model)
+        w, x = op_memory(op, [d.config], shared.get(v, ()))
         comp.append(float(a[0]))
         comm.append(float(b[0]))
         weights.append(float(w[0]))
         acts.append(float(x[0]))
     edges = {}
     for u, v, d in sorted(g.edges(data=True)):
-        m = edge_costs(ops[u], d["out"], ops[v], d["inp"], [strategy[u]], [strategy[v]], model)
+        m = edge_costs(ops[u], d["out"], ops[v], d["inp"], [strategy[u].config], [strategy[v].config], model)
         edges[(u, v)] = float(m[0, 0])
     cutoff = g.graph["cutoff"]
-    inside = tuple(p is not None and in_space(op, cfg, p, cutoff) for op, cfg in zip(ops, strategy))
+    inside = tuple(p is not None and in_space(op, d.config, p, cutoff) for op, d in zip(ops, strategy))
     return StrategyCost(strategy, tuple(comp), tuple(comm), edges, inside, tuple(weights), tuple(acts))

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from errors import SettingError
-from result import SearchStats
+from result import SearchStats, total
 from search.contract import (
     CHUNK,
     FUSED_ROWS,
@@ -311,7 +311,7 @@ class SearchResult:
     seconds: float
     stats: SearchStats
     kept: list = field(default_factory=list, repr=False)
-    strategy: list = field(default_factory=list)  # configurations, filled by search()
+    strategy: list = field(default_factory=list)  # decisions (config_space.Decision), filled by search()
 
 
 def _factor(kind_arg, pos, node_costs, edge_costs, tables, scope):
@@ -501,7 +501,7 @@ def _solver(costed, algo: int, **options):
 def _named(result: SearchResult, costed, algo: int, **stats) -> SearchResult:
     """``result`` with its order in the statistics and its configurations."""
     result.stats = replace(result.stats, algo=algo, order=ALGOS[algo], **stats)
-    result.strategy = [tuple(int(c) for c in costed.configs[v][i]) for v, i in enumerate(result.index)]
+    result.strategy = costed.decisions(result.index)
     return result
 
 
@@ -552,8 +552,8 @@ class Bounded:
 
 
 def _total(node_costs, edge_costs, index) -> float:
-    return math.fsum(float(c[i]) for c, i in zip(node_costs, index)) + math.fsum(
-        float(m[index[u], index[v]]) for (u, v), m in edge_costs.items())
+    return total((float(c[i]) for c, i in zip(node_costs, index)),
+                 (float(m[index[u], index[v]]) for (u, v), m in edge_costs.items()))
 
 
 def within_memory(node_costs, node_memory, edge_costs, capacity: float, run, *, max_searches: int = 8,

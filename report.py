@@ -210,10 +210,13 @@ def render_text(r: Result, summary: bool = False) -> str:
 
 
 def _layer_record(layer) -> dict:
-    return {"id": layer.id, "name": layer.name, "op": layer.kind, "dims": layer.dims, "space": list(layer.space),
-            "config": list(layer.config), "devices": layer.devices, "compute": layer.compute,
-            "communication": layer.communication, "cost": layer.cost, "memory": layer.memory_bytes,
-            "weights": layer.weights, "activations": layer.activations}
+    rec = {"id": layer.id, "name": layer.name, "op": layer.kind, "dims": layer.dims, "space": list(layer.space),
+           "config": list(layer.config), "devices": layer.devices, "compute": layer.compute,
+           "communication": layer.communication, "cost": layer.cost, "memory": layer.memory_bytes,
+           "weights": layer.weights, "activations": layer.activations}
+    if layer.decision.options:
+        rec["options"] = dict(layer.decision.options)
+    return rec
 
 
 def to_record(r: Result) -> dict:

@@ -13,13 +13,23 @@ same formulas (:func:`cost_model.evaluate`).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 
-__all__ = ["Layer", "SearchStats", "MemoryBound", "Result", "make_result", "MEMORY_PARTS"]
+__all__ = ["Layer", "SearchStats", "MemoryBound", "Result", "make_result", "MEMORY_PARTS", "total"]
 
 #: the parts of a device's memory, in the order ``Layer.memory`` holds them
 MEMORY_PARTS = ("weights", "gradients", "optimizer state", "activations")
+
+
+def total(*parts) -> float:
+    """The cost of a strategy from its parts (iterables of numbers: each
+    operator's compute and communication, each edge's re-distribution):
+    their exact sum (``math.fsum``, so that no part is lost to rounding
+    whatever the order).  Every total of a strategy is this one: the
+    report's, the evaluator's and the search's own."""
+    return math.fsum(itertools.chain(*parts))
 
 
 @dataclass(frozen=True)
@@ -29,15 +39,22 @@ class Layer:
     id: int
     name: str
     kind: str
-    dims: str
     space: tuple[int, ...]
-    config: tuple[int, ...]
+    decision: object  # config_space.Decision: the splits by letter, the options
     compute: float
     communication: float  # inside the operator
     in_space: bool  # the search space for p holds this configuration
     weights: float = 0.0  # elements of the weights one device holds
     activations: float = 0.0  # elements one device keeps for the backward pass
     memory: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # bytes: MEMORY_PARTS
+
+    @property
+    def dims(self) -> str:
+        return self.decision.dims
+
+    @property
+    def config(self) -> tuple[int, ...]:
+        return self.decision.config
 
     @property
     def devices(self) -> int:
@@ -143,7 +160,8 @@ class Result:
 
     @property
     def total_cost(self) -> float:
-        return self.compute + self.operators_comm + self.edges_cost
+        return total((layer.compute for layer in self.layers), (layer.communication for layer in self.layers),
+                     (c for _, _, c in self.edges))
 
     @property
     def operators_cost(self) -> float:
@@ -193,8 +211,9 @@ class Result:
         return all(layer.in_space for layer in self.layers)
 
     @property
-    def strategy(self) -> list[tuple[int, ...]]:
-        return [layer.config for layer in self.layers]
+    def strategy(self) -> list:
+        """One :class:`config_space.Decision` per operator."""
+        return [layer.decision for layer in self.layers]
 
     def param(self, name: str, default=None):
         return dict(self.params).get(name, default)
@@ -220,10 +239,10 @@ def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
     from graph import operators
 
     layers = tuple(
-        Layer(v, op.name, op.kind.name, op.dims, op.space, tuple(cfg), sc.compute[v], sc.comm[v], sc.in_space[v],
+        Layer(v, op.name, op.kind.name, op.space, d, sc.compute[v], sc.comm[v], sc.in_space[v],
               sc.weights[v], sc.activations[v], tuple(float(x) for x in model.memory_bytes(sc.weights[v],
                                                                                         sc.activations[v])))
-        for v, (op, cfg) in enumerate(zip(operators(g), sc.strategy)))
+        for v, (op, d) in enumerate(zip(operators(g), sc.strategy)))
     from graph import parameter_count
 
     edges = tuple((u, v, c) for (u, v), c in sorted(sc.edges.items()))

@@ -43,12 +43,14 @@ def read_strategy_file(path: str) -> tuple[dict, list]:
     for i, layer in enumerate(data["layers"]):
         if not isinstance(layer, dict) or "id" not in layer or "config" not in layer:
             raise UsageError(f"--evaluate: {path}: layers[{i}] needs an \"id\" and a \"config\"")
-        lid, cfg = layer["id"], layer["config"]
+        lid, cfg, opts = layer["id"], layer["config"], layer.get("options", {})
         if isinstance(lid, bool) or not isinstance(lid, int):
             raise UsageError(f"--evaluate: {path}: layers[{i}] has id {shown(lid)}, not an integer")
         if not isinstance(cfg, list):
             raise UsageError(f"--evaluate: {path}: layer {lid} has config {shown(cfg)}, not a list of integers")
-        layers.append((lid, cfg))
+        if not isinstance(opts, dict):
+            raise UsageError(f"--evaluate: {path}: layer {lid} has options {shown(opts)}, not an object")
+        layers.append((lid, cfg, opts))
     recorded = {}
     for key, kinds in _RECORDED.items():
         value = data.get(key)
@@ -71,22 +73,30 @@ def read_strategy_file(path: str) -> tuple[dict, list]:
     return recorded, layers
 
 
-def strategy_from_layers(g, layers, path: str) -> list:
-    """One configuration per node of ``g`` from a file's ``[(id, config)]``."""
+def strategy_from_layers(g, layers, path: str, p: int | None = None) -> list:
+    """One :class:`config_space.Decision` per node of ``g`` from a file's
+    ``[(id, config, options)]``, checked (with ``p``: the devices each uses)."""
+    from config_space import Decision
+    from graph import operators
+
     n = g.number_of_nodes()
     by_id = {}
-    for lid, cfg in layers:
+    for lid, cfg, opts in layers:
         if not 0 <= lid < n:
             raise UsageError(f"--evaluate: {path}: layer id {lid} is not a node of {g.graph['name']} (0..{n - 1})")
         if lid in by_id:
             raise UsageError(f"--evaluate: {path}: layer {lid} appears twice")
-        by_id[lid] = cfg
+        by_id[lid] = (cfg, opts)
     missing = [v for v in range(n) if v not in by_id]
     if missing:
         shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
         raise UsageError(f"--evaluate: {path}: {len(missing)} of the {n} operators of {g.graph['name']} "
                          f"have no configuration ({shown})")
-    return [by_id[v] for v in range(n)]
+    ops = operators(g)
+    try:
+        return [Decision.of(ops[v], by_id[v][0], p, by_id[v][1], f"node {v} ({ops[v].name})") for v in range(n)]
+    except ValueError as e:
+        raise UsageError(f"--evaluate: {path}: {e}") from None
 
 
 # -- output files ---------------------------------------------------------------

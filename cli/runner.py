@@ -211,19 +211,13 @@ def plan(s: Settings, out=None, baselines=None):
     g = build_graph(s.graph, **_model_params(s))
     limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
     if layers is not None:
-        from cost_model import check_strategy
-
         _check_model(g, recorded, s.evaluate)
-        strategy = check_strategy(g, strategy_from_layers(g, layers, s.evaluate))
-        for v, (op, cfg) in enumerate(zip(operators(g), strategy)):
-            if math.prod(cfg) > s.procs:
-                raise UsageError(f"--evaluate: node {v} ({op.name}) config {tuple(cfg)} uses "
-                                 f"{math.prod(cfg)} devices but p is {s.procs}")
+        strategy = strategy_from_layers(g, layers, s.evaluate, s.procs)
         rules_from = s.evaluate if not s.sparse_embeddings and any(
             k in recorded for k in ("embedding_lookup", "embedding_sync")) else None
         result = make_result(g, evaluate(g, strategy, model, s.procs), model, s.procs, "evaluate",
                              source=s.evaluate, rules_from=rules_from)
-        most = max(math.prod(cfg) for cfg in strategy)
+        most = max(d.devices for d in strategy)
         if most < s.procs:
             result = replace(result, notes=result.notes + (
                 f"This strategy uses at most {most} of the {s.procs} devices.",))

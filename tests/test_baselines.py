@@ -20,7 +20,7 @@ SPARSE = CostModel(embedding_lookup=True, embedding_sync="best")
 
 
 def by_name(g, strategy):
-    return {op.name: tuple(c) for op, c in zip(operators(g), strategy)}
+    return {op.name: d.config for op, d in zip(operators(g), strategy)}
 
 
 class TestConfigurations:
@@ -29,7 +29,7 @@ class TestConfigurations:
 
     def test_alexnet(self):
         g = built("alexnet")
-        assert set(data_parallel(g, 8)) == {(8, 1, 1, 1, 1, 1, 1), (8, 1, 1, 1), (8, 1), (8, 1, 1)}
+        assert {d.config for d in data_parallel(g, 8)} == {(8, 1, 1, 1, 1, 1, 1), (8, 1, 1, 1), (8, 1), (8, 1, 1)}
         ex = by_name(g, expert(g, 8)[0])
         assert ex["conv1"] == ex["conv5"] == (8, 1, 1, 1, 1, 1, 1) and ex["pool5"] == (8, 1, 1, 1)
         assert ex["flatten/unravel"] == (8, 1)
@@ -38,16 +38,16 @@ class TestConfigurations:
 
     def test_fallback_to_a_divisor(self):
         g = build_graph("alexnet", 96)
-        assert data_parallel(g, 64)[0] == (48, 1, 1, 1, 1, 1, 1)  # 64 does not divide 96
+        assert data_parallel(g, 64)[0].config == (48, 1, 1, 1, 1, 1, 1)  # 64 does not divide 96
         ex = by_name(g, expert(g, 64)[0])
         assert ex["fc8"] == (1, 64, 1) and ex["softmax"] == (1, 64)
 
     def test_rnnlm_gnmt(self):
         g = built("rnnlm")
         ex, label = expert(g, 8)
-        assert ex == [(8, 1, 1, 1), (2, 1, 4, 1, 1), (8, 1, 1, 1), (8, 1, 1)]  # LSTM (l, s, b, n, k)
+        assert [d.config for d in ex] == [(8, 1, 1, 1), (2, 1, 4, 1, 1), (8, 1, 1, 1), (8, 1, 1)]  # LSTM (l, s, b, n, k)
         assert label.startswith("GNMT")
-        assert expert(g, 1)[0][1] == (1, 1, 1, 1, 1)
+        assert expert(g, 1)[0][1].config == (1, 1, 1, 1, 1)
 
     def test_transformermesh_tensorflow(self):
         g = built("transformer")
@@ -81,10 +81,10 @@ def project(g, strategy, p):
     """A strategy moved into the search space: each split lowered to the
     largest split the space allows for its dimension."""
     out = []
-    for op, cfg in zip(operators(g), strategy):
+    for op, d in zip(operators(g), strategy):
         out.append(tuple(1 if letter in op.never_split else max(e for e in dimension_splits(size, p, g.graph["cutoff"])
                                                                  if e <= c)
-                         for letter, size, c in zip(op.dims, op.space, cfg)))
+                         for letter, size, c in zip(op.dims, op.space, d.config)))
     return out
 
 
@@ -111,7 +111,7 @@ def test_pase_beats_baselines_inside_the_search_space(g, p):
 def test_projection_moves_data_parallel_into_the_space():
     g = built("alexnet")
     dp = data_parallel(g, 64)
-    assert dp[0] == (64, 1, 1, 1, 1, 1, 1) and project(g, dp, 64)[0] == (32, 1, 1, 1, 1, 1, 1)
+    assert dp[0].config == (64, 1, 1, 1, 1, 1, 1) and project(g, dp, 64)[0] == (32, 1, 1, 1, 1, 1, 1)
     assert costed("alexnet", 64).index_of(project(g, dp, 64))
 
 
@@ -232,7 +232,8 @@ def test_compare_after_evaluate_speaks_of_the_strategy(tmp_path):
     plan = tmp_path / "dp.json"
     g = built("transformer")
     plan.write_text(json.dumps({"graph": "transformer", "procs": 8,
-                                "layers": [{"id": i, "config": list(c)} for i, c in enumerate(data_parallel(g, 8))]}))
+                                "layers": [{"id": i, "config": list(d.config)}
+                                           for i, d in enumerate(data_parallel(g, 8))]}))
     out = cli("--evaluate", plan, "--compare")
     assert "this strategy" in out and "cheaper than this strategy" in out
     assert "than PaSE" not in out
@@ -251,6 +252,6 @@ def test_baselines_keep_a_reshape_contiguous():
     B.add("loss", SoftmaxCrossEntropy(), B.reshape("r", y, (32, 6), "be"))
     g = B.graph
     dp = data_parallel(g, 8)
-    assert dp[1] == (4, 2, 1) and dp[2] == (8, 1)  # the ravel of (s, b, e): s whole, then b
+    assert dp[1].config == (4, 2, 1) and dp[2].config == (8, 1)  # the ravel of (s, b, e): s whole, then b
     check_strategy(g, dp)
     assert {b.key for b in compare(g, 8, CostModel())} == {"data_parallel", "expert", "parallax"}

@@ -125,7 +125,7 @@ def test_a_plan_the_flat_model_prefers_and_two_levels_reject():
     flat, two = CostModel(), CostModel(Cluster(gpus_per_node=8, inter_bw=1.6))
     a = search(build_costs(g, 16, flat), 0)
     b = search(build_costs(g, 16, two), 0)
-    by_name = {op.name: (x, y) for op, x, y in zip(operators(g), a.strategy, b.strategy)}
+    by_name = {op.name: (x.config, y.config) for op, x, y in zip(operators(g), a.strategy, b.strategy)}
     assert by_name["conv4"] == ((16, 1, 1, 1, 1, 1, 1), (8, 1, 1, 1, 1, 1, 1))
     assert evaluate(g, a.strategy, two).total > 1.15 * b.cost  # the flat plan, costed on two levels
     assert evaluate(g, b.strategy, flat).total > 1.15 * a.cost  # and the other way round

@@ -315,7 +315,7 @@ class TestCheckStrategy:
         return [(1,) * len(op.space) for op in operators(built("alexnet"))]
 
     def test_accepts_lists(self):
-        assert check_strategy(built("alexnet"), [list(c) for c in self.good()]) == self.good()
+        assert [d.config for d in check_strategy(built("alexnet"), [list(c) for c in self.good()])] == self.good()
 
     def test_wrong_count(self):
         with pytest.raises(ValueError, match="has 13 configurations; alexnet has 14"):

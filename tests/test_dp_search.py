@@ -102,7 +102,7 @@ def test_reference_optimum_generateseq(setting, prune):
     want = reference(g, p)["optimal_cost"]
     assert rel(r.cost, want) <= 1e-9
     assert rel(cg.cost_at(r.index), want) <= 1e-9
-    assert r.strategy == [tuple(cg.configs[v][i].tolist()) for v, i in enumerate(r.index)]
+    assert [d.config for d in r.strategy] == [tuple(cg.configs[v][i].tolist()) for v, i in enumerate(r.index)]
 
 
 @pytest.mark.parametrize("g, p", [(g, p) for g in ("alexnet", "rnnlm") for p in (4, 8, 16, 32, 64)]

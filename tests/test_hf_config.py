@@ -106,7 +106,7 @@ class TestSearch:
 
     def test_mesh_tensorflow_splits_experts_heads_hidden_and_vocabulary(self, tmp_path):
         g = build_graph(str(write(tmp_path, TINY_MIXTRAL)), batch=8, seq=16)
-        mt = {op.name: dict(zip(op.dims, cfg)) for op, cfg in zip(operators(g), mesh_tensorflow(g, 2, 4))}
+        mt = {op.name: dict(zip(op.dims, d.config)) for op, d in zip(operators(g), mesh_tensorflow(g, 2, 4))}
         assert mt["layer0/mlp/gate_up"] == {"j": 1, "x": 4, "b": 2, "c": 1, "f": 1, "e": 1}  # experts, not f too
         assert mt["layer0/attn/qkv"]["g"] == 2 and mt["layer0/attn/qkv"]["b"] == 2  # 2 key/value heads
         assert mt["logits"]["v"] == 4 and mt["layer0/mlp/norm"] == {"b": 2, "s": 1, "e": 1}

@@ -90,7 +90,8 @@ def assign(g, strategy, p: int) -> MeshPlan:
     size = dict(axes)
     ops = operators(g)
     layers, out_axes = {}, {}
-    for v, (op, cfg) in enumerate(zip(ops, strategy)):
+    for v, (op, d) in enumerate(zip(ops, strategy)):
+        cfg = [d[letter] for letter in op.dims] if hasattr(d, "dims") else list(d)  # a Decision, or splits in order
         preferred = {}
         for u, _, d in g.in_edges(v, data=True):  # the producer's mesh axes for the same split
             t_out = out_axes[(u, d["out"])]
