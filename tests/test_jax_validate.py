@@ -185,8 +185,8 @@ def test_small_validation_of_pase_and_data_parallel():
 def test_small_validation_of_a_model_parallel_plan(tmp_path):
     g = built("transformer")
     plan = tmp_path / "mesh_tf_2x4.json"
-    plan.write_text(json.dumps({"layers": [{"id": i, "config": list(c)}
-                                           for i, c in enumerate(mesh_tensorflow(g, 2, 4))]}))
+    plan.write_text(json.dumps({"layers": [{"id": i, "config": list(d.config)}
+                                           for i, d in enumerate(mesh_tensorflow(g, 2, 4))]}))
     proc = _validate("-g", "transformer", "--plan", str(plan), "--quick")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "== transformer, p = 8: mesh_tf_2x4 ==" in proc.stdout and "numerics: PASS" in proc.stdout
