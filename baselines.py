@@ -37,9 +37,9 @@ from dataclasses import replace
 import numpy as np
 
 from config_space import Decision, contiguous, divisors, divisors_upto
-from cost_model import CostModel, evaluate
+from cost_model import CostModel, evaluate, make_result
 from graph import Operator, operators
-from result import Result, make_result
+from result import Result
 
 __all__ = ["BASELINES", "fit", "data_parallel", "expert", "parallax", "compare"]
 

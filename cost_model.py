@@ -18,14 +18,14 @@ do not check divisibility themselves (:func:`check_strategy` does).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from cluster import Cluster
 from config_space import Decision, configurations, count_configurations, in_space
 from errors import InputError, SettingError, shown
-from graph import Operator, operators
+from graph import Operator, operators, parameter_count
 from kinds import Extents, need, shard, tensor_splits
 from kinds.base import Comm, Work
 
@@ -46,6 +46,8 @@ __all__ = [
     "check_strategy",
     "evaluate",
     "MAX_PROCS",
+    "make_result",
+    "words_moved",
 ]
 
 EMBEDDING_SYNC = ("dense", "sparse", "best")
@@ -516,3 +518,30 @@ def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None) 
     cutoff = g.graph["cutoff"]
     inside = tuple(p is not None and in_space(op, d.config, p, cutoff) for op, d in zip(ops, strategy))
     return StrategyCost(strategy, tuple(comp), tuple(comm), edges, inside, tuple(weights), tuple(acts))
+
+
+def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
+    """A :class:`result.Result` for graph ``g`` from a :class:`StrategyCost`."""
+    from result import Layer, Result
+
+    layers = tuple(
+        Layer(v, op.name, op.kind.name, op.space, d, sc.compute[v], sc.comm[v], sc.in_space[v],
+              sc.weights[v], sc.activations[v], tuple(float(x) for x in model.memory_bytes(sc.weights[v],
+                                                                                        sc.activations[v])))
+        for v, (op, d) in enumerate(zip(operators(g), sc.strategy)))
+    edges = tuple((u, v, c) for (u, v), c in sorted(sc.edges.items()))
+    params = tuple(g.graph.get("params", {}).items())
+    source = tuple(g.graph.get("source", {}).items())
+    return Result(mode, g.graph["name"], params, p, model, layers, edges, parameters=parameter_count(g),
+                  model_source=source, words=words_moved(g, sc, model), **fields)
+
+
+def words_moved(g, sc, model) -> float:
+    """Elements one device moves per step under the strategy ``sc`` (a
+    :class:`StrategyCost`) costs: its communication costed at one
+    FLOP per element, no latency, one network (the same rules otherwise)."""
+    c = model.cluster
+    if not c.two_level and not c.latency:  # every element costs W: the communication says it
+        return sc.comm_total / c.word
+    unit = replace(model, cluster=Cluster(1.0, 1000.0 * c.word_bytes, precision=c.precision))
+    return evaluate(g, sc.strategy, unit).comm_total

@@ -22,8 +22,10 @@ another operator already reads (tied embeddings), so that
 :func:`parameter_count` counts it once.
 
 Nothing here depends on the number of devices or on the hardware, so one
-graph serves every ``p``.  Example::
+graph serves every ``p``; the models themselves are built in ``models/``.
+Example::
 
+    >>> from models import build_graph
     >>> g = build_graph("alexnet", batch=128)
     >>> g.nodes[0]["op"].name, g.nodes[0]["op"].space
     ('conv1', (128, 3, 55, 55, 11, 11, 96))
@@ -36,8 +38,7 @@ from math import prod
 from errors import InputError
 from kinds import Kind, Operator, Ref, Tensor
 
-__all__ = ["GraphBuilder", "Operator", "Tensor", "Ref", "build_graph", "operators", "graph_names",
-           "parameter_count"]
+__all__ = ["GraphBuilder", "Operator", "Tensor", "Ref", "operators", "parameter_count"]
 
 
 class GraphBuilder:
@@ -99,24 +100,6 @@ class GraphBuilder:
             raise InputError(f"{name}: cannot reshape {x.shape} to {tuple(shape)}")
         flat = self.add(f"{name}/ravel", Ravel(), x)
         return self.add(f"{name}/unravel", Unravel(tuple(shape), letters), flat)
-
-
-def build_graph(name: str, batch: int | None = None, width: int | None = None, **params):
-    """Build the model ``name``: a built-in one (see :func:`graph_names`), an
-    ONNX file, a Hugging Face ``config.json`` or a directory holding one,
-    with its parameters (``batch``, ``width``, ``seq``...; ``None`` keeps a
-    default).  Raises ``ValueError`` on bad input."""
-    from models.sources import build
-
-    given = {k: v for k, v in dict(params, batch=batch, width=width).items() if v is not None}
-    return build(name, **given)
-
-
-def graph_names() -> tuple[str, ...]:
-    """The built-in models' names."""
-    from models import MODELS
-
-    return tuple(MODELS)
 
 
 def operators(g) -> list[Operator]:

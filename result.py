@@ -8,7 +8,8 @@ CSV and the comparison all read it (``report.py``); none recomputes a cost.
 
 A searched strategy's figures are read from the cost arrays the search used
 (:meth:`cost_model.CostedGraph.figures`); a given strategy's come from the
-same formulas (:func:`cost_model.evaluate`).
+same formulas (:func:`cost_model.evaluate`); :func:`cost_model.make_result`
+turns either into a Result.  This module only holds the records.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import itertools
 import math
 from dataclasses import dataclass, replace
 
-__all__ = ["Layer", "SearchStats", "MemoryBound", "Result", "make_result", "MEMORY_PARTS", "total"]
+__all__ = ["Layer", "SearchStats", "MemoryBound", "Result", "MEMORY_PARTS", "total"]
 
 #: the parts of a device's memory, in the order ``Layer.memory`` holds them
 MEMORY_PARTS = ("weights", "gradients", "optimizer state", "activations")
@@ -232,35 +233,3 @@ class Result:
 
     def with_baselines(self, baselines) -> "Result":
         return replace(self, baselines=tuple(baselines))
-
-
-def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
-    """A :class:`Result` for graph ``g`` from a :class:`cost_model.StrategyCost`."""
-    from graph import operators
-
-    layers = tuple(
-        Layer(v, op.name, op.kind.name, op.space, d, sc.compute[v], sc.comm[v], sc.in_space[v],
-              sc.weights[v], sc.activations[v], tuple(float(x) for x in model.memory_bytes(sc.weights[v],
-                                                                                        sc.activations[v])))
-        for v, (op, d) in enumerate(zip(operators(g), sc.strategy)))
-    from graph import parameter_count
-
-    edges = tuple((u, v, c) for (u, v), c in sorted(sc.edges.items()))
-    params = tuple(g.graph.get("params", {}).items())
-    source = tuple(g.graph.get("source", {}).items())
-    return Result(mode, g.graph["name"], params, p, model, layers, edges, parameters=parameter_count(g),
-                  model_source=source, words=words_moved(g, sc, model), **fields)
-
-
-def words_moved(g, sc, model) -> float:
-    """Elements one device moves per step under the strategy ``sc`` (a
-    :class:`cost_model.StrategyCost`) costs: its communication costed at one
-    FLOP per element, no latency, one network (the same rules otherwise)."""
-    from cluster import Cluster
-    from cost_model import evaluate
-
-    c = model.cluster
-    if not c.two_level and not c.latency:  # every element costs W: the communication says it
-        return sc.comm_total / c.word
-    unit = replace(model, cluster=Cluster(1.0, 1000.0 * c.word_bytes, precision=c.precision))
-    return evaluate(g, sc.strategy, unit).comm_total

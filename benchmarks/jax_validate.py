@@ -176,7 +176,7 @@ def plans_for(graph: str, p: int, files: list[str], with_expert: bool = False):
     from baselines import data_parallel, expert
     from cost_model import build_costs
     from dp_search import search
-    from graph import build_graph
+    from models import build_graph
     from cli import read_strategy_file, strategy_from_layers
 
     g = build_graph(graph)

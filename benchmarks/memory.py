@@ -21,7 +21,7 @@ from baselines import data_parallel  # noqa: E402
 from cluster import Cluster  # noqa: E402
 from cost_model import CostModel, build_costs, evaluate  # noqa: E402
 from dp_search import DoesNotFit, search, search_within  # noqa: E402
-from graph import build_graph  # noqa: E402
+from models import build_graph  # noqa: E402
 from report import fmt_bytes  # noqa: E402
 from table import render  # noqa: E402
 

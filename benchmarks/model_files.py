@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from cost_model import build_costs  # noqa: E402
 from dp_search import search  # noqa: E402
-from graph import build_graph, parameter_count  # noqa: E402
+from graph import parameter_count  # noqa: E402
+from models import build_graph  # noqa: E402
 from search_time import process_run  # noqa: E402
 from table import render  # noqa: E402
 

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from cost_model import build_costs  # noqa: E402
 from dp_search import SearchTooLarge, breadth_first, plan, search  # noqa: E402
-from graph import build_graph, graph_names  # noqa: E402
+from models import build_graph, graph_names  # noqa: E402
 from search.contract import fused_available  # noqa: E402
 from table import render  # noqa: E402
 

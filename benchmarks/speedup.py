@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from cli import parse_args  # noqa: E402
 from cli.study import sweep  # noqa: E402
-from graph import graph_names  # noqa: E402
+from models import graph_names  # noqa: E402
 from table import render  # noqa: E402
 
 

@@ -27,7 +27,7 @@ from baselines import data_parallel, expert  # noqa: E402
 from cluster import Cluster  # noqa: E402
 from cost_model import CostModel, build_costs, evaluate  # noqa: E402
 from dp_search import search  # noqa: E402
-from graph import build_graph  # noqa: E402
+from models import build_graph  # noqa: E402
 from report import fmt_time  # noqa: E402
 from table import render  # noqa: E402
 

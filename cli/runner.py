@@ -201,10 +201,10 @@ def plan(s: Settings, out=None, baselines=None):
         recorded, layers = read_strategy_file(s.evaluate)
         s = _with_file_settings(s, recorded)
 
-    from cost_model import build_costs, check_procs, evaluate
+    from cost_model import build_costs, check_procs, evaluate, make_result
     from dp_search import default_memory_limit
-    from graph import build_graph, operators
-    from result import make_result
+    from graph import operators
+    from models import build_graph
 
     check_procs(s.procs)
     model = _cost_model(s, recorded)
@@ -255,7 +255,8 @@ def plan(s: Settings, out=None, baselines=None):
 
 def _search(s: Settings, g, model, costed, limit, out):
     from dp_search import search, search_within
-    from result import MemoryBound, make_result
+    from cost_model import make_result
+    from result import MemoryBound
 
     capacity = model.cluster.memory
 

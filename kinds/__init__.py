@@ -1,7 +1,7 @@
 """Operator kinds: one definition per kind, and the registry of them all.
 
 Each kind is a frozen dataclass deriving from :class:`Kind` and decorated
-with :func:`register`, in one of this package's modules (grouped by family:
+with :func:`register` (both in ``kinds.base``), in one of this package's modules (grouped by family:
 ``conv``, ``gemm``, ``pointwise``, ``shape``, ``recurrent``, ``moe``).  Every module
 here is imported when the package is, so a new kind needs its definition
 (and its test) and nothing else.  ``KINDS`` maps a kind's name to its class.
@@ -17,33 +17,25 @@ import importlib
 import os
 
 from kinds.base import (
+    KINDS,
+    Comm,
     Extents,
+    Footprint,
     Kind,
     Operator,
     Ref,
     Tensor,
+    Work,
     gemm,
     halo,
     need,
+    register,
     shard,
     tensor_splits,
 )
 
-__all__ = ["KINDS", "register", "Kind", "Operator", "Tensor", "Ref", "Extents", "gemm", "halo", "need", "shard",
-           "tensor_splits"]
-
-KINDS: dict[str, type[Kind]] = {}
-
-
-def register(cls: type[Kind]) -> type[Kind]:
-    """Class decorator: add a kind to :data:`KINDS` under its class name."""
-    if not issubclass(cls, Kind):
-        raise TypeError(f"{cls.__name__} is not a Kind")
-    if KINDS.get(cls.__name__, cls) is not cls:
-        raise ValueError(f"two operator kinds are named {cls.__name__}")
-    KINDS[cls.__name__] = cls
-    return cls
-
+__all__ = ["KINDS", "register", "Kind", "Operator", "Tensor", "Ref", "Extents", "Comm", "Work", "Footprint", "gemm",
+           "halo", "need", "shard", "tensor_splits"]
 
 for _file in sorted(os.listdir(__path__[0])):  # every module of the package (os: cheaper than pkgutil)
     if _file.endswith(".py") and _file not in ("__init__.py", "base.py"):

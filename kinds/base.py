@@ -36,8 +36,8 @@ import numpy as np
 
 from errors import InputError
 
-__all__ = ["ROLES", "COMM_ROLES", "Tensor", "Operator", "Ref", "Extents", "Comm", "Work", "Kind", "normalize_axis",
-           "shard", "tensor_splits", "gemm", "gemm_extents", "halo", "need"]
+__all__ = ["ROLES", "COMM_ROLES", "KINDS", "register", "Tensor", "Operator", "Ref", "Extents", "Comm", "Work",
+           "Footprint", "Kind", "normalize_axis", "shard", "tensor_splits", "gemm", "gemm_extents", "halo", "need"]
 
 ROLES = ("activation", "weight", "data")
 #: what each collective of a :class:`Work` record does
@@ -238,6 +238,31 @@ class Work:
         return tuple(c for c in self.comms if c.role == role)
 
 
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes one device holds for an operator, by part, for each
+    configuration ((K,) arrays or numbers): its ``weights``, their
+    ``gradients``, the ``optimizer`` state, the ``activations`` kept for the
+    backward pass, and the ``transient``: what it holds only while it runs
+    (weights gathered for it, activations recomputed for it), which counts
+    in the peak but not in what stays from layer to layer."""
+
+    weights: object
+    gradients: object
+    optimizer: object
+    activations: object
+    transient: object = 0.0
+
+    @property
+    def kept(self):
+        """What the operator holds for the whole step."""
+        return self.weights + self.gradients + self.optimizer + self.activations
+
+    @property
+    def parts(self) -> tuple:
+        return self.weights, self.gradients, self.optimizer, self.activations
+
+
 class Kind:
     """Base of every operator kind (see the module docstring).
 
@@ -293,6 +318,20 @@ class Kind:
     def stage_dim(self, op: Operator) -> str:
         """A letter that stacks layers which may go to different devices (GNMT)."""
         return ""
+
+
+#: every kind by name (filled by :func:`register` as the kinds' modules load)
+KINDS: dict[str, type[Kind]] = {}
+
+
+def register(cls: type[Kind]) -> type[Kind]:
+    """Class decorator: add a kind to :data:`KINDS` under its class name."""
+    if not issubclass(cls, Kind):
+        raise TypeError(f"{cls.__name__} is not a Kind")
+    if KINDS.get(cls.__name__, cls) is not cls:
+        raise ValueError(f"two operator kinds are named {cls.__name__}")
+    KINDS[cls.__name__] = cls
+    return cls
 
 
 def normalize_axis(axis: int, rank: int, name: str) -> int:

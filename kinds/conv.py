@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from errors import InputError
-from kinds import register
-from kinds.base import Kind, Operator, Tensor, Work, gemm, halo
+from kinds.base import Kind, Operator, Tensor, Work, gemm, halo, register
 
 
 def _pair(v) -> tuple[int, int]:

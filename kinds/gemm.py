@@ -8,8 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from errors import InputError
-from kinds import register
-from kinds.base import Comm, Kind, Operator, Tensor, Work, gemm
+from kinds.base import Comm, Kind, Operator, Tensor, Work, gemm, register
 
 
 def _fresh(taken: str, preferred: str) -> str:

@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from errors import InputError
-from kinds import register
-from kinds.base import Comm, Kind, Operator, Tensor, Work
+from kinds.base import Comm, Kind, Operator, Tensor, Work, register
 
 
 @register

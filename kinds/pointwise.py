@@ -14,8 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from errors import InputError
-from kinds import register
-from kinds.base import Comm, Kind, Operator, Tensor, Work, normalize_axis
+from kinds.base import Comm, Kind, Operator, Tensor, Work, normalize_axis, register
 
 
 def _same(x):

@@ -7,8 +7,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from errors import InputError
-from kinds import register
-from kinds.base import Comm, Kind, Operator, Tensor, gemm_extents, need
+from kinds.base import Comm, Kind, Operator, Tensor, gemm_extents, need, register
 
 
 @register

@@ -12,8 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from errors import InputError
-from kinds import register
-from kinds.base import Kind, Operator, Tensor, Work, normalize_axis
+from kinds.base import Kind, Operator, Tensor, Work, normalize_axis, register
 
 
 class _Free(Kind):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from math import prod
 
-from models import BATCH, model
+from models.registry import BATCH, model
 
 _CNN = dict(params=(BATCH,), cutoff=4, expert="one_weird_trick")
 

@@ -54,8 +54,8 @@ import os
 from dataclasses import dataclass
 
 from errors import SettingError, printable, shown
-from models import BATCH, MAX_LAYERS, check_int
-from models.sources import ModelFileError, file_identity
+from models.registry import BATCH, MAX_LAYERS, check_int
+from models.files import ModelFileError, file_identity
 
 __all__ = ["FAMILIES", "DecoderConfig", "read_config", "load_config", "DEFAULT_SEQ"]
 

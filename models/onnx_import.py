@@ -70,8 +70,8 @@ import numpy as np
 
 from errors import SettingError, printable
 from graph import GraphBuilder, Ref
-from models import BATCH, check_int
-from models.sources import ModelFileError, file_identity
+from models.registry import BATCH, check_int
+from models.files import ModelFileError, file_identity
 
 __all__ = ["load_onnx", "SUPPORTED"]
 

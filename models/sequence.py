@@ -7,7 +7,7 @@ Kinds are imported by the builders, so that listing the models stays light.
 from __future__ import annotations
 
 from errors import SettingError
-from models import BATCH, MAX_LAYERS, Param, model
+from models.registry import BATCH, MAX_LAYERS, Param, model
 
 HEAD_WIDTH = 64  # Transformer key width per head: heads = width / 64
 

@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import os
 
-from errors import InputError, SettingError
-from models import MODELS, build_model
+from errors import SettingError
+from models.files import ModelFileError, file_identity
+from models.registry import MODELS, build_model
 
-__all__ = ["ModelFileError", "build", "locate", "file_identity", "is_file_argument"]
-
-
-class ModelFileError(InputError):
-    """A model file that cannot be read or planned: one line naming the file."""
+__all__ = ["ModelFileError", "build", "build_graph", "graph_names", "locate", "file_identity", "is_file_argument"]
 
 
 def is_file_argument(arg: str) -> bool:
@@ -58,20 +55,6 @@ def locate(arg: str) -> tuple[str, str]:
     raise ModelFileError(f"{arg}: not a model file the tool reads (an .onnx file or a config.json)")
 
 
-def file_identity(path: str) -> dict:
-    """The file name, absolute path and SHA-256 of a model file."""
-    import hashlib  # only a model read from a file needs it
-
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    except OSError as e:
-        raise ModelFileError(f"{path}: cannot read it: {e.strerror}") from None
-    return {"file": os.path.basename(path), "path": os.path.abspath(path), "sha256": digest.hexdigest()}
-
-
 def build(graph: str, **params):
     """The graph ``graph`` names (a built-in model or a file) with ``params``
     (``batch``, ``seq``, ...; those not given keep the model's defaults)."""
@@ -85,3 +68,17 @@ def build(graph: str, **params):
     from models.hf_config import load_config
 
     return load_config(path, **params)
+
+
+def build_graph(name: str, batch: int | None = None, width: int | None = None, **params):
+    """Build the model ``name``: a built-in one (see :func:`graph_names`), an
+    ONNX file, a Hugging Face ``config.json`` or a directory holding one,
+    with its parameters (``batch``, ``width``, ``seq``...; ``None`` keeps a
+    default).  Raises :class:`errors.InputError` on bad input."""
+    given = {k: v for k, v in dict(params, batch=batch, width=width).items() if v is not None}
+    return build(name, **given)
+
+
+def graph_names() -> tuple[str, ...]:
+    """The built-in models' names."""
+    return tuple(MODELS)

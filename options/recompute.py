@@ -16,7 +16,7 @@ Large Transformer Models" (2022):
 
 from __future__ import annotations
 
-from options import Option, register
+from options.base import Option, register
 
 
 @register

@@ -15,7 +15,7 @@ operator's configuration:
 
 from __future__ import annotations
 
-from options import Option, register
+from options.base import Option, register
 
 
 @register

@@ -28,7 +28,7 @@ def reference(graph: str, p: int) -> dict:
 
 @lru_cache(maxsize=None)
 def built(graph: str, batch: int = 128, width: int | None = None):
-    from graph import build_graph
+    from models import build_graph
 
     return build_graph(graph, batch, width)
 

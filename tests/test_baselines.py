@@ -14,7 +14,8 @@ from conftest import GRAPH_NAMES, PROCS, built, costed, reference, rel, run_cli
 from config_space import dimension_splits
 from cost_model import CostModel, build_costs, evaluate, op_cost_parts
 from dp_search import search
-from graph import build_graph, operators
+from graph import operators
+from models import build_graph
 
 SPARSE = CostModel(embedding_lookup=True, embedding_sync="best")
 

@@ -132,7 +132,7 @@ def test_a_plan_the_flat_model_prefers_and_two_levels_reject():
 
 
 def test_step_time_is_the_cost_at_the_device_speed():
-    from result import make_result
+    from cost_model import make_result
 
     g = built("alexnet")
     model = CostModel(Cluster(flops=312, bw=300, precision="bf16"))

@@ -140,7 +140,8 @@ class TestCount:
 
     @pytest.mark.parametrize("p", [1, 5, 16, 64, 1000])
     def test_every_operator_of_the_built_in_graphs(self, p):
-        from graph import build_graph, operators
+        from graph import operators
+        from models import build_graph
 
         for name in ("alexnet", "resnet101", "inception3", "rnnlm", "transformer"):
             g = build_graph(name)

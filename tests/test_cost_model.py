@@ -21,7 +21,8 @@ from cost_model import (
     op_cost_parts,
     op_costs,
 )
-from graph import build_graph, operators
+from graph import operators
+from models import build_graph
 
 TOL = 1e-9
 

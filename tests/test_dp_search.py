@@ -172,7 +172,7 @@ def test_bad_algo_and_shapes():
 
 def test_same_strategy_whatever_the_hash_seed():
     outs = outputs_under_hash_seeds(
-        "from graph import build_graph; from cost_model import build_costs; from dp_search import search\n"
+        "from models import build_graph; from cost_model import build_costs; from dp_search import search\n"
         "r = search(build_costs(build_graph('transformer'), 8), 0)\n"
         "print(r.cost, r.strategy)\n")
     assert len(outs) == 1

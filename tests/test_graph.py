@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import GRAPH_NAMES, built, reference
-from graph import build_graph, graph_names, operators
+from graph import operators
+from models import build_graph, graph_names
 from models import MODELS
 
 # The original tool's class names for our operator kinds.

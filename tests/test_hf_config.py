@@ -13,7 +13,8 @@ from baselines import data_parallel, expert, mesh_tensorflow
 from conftest import ROOT
 from cost_model import build_costs, evaluate
 from dp_search import search
-from graph import build_graph, operators, parameter_count
+from graph import operators, parameter_count
+from models import build_graph
 
 CONFIGS = ROOT / "tests" / "data" / "configs"
 PUBLISHED = {"gpt2": 124_439_808, "llama3-8b": 8_030_261_248, "mistral-7b": 7_241_732_096,

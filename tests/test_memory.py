@@ -14,7 +14,7 @@ import pytest
 from cluster import Cluster
 from conftest import run_cli, ROOT, built, costed
 from cost_model import CostModel, evaluate, op_memory
-from graph import build_graph
+from models import build_graph
 from dp_search import DoesNotFit, generate_seq, search, search_within, solve, within_memory
 from graph import operators
 from test_dp_search import random_problem
@@ -89,7 +89,7 @@ def test_parameter_count_is_the_sum_of_weight_elements(graph, want):
     ones = [(1,) * len(op.space) for op in operators(g)]
     sc = evaluate(g, ones, CostModel(), 1)
     assert math.fsum(sc.weights) == want  # one device holds every weight whole
-    from result import make_result
+    from cost_model import make_result
 
     assert make_result(g, sc, CostModel(), 1, "evaluate").parameters == want
 

@@ -17,7 +17,8 @@ from baselines import data_parallel, expert
 from conftest import PROCS, built, reference, rel, run_cli
 from cost_model import build_costs, evaluate
 from dp_search import search
-from graph import build_graph, operators, parameter_count
+from graph import operators, parameter_count
+from models import build_graph
 from onnx_models import export, model
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")

@@ -122,7 +122,7 @@ def test_the_real_graphs_shrink():
 
 def test_same_kept_sets_whatever_the_hash_seed():
     outs = outputs_under_hash_seeds(
-        "from graph import build_graph; from cost_model import build_costs; from search.prune import prune\n"
+        "from models import build_graph; from cost_model import build_costs; from search.prune import prune\n"
         "cg = build_costs(build_graph('inception3'), 8)\n"
         "print([k.tolist() for k in prune(cg.node_costs, cg.edge_costs)])\n", seeds=("0", "1", "98765"))
     assert len(outs) == 1
@@ -158,7 +158,7 @@ def _random_setting(seed):
 def test_pruned_search_equals_the_unpruned_one_in_random_settings(seed):
     from cluster import Cluster
     from cost_model import CostModel, build_costs
-    from graph import build_graph
+    from models import build_graph
 
     g, p, batch, flops, bw = _random_setting(seed)
     cg = build_costs(build_graph(g, batch), p, CostModel(Cluster(flops, bw)))
