@@ -1,19 +1,14 @@
-"""How a :class:`result.Result` is shown: the text report, JSON, CSV, and the
-graph in Graphviz format.  Everything here reads the record; nothing costs.
+"""How a :class:`result.Result` is shown on the terminal: the text report.
+Everything here reads the record; nothing costs.  Files are written by the
+formats of ``exports/`` (the plan file's schema is :mod:`plan_file`).
 """
 
 from __future__ import annotations
 
-import json
-
-from cluster.config import record as cluster_record
 from errors import printable
-from result import MEMORY_PARTS, Result
+from result import Result
 
-__all__ = ["render_text", "to_record", "model_record", "render_json", "render_csv", "render_dot", "LAYER_KEYS"]
-
-LAYER_KEYS = ("id", "name", "op", "dims", "space", "config", "devices", "compute", "communication", "cost",
-              "memory", "weights", "activations")
+__all__ = ["render_text", "fmt_config", "fmt_bytes", "fmt_time", "fmt_total"]
 
 
 # -- text -----------------------------------------------------------------------------
@@ -85,16 +80,6 @@ def _source_line(r: Result) -> str:
     src = dict(r.model_source)
     where = f"read from {printable(src['file'])} (sha256 {src['sha256'][:12]})" if src else "built-in model"
     return f"{r.parameters:,} parameters, {len(r.layers)} operators; {where}"
-
-
-def model_record(r: Result) -> dict | None:
-    """Which model a strategy belongs to, for a model read from a file:
-    its name, file name, path and SHA-256 (``None`` for a built-in one,
-    named by ``graph``)."""
-    src = dict(r.model_source)
-    if not src:
-        return None
-    return {"name": r.graph, "source": src["file"], "path": src["path"], "sha256": src["sha256"]}
 
 
 def _pct(a: float, b: float) -> str:
@@ -204,107 +189,3 @@ def render_text(r: Result, summary: bool = False) -> str:
         lines += _comparison(r)
     lines.append(f"Total cost: {fmt_total(r.total_cost)}")
     return "\n".join(lines)
-
-
-# -- files ----------------------------------------------------------------------------
-
-
-def _layer_record(layer) -> dict:
-    rec = {"id": layer.id, "name": layer.name, "op": layer.kind, "dims": layer.dims, "space": list(layer.space),
-           "config": list(layer.config), "devices": layer.devices, "compute": layer.compute,
-           "communication": layer.communication, "cost": layer.cost, "memory": layer.memory_bytes,
-           "weights": layer.weights, "activations": layer.activations}
-    if layer.decision.options:
-        rec["options"] = dict(layer.decision.options)
-    return rec
-
-
-def to_record(r: Result) -> dict:
-    """The result as the JSON document ``--output`` writes (``--evaluate``
-    reads it back)."""
-    cm, cl = r.cost_model, r.cost_model.cluster
-    rec = {
-        "graph": r.graph, "procs": r.procs, "batch": r.param("batch"), "width": r.param("width"),
-        "params": dict(r.params),
-        "flops": cl.flops, "bw": cl.bw, "word_cost": cl.word,
-        "algo": r.search.algo if r.search else None,
-        "embedding_lookup": cm.embedding_lookup, "embedding_sync": cm.embedding_sync,
-        "distinct_rows": cm.distinct_rows,
-        "total_cost": r.total_cost, "search_seconds": r.search.seconds if r.search else None,
-        "compute": r.compute, "communication": r.communication, "edges_cost": r.edges_cost,
-        "operators_cost": r.operators_cost, "comm_bytes_per_device": r.comm_bytes_per_device,
-        "step_seconds": r.step_seconds, "cluster": cluster_record(cl), "optimizer": cm.optimizer,
-        "memory": {**{k.replace(" ", "_"): x for k, x in zip(MEMORY_PARTS, r.memory)}, "total": r.memory_bytes,
-                   "capacity": r.capacity, "fits": r.fits},
-        "layers": [_layer_record(layer) for layer in r.layers],
-    }
-    rec["parameters"] = r.parameters
-    if r.model_source:  # a model read from a file: which one (--evaluate checks it)
-        rec["model"] = model_record(r)
-    if r.search is not None:
-        st = r.search
-        rec["search"] = {"order": st.order, "largest_K": st.largest_K, "largest_dependent_set":
-                         st.largest_dependent_set, "largest_table": st.largest_table, "work": st.work,
-                         "pruned": st.pruned, "largest_K_pruned": st.largest_K_pruned,
-                         "configurations": st.configurations, "configurations_kept": st.configurations_kept,
-                         "work_unpruned": st.work_unpruned, "prune_seconds": st.prune_seconds,
-                         "kernel": st.kernel}
-        if r.bound is not None:
-            b = r.bound
-            rec["search"]["within_memory"] = {"capacity": b.capacity, "status": b.status, "lower_bound": b.lower_bound,
-                                              "gap": b.gap, "lambda": b.lam, "searches": b.searches,
-                                              "least_memory": b.least_memory}
-    if r.mode == "baseline":
-        rec["label"] = r.label
-        rec["in_search_space"] = r.in_search_space
-    if r.baselines:
-        rec["speedup_over_data_parallel"] = r.speedup()
-        rec["baselines"] = {b.key: {**to_record(b), "speedup_over_data_parallel": r.speedup(b)} for b in r.baselines}
-    return rec
-
-
-def _dumps(obj, indent: int = 0) -> str:
-    """JSON with one line per key and per list item of dicts: readable and diffable."""
-    pad = " " * (indent + 2)
-    if isinstance(obj, dict) and obj:
-        items = [f"{pad}{json.dumps(k)}: {_dumps(v, indent + 2)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
-    if isinstance(obj, list) and obj and all(isinstance(x, dict) for x in obj):
-        return "[\n" + ",\n".join(pad + json.dumps(x) for x in obj) + "\n" + " " * indent + "]"
-    return json.dumps(obj)
-
-
-def render_json(r: Result) -> str:
-    return _dumps(to_record(r)) + "\n"
-
-
-def render_csv(r: Result) -> str:
-    """One row per layer (:data:`LAYER_KEYS`)."""
-    import csv
-    import io
-
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(LAYER_KEYS)
-    for layer in r.layers:
-        rec = _layer_record(layer)
-        w.writerow([json.dumps(rec[k]) if isinstance(rec[k], list) else rec[k] for k in LAYER_KEYS])
-    return out.getvalue()
-
-
-def render_dot(g) -> str:
-    """The graph in Graphviz format: one node per operator, one edge per tensor."""
-    import pydot
-
-    dot = pydot.Dot(g.graph["name"], graph_type="digraph", rankdir="TB")
-    dot.set_node_defaults(shape="box", fontname="Helvetica", fontsize="10")
-    dot.set_edge_defaults(fontname="Helvetica", fontsize="9")
-    for v in sorted(g.nodes):
-        op = g.nodes[v]["op"]
-        space = " ".join(f"{d}={s}" for d, s in zip(op.dims, op.space))
-        name = op.name.replace("\\", "\\\\").replace('"', '\\"')  # drawn as written, not as escapes
-        dot.add_node(pydot.Node(str(v), label=f'"{v}: {name}\\n{op.kind.name}\\n{space}"'))
-    for u, v, d in sorted(g.edges(data=True)):
-        shape = "x".join(map(str, g.nodes[u]["op"].outputs[d["out"]].shape))
-        dot.add_edge(pydot.Edge(str(u), str(v), label=f'"{shape}"'))
-    return dot.to_string()

@@ -194,7 +194,7 @@ class Result:
     @property
     def capacity(self) -> float | None:
         """Bytes per device, if the cluster says."""
-        gb = self.cost_model.cluster.memory
+        gb = self.cost_model.cluster.device_memory
         return None if gb is None else gb * 1e9
 
     @property

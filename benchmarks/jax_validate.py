@@ -177,14 +177,14 @@ def plans_for(graph: str, p: int, files: list[str], with_expert: bool = False):
     from cost_model import build_costs
     from dp_search import search
     from models import build_graph
-    from cli import read_strategy_file, strategy_from_layers
+    from plan_file import decisions, read
 
     g = build_graph(graph)
     if files:
         out = []
         for path in files:
-            _, layers = read_strategy_file(path)
-            out.append((Path(path).stem, strategy_from_layers(g, layers, path)))
+            file = read(path)
+            out.append((Path(path).stem, decisions(g, file)))
         return g, out
     out = [("PaSE", search(build_costs(g, p), 0).strategy), ("data parallel", data_parallel(g, p))]
     if with_expert:

@@ -1,10 +1,13 @@
 """The command line of ``scheduler.py``: flags to settings (``args``), the
-files it reads and writes (``files``), and running (``runner``: settings to a
-result, its files and its report; ``main`` and its exit statuses)."""
+files it writes (``files``), progress on the terminal (``progress``),
+sweeps (``study``) and running (``runner``: settings to a result with
+:func:`planner.plan`, its files and its report; ``main`` and its exit
+statuses)."""
 
-from cli.args import Settings, UsageError, build_parser, parse_args
-from cli.files import read_strategy_file, strategy_from_layers, write_atomic
-from cli.runner import Progress, main, run
+from cli.args import UsageError, build_parser, parse_args
+from cli.files import write_atomic
+from cli.progress import Progress
+from cli.runner import main, run
+from settings import Settings
 
-__all__ = ["Settings", "UsageError", "build_parser", "parse_args", "read_strategy_file", "strategy_from_layers",
-           "write_atomic", "Progress", "main", "run"]
+__all__ = ["Settings", "UsageError", "build_parser", "parse_args", "write_atomic", "Progress", "main", "run"]

@@ -15,15 +15,15 @@ import os
 import sys
 from dataclasses import dataclass, replace
 
-from cli.args import SWEEPABLE, Settings, UsageError
+from cli.args import UsageError
 from cli.files import check_writable, write_atomic
+from settings import DECLARED, SWEEPABLE, Settings
 
 __all__ = ["run_study"]
 
 PLOTS = (".png", ".svg")
 # a setting's part of a plan's file name
-_TAGS = {"procs": "p", "batch": "b", "width": "m", "seq": "seq", "flops": "flops", "bw": "bw", "inter_bw": "ibw",
-         "gpus_per_node": "G", "latency": "lat", "device_memory": "mem"}
+_TAGS = {s.name: s.tag for s in DECLARED if s.tag}
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -107,20 +107,21 @@ def _work(job):
     """One setting in a worker: its row, its plan (for --plans) and its
     breakdown rows (for --breakdown)."""
     from baselines import BASELINES
-    from cli.runner import message, plan
+    from cli.args import message
     from errors import InputError
+    from planner import plan
     from studies.sweep import row
 
     s, swept, want_plan, want_breakdown = job
     try:
-        _, _, result = plan(s, None, baselines=BASELINES if s.compare else ("data_parallel",))
+        result = plan(s, baselines=BASELINES if s.compare else ("data_parallel",)).result
     except (InputError, MemoryError, OSError) as e:
         return row(None, swept, message(e)), None, None
     except Exception as e:  # a bug: the row says so, the sweep goes on
         return row(None, swept, f"internal error: {type(e).__name__}: {e}"), None, None
     text = None
     if want_plan:
-        from report import render_json
+        from exports import render_json
 
         text = render_json(result)
     parts = None
@@ -196,7 +197,7 @@ def run_study(s: Settings, out=None):
     """Run the sweep the settings ask for; print and write its table."""
     out = sys.stdout if out is None else out
     _check(s)
-    from cli.runner import Progress
+    from cli.progress import Progress
     from studies.tables import render, render_file
 
     progress = Progress("sweep", "settings")

@@ -43,13 +43,11 @@ device, every number is the original tool's.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
-import numpy as np
+from dataclasses import dataclass, field, fields
 
 from errors import SettingError, shown
 
-__all__ = ["Cluster", "PRECISIONS", "DEFAULT_PRECISION"]
+__all__ = ["Cluster", "PRECISIONS", "DEFAULT_PRECISION", "FIELDS", "Declared"]
 
 MAX_WORD_COST = 1e15
 MIN_WORD_COST = 1e-9
@@ -67,21 +65,56 @@ def _positive(name: str, v, high: float = math.inf) -> float:
 
 
 @dataclass(frozen=True)
-class Cluster:
-    """Identical devices of ``flops`` peak TFLOPS and ``memory`` GB, ``G =
-    gpus_per_node`` per node joined by links of ``bw`` GB/s, nodes joined at
-    ``inter_bw`` GB/s, ``latency`` microseconds per collective step, training
-    in ``precision`` (see the module docstring).  ``device`` names the preset
-    the figures came from, if any."""
+class Declared:
+    """How a cluster field is given and shown, declared once beside the
+    field (its ``metadata``): its command-line ``flag`` (the file key is
+    the field's name), the ``kind`` of value (``positive``, ``nonnegative``,
+    ``count``, ``device``, ``precision``), ``help``, ``metavar``, whether a
+    comma-separated list sweeps it (``sweep``), its axis ``label`` in a
+    sweep's plot (numeric fields) and its ``tag`` in a plan file's name."""
 
-    flops: float = 10.0
-    bw: float = 16.0
-    inter_bw: float | None = None  # None: as bw
-    gpus_per_node: int | None = None  # None: one node holds every device
-    latency: float = 0.0  # microseconds
-    memory: float | None = None  # GB per device; None: unbounded
-    precision: str = DEFAULT_PRECISION
-    device: str = ""
+    flag: str
+    kind: str
+    help: str
+    metavar: str | None = None
+    sweep: bool = True
+    label: str = ""
+    tag: str = ""
+
+
+def _field(default, flag: str, kind: str, help: str, **how):
+    return field(default=default, metadata={"declared": Declared(flag, kind, help, **how)})
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Identical devices of ``flops`` peak TFLOPS and ``device_memory`` GB,
+    ``G = gpus_per_node`` per node joined by links of ``bw`` GB/s, nodes
+    joined at ``inter_bw`` GB/s, ``latency`` microseconds per collective
+    step, training in ``precision`` (see the module docstring).  ``device``
+    names the preset the figures came from, if any.  Each field declares
+    how it is given (:class:`Declared`): the command line, cluster files,
+    sweeps and strategy files all follow from these declarations."""
+
+    flops: float = _field(10.0, "--flops", "positive", "peak TFLOPS per device (default: 10.0, or the --device's)",
+                          label="peak TFLOPS per device", tag="flops")
+    bw: float = _field(16.0, "--bw", "positive", "peak interconnect bandwidth in GB/s, inside a node "
+                       "(default: 16.0, or the --device's)", label="bandwidth (GB/s)", tag="bw")
+    inter_bw: float | None = _field(None, "--inter-bw", "positive", "bandwidth between nodes (default: --bw)",
+                                    metavar="GB/s", label="bandwidth between nodes (GB/s)", tag="ibw")
+    gpus_per_node: int | None = _field(None, "--gpus-per-node", "count", "devices per node, numbered node-major "
+                                       "(default: one node holds them all)", metavar="G", label="devices per node",
+                                       tag="G")
+    latency: float = _field(0.0, "--latency", "nonnegative", "microseconds per collective step (default: 0)",
+                            metavar="US", label="latency (us)", tag="lat")
+    device: str = _field("", "--device", "device", "a device preset: peak TFLOPS at the precision, memory and "
+                         "bandwidth inside a node (v100, a100-40gb, a100-80gb, h100, paper); flags override it",
+                         metavar="NAME")
+    precision: str = _field(DEFAULT_PRECISION, "--precision", "precision", "training precision: fp64 (the original "
+                            "8-byte word, default), fp32, bf16 or fp16 (mixed precision)", metavar="P")
+    device_memory: float | None = _field(None, "--device-memory", "positive", "memory of one device: the search "
+                                         "returns the cheapest strategy that fits (default: the --device's, else "
+                                         "unbounded)", metavar="GB", label="device memory (GB)", tag="mem")
 
     def __post_init__(self):
         object.__setattr__(self, "flops", _positive("flops", self.flops))
@@ -95,8 +128,8 @@ class Cluster:
         if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not (0 <= lat <= 1e6):
             raise SettingError("latency", f"must be a number of microseconds from 0 to 1e6, got {shown(lat)}")
         object.__setattr__(self, "latency", float(lat))
-        if self.memory is not None:
-            object.__setattr__(self, "memory", _positive("device_memory", self.memory, 1e6))
+        if self.device_memory is not None:
+            object.__setattr__(self, "device_memory", _positive("device_memory", self.device_memory, 1e6))
         if self.precision not in PRECISIONS:
             raise SettingError("precision", f"must be one of {', '.join(PRECISIONS)}, got {shown(self.precision)}")
         checks = (("flops and bw", self.bw, self.word), ("flops and inter_bw", self.inter_bw, self.inter_word))
@@ -140,8 +173,8 @@ class Cluster:
         """The cluster in words, for the report's header."""
         dev = f"{self.device}: " if self.device else ""
         head = f"{dev}{self.flops:g} TFLOPS"
-        if self.memory is not None:
-            head += f", {self.memory:g} GB"
+        if self.device_memory is not None:
+            head += f", {self.device_memory:g} GB"
         if self.precision != DEFAULT_PRECISION:
             head += f" ({self.precision})"
         if not self.two_level:
@@ -160,6 +193,8 @@ class Cluster:
     def _inter(self, C):
         """Per letter of ``C`` (K, n): how many of its ways cross nodes (the
         rest stay inside one).  See the module docstring."""
+        import numpy as np  # here, so that importing the cluster stays light
+
         cache = C.cache
         if "inter" not in cache:
             order = [C.dims.index("b")] + [i for i, c in enumerate(C.dims) if c != "b"]
@@ -175,6 +210,8 @@ class Cluster:
     def tensor_nodes(self, t, C):
         """(K, rank): over how many nodes the pieces of each axis of tensor
         ``t`` are spread under the configurations ``C``."""
+        import numpy as np  # here, so that importing the cluster stays light
+
         inter = self._inter(C)
         cols = [np.prod(inter[..., [C.dims.index(c) for c in a]], axis=-1) if a else np.ones(inter.shape[:-1])
                 for a in t.axes]
@@ -182,6 +219,8 @@ class Cluster:
 
     def across(self, C, letters: str):
         """How many nodes the group over ``letters`` spans, per configuration."""
+        import numpy as np  # here, so that importing the cluster stays light
+
         if not self.two_level:
             return np.ones(C.array.shape[:-1]) if C.array.ndim > 1 else 1.0
         inter = self._inter(C)
@@ -209,6 +248,8 @@ class Cluster:
         """Each device sends ``words`` to the devices that differ from it only
         in the ``letters`` coordinates (nothing when there are none), in
         ``times`` rounds."""
+        import numpy as np  # here, so that importing the cluster stays light
+
         q = C[letters]
         word = self.word if not self.two_level else np.where(self.across(C, letters) > 1, self.inter_word, self.word)
         return np.where(q > 1, word * words + times * self.step_cost, 0.0)
@@ -217,7 +258,13 @@ class Cluster:
         """A device receives ``words`` from others when a tensor changes split,
         ``cross`` of them from other nodes (``None``: all inside a node), in
         ``times`` rounds."""
+        import numpy as np  # here, so that importing the cluster stays light
+
         step = np.where(words > 0, times * self.step_cost, 0.0) if self.latency else 0.0
         if cross is None:
             return self.word * words + step
         return self.word * (words - cross) + self.inter_word * cross + step
+
+
+#: every cluster field and its declaration, in the order of the fields
+FIELDS: dict[str, Declared] = {f.name: f.metadata["declared"] for f in fields(Cluster)}

@@ -16,36 +16,42 @@ A strategy file written with ``--output`` records the same fields under
 
 from __future__ import annotations
 
-from cluster import DEFAULT_PRECISION, PRECISIONS, Cluster
+from dataclasses import fields
+
+from cluster import DEFAULT_PRECISION, FIELDS, PRECISIONS, Cluster
 from cluster.presets import device as preset
 from cluster.presets import known
 from errors import InputError, SettingError, shown
 
-__all__ = ["FIELDS", "check_fields", "read_cluster_file", "record", "resolve"]
+__all__ = ["check_fields", "read_cluster_file", "record", "resolve"]
 
-#: the fields of a cluster description and their types
-FIELDS = {"device": str, "flops": float, "bw": float, "inter_bw": float, "gpus_per_node": int, "latency": float,
-          "device_memory": float, "precision": str}
-_TO_CLUSTER = {"device_memory": "memory"}
 MAX_FILE_BYTES = 1 << 20
+#: what each kind of declared field holds, as a file's value
+_TYPES = {"positive": "a number", "nonnegative": "a number", "count": "an integer", "device": "a string",
+          "precision": "a string"}
+
+
+def _typed(kind: str, value) -> bool:
+    if _TYPES[kind] == "a string":
+        return isinstance(value, str)
+    if kind == "count":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def check_fields(fields: dict, where: str) -> dict:
-    """``fields`` with the keys and types of :data:`FIELDS` (``None`` values
-    dropped); ValueError naming ``where`` otherwise."""
+    """``fields`` with the keys and types of the cluster's declared fields
+    (:data:`cluster.FIELDS`; ``None`` values dropped); ValueError naming
+    ``where`` otherwise."""
     out = {}
     for key, value in fields.items():
         if value is None:
             continue
         if key not in FIELDS:
             raise InputError(f"{where}: unknown key {key!r}; the keys are {', '.join(FIELDS)}")
-        kind = FIELDS[key]
-        ok = isinstance(value, str) if kind is str else (
-            isinstance(value, int) and not isinstance(value, bool) if kind is int else
-            isinstance(value, (int, float)) and not isinstance(value, bool))
-        if not ok:
-            what = {str: "a string", int: "an integer"}.get(kind, "a number")
-            raise InputError(f"{where}: {key} must be {what}, got {value!r}")
+        kind = FIELDS[key].kind
+        if not _typed(kind, value):
+            raise InputError(f"{where}: {key} must be {_TYPES[kind]}, got {value!r}")
         if key == "device":
             try:
                 known(value)
@@ -75,9 +81,7 @@ def read_cluster_file(path: str) -> dict:
 
 def record(c: Cluster) -> dict:
     """The cluster as file fields (what ``--output`` records)."""
-    return {"device": c.device or None, "flops": c.flops, "bw": c.bw, "inter_bw": c.inter_bw,
-            "gpus_per_node": c.gpus_per_node, "latency": c.latency, "device_memory": c.memory,
-            "precision": c.precision}
+    return {f.name: (getattr(c, f.name) if f.name != "device" else c.device or None) for f in fields(Cluster)}
 
 
 def resolve(settings: dict, *, device: str | None = None, file_fields: dict | None = None,
@@ -94,16 +98,13 @@ def resolve(settings: dict, *, device: str | None = None, file_fields: dict | No
     precision = settings.get("precision", source.get("precision", DEFAULT_PRECISION))
     if precision not in PRECISIONS:
         raise SettingError("precision", f"must be one of {', '.join(PRECISIONS)}, got {shown(precision)}")
-    fields = {}
+    values = {}
     name = device if device is not None else source.get("device")
     if name is not None:
-        fields.update(preset(name, precision))
-    fields.update({k: v for k, v in source.items() if k not in ("device", "precision")})
-    fields.update({k: v for k, v in settings.items() if k != "precision"})
-    fields = {_TO_CLUSTER.get(k, k): v for k, v in fields.items()}
-    fields.setdefault("flops", 10.0)
-    fields.setdefault("bw", 16.0)
-    unknown = set(fields) - {"device", "flops", "bw", "inter_bw", "gpus_per_node", "latency", "memory"}
+        values.update(preset(name, precision))
+    values.update({k: v for k, v in source.items() if k not in ("device", "precision")})
+    values.update({k: v for k, v in settings.items() if k not in ("device", "precision")})
+    unknown = set(values) - set(FIELDS)
     if unknown:
         raise SettingError(sorted(unknown)[0], "is not a cluster field")
-    return Cluster(precision=precision, **fields)
+    return Cluster(precision=precision, **values)

@@ -60,5 +60,5 @@ def device(name: str, precision: str) -> dict:
                                         f"(it offers {', '.join(d.tflops)})")
     fields = {"device": d.name, "flops": d.tflops[precision], "bw": d.bw}
     if d.memory is not None:
-        fields["memory"] = d.memory
+        fields["device_memory"] = d.memory
     return fields

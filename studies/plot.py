@@ -4,6 +4,7 @@ only): one line per combination of the other swept axes."""
 from __future__ import annotations
 
 from errors import InputError
+from settings import DECLARED
 
 __all__ = ["METRICS", "NUMERIC", "plot"]
 
@@ -11,10 +12,8 @@ __all__ = ["METRICS", "NUMERIC", "plot"]
 METRICS = {"speedup": ("speedup", "predicted speedup over data parallel"),
            "time": ("step_seconds", "predicted time of one training step (s)"),
            "cost": ("total_cost", "cost of one training step (FLOP)")}
-#: swept axes that can be the x axis, and their labels
-NUMERIC = {"procs": "devices p", "batch": "batch", "width": "model width", "seq": "sequence length",
-           "flops": "peak TFLOPS per device", "bw": "bandwidth (GB/s)", "inter_bw": "bandwidth between nodes (GB/s)",
-           "gpus_per_node": "devices per node", "latency": "latency (us)", "device_memory": "device memory (GB)"}
+#: swept axes that can be the x axis (the numeric settings), and their labels
+NUMERIC = {s.name: s.label for s in DECLARED if s.sweep and s.label}
 
 
 def x_axis(swept: list[str]) -> str:

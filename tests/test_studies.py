@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from cli.args import parse_args
-from cli.runner import plan
+from planner import plan
 from conftest import ROOT, modules_loaded_by_a_plain_run, reference, rel, run_cli
 from studies.breakdown import against, grouped, layers_frame
 from studies.plot import plot
@@ -36,8 +36,8 @@ def test_a_sweep_equals_its_single_runs(tmp_path):
     assert [(r["graph"], r["procs"], r["bw"]) for r in rows] == [
         (g, p, bw) for g in ("alexnet", "rnnlm") for p in (4, 8, 16) for bw in (16.0, 100.0)]
     for r in rows:
-        _, _, single = plan(parse_args(["-g", r["graph"], "-p", str(r["procs"]), "--bw", str(r["bw"])]), None,
-                            baselines=("data_parallel",))
+        single = plan(parse_args(["-g", r["graph"], "-p", str(r["procs"]), "--bw", str(r["bw"])]),
+                      baselines=("data_parallel",)).result
         assert r["total_cost"] == single.total_cost  # exactly
         assert r["speedup"] == single.baseline("data_parallel").total_cost / single.total_cost
         assert r["step_seconds"] == single.step_seconds and r["largest_K"] == single.search.largest_K
@@ -129,7 +129,7 @@ def test_the_plot_has_a_line_per_series(tmp_path):
 
 
 def test_breakdown_sums_are_the_report_totals():
-    _, _, r = plan(parse_args(["-g", "resnet101", "-p", "8"]), None, baselines=("data_parallel",))
+    r = plan(parse_args(["-g", "resnet101", "-p", "8"]), baselines=("data_parallel",)).result
     df = layers_frame(r)
     for by in ("kind", "group"):
         g = grouped(df, by)

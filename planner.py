@@ -1,0 +1,252 @@
+"""From settings to a planned result: the library's entry point.
+
+:func:`plan` does what a :class:`settings.Settings` asks, without printing
+or writing anything: it builds the model's graph, resolves the cluster (a
+device preset, a cluster file, a plan file's record, the settings) and the
+cost model, then either searches for the best plan (within the device
+memory when the cluster has a capacity) or costs the plan a plan file
+holds (``evaluate``), and costs the baselines asked for.  The command line
+(``cli/``) and the sweeps (``studies/``) both call it::
+
+    >>> from settings import Settings
+    >>> planned = plan(Settings(graph="alexnet", procs=8))
+    >>> round(planned.result.total_cost)
+    97098296512
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import replace
+from typing import NamedTuple
+
+from errors import InputError
+from settings import CLUSTER_SETTINGS, MODEL_PARAMS, Settings
+
+__all__ = ["Planned", "plan", "cost_model_for", "cluster_for"]
+
+
+class Planned(NamedTuple):
+    """What :func:`plan` returns: the settings (completed by a plan file's
+    record), the graph, the result, and with ``profile`` the profile of the
+    search as text."""
+
+    settings: Settings
+    graph: object
+    result: object
+    profile: str | None = None
+
+
+def _with_file_settings(s: Settings, recorded: dict) -> Settings:
+    """Settings not given explicitly come from the plan file."""
+    from models import MODELS
+
+    names = ("graph", "procs", "distinct_rows") + MODEL_PARAMS
+    updates = {k: recorded[k] for k in names if k in recorded and k not in s.explicit}
+    if "graph" in updates and "model" in recorded:
+        updates["graph"] = _find_model(recorded["model"], s.evaluate)
+    elif "graph" in updates and updates["graph"] not in MODELS:
+        raise InputError(f"--evaluate: the file names an unknown graph {updates['graph']!r}")
+    merged = replace(s, **updates)
+    if merged.graph in MODELS:
+        takes = {p.name for p in MODELS[merged.graph].params}
+        stray = [k for k in MODEL_PARAMS if k in updates and k not in takes]
+        if stray:
+            theirs = recorded["model"].get("source") if isinstance(recorded.get("model"), dict) else recorded.get("graph")
+            if theirs is not None and theirs != merged.graph:  # the graph named another model: say that first
+                raise InputError(f"--evaluate: {s.evaluate} is a strategy for {theirs}, not for {merged.graph}")
+            raise InputError(f"--evaluate: the file records {stray[0]} {updates[stray[0]]!r}, "
+                             f"but {merged.graph} has no such parameter")
+    return merged
+
+
+def cluster_for(s: Settings, recorded: dict | None = None):
+    """The :class:`cluster.Cluster` the settings, a cluster file, a device
+    preset and a plan file's record describe (see ``cluster/config.py``)."""
+    from cluster.config import check_fields, read_cluster_file, resolve
+
+    recorded = recorded or {}
+    file_fields = None
+    if s.cluster is not None:
+        try:
+            file_fields = read_cluster_file(s.cluster)
+        except ValueError as e:
+            raise InputError(f"--cluster: {e}") from None
+    old = recorded.get("cluster")
+    if not isinstance(old, dict):  # files written before the cluster was recorded
+        old = {k: recorded[k] for k in ("flops", "bw") if k in recorded}
+    try:
+        old = check_fields(old, "the strategy file's \"cluster\"")
+    except ValueError as e:
+        raise InputError(f"--evaluate: {e}") from None
+    return resolve({k: getattr(s, k) for k in CLUSTER_SETTINGS if k != "device"}, device=s.device,
+                   file_fields=file_fields, recorded=old)
+
+
+def _find_model(model: dict, path: str) -> str:
+    """The model file a plan file names: where it was, or beside the plan
+    file."""
+    for where in (model.get("path"), os.path.join(os.path.dirname(path), model["source"])):
+        if isinstance(where, str) and where and os.path.exists(where):
+            return where
+    raise InputError(f"--evaluate: {path} is a strategy for {model['source']}, which is not at "
+                     f"{model.get('path') or model['source']}; give the model with -g")
+
+
+def _check_model(g, recorded: dict, path: str) -> None:
+    """Refuse a plan file written for another model than ``g``."""
+    source = g.graph.get("source")
+    mine = f"{source['file']} (sha256 {source['sha256'][:12]})" if source else g.graph["name"]
+    model = recorded.get("model")
+    if model is not None:
+        if source is None or source["sha256"] != model["sha256"]:
+            raise InputError(f"--evaluate: {path} is a strategy for {model['source']} "
+                             f"(sha256 {model['sha256'][:12]}), not for {mine}")
+    elif "graph" in recorded and (source is not None or recorded["graph"] != g.graph["name"]):
+        raise InputError(f"--evaluate: {path} is a strategy for {recorded['graph']}, not for {mine}")
+
+
+def cost_model_for(s: Settings, recorded: dict | None = None):
+    """The :class:`cost_model.CostModel` the settings (and a plan file's
+    record) ask for."""
+    from cost_model import CostModel
+
+    recorded = recorded or {}
+    rules = {}
+    if s.sparse_embeddings:
+        rules = {"embedding_lookup": True, "embedding_sync": "best"}
+    elif "embedding_lookup" in recorded or "embedding_sync" in recorded:
+        rules = {k: recorded[k] for k in ("embedding_lookup", "embedding_sync") if k in recorded}
+    optimizer = s.optimizer if s.optimizer is not None else recorded.get("optimizer", "adam")
+    return CostModel(cluster_for(s, recorded), distinct_rows=s.distinct_rows, optimizer=optimizer, **rules)
+
+
+def _model_params(s: Settings) -> dict:
+    return {k: getattr(s, k) for k in MODEL_PARAMS if getattr(s, k) is not None}
+
+
+def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
+    """The computation ``s`` asks for (see the module docstring), with
+    ``baselines`` (keys; default: all three with ``compare``, else none).
+    ``progress(what, unit)``, when given, makes a progress callback
+    ``(done, total)`` with a ``close()`` for each long step."""
+    from plan_file import decisions, read
+
+    file = None
+    recorded = {}
+    if s.evaluate is not None:
+        try:
+            file = read(s.evaluate, MODEL_PARAMS)
+        except InputError as e:
+            raise InputError(f"--evaluate: {e}") from None
+        recorded = file.recorded
+        s = _with_file_settings(s, recorded)
+
+    from cost_model import build_costs, check_procs, evaluate, make_result
+    from dp_search import default_memory_limit
+    from graph import operators
+    from models import build_graph
+
+    check_procs(s.procs)
+    model = cost_model_for(s, recorded)
+    g = build_graph(s.graph, **_model_params(s))
+    limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
+    profile = None
+    if file is not None:
+        _check_model(g, recorded, s.evaluate)
+        try:
+            strategy = decisions(g, file, s.procs)
+        except InputError as e:
+            raise InputError(f"--evaluate: {e}") from None
+        rules_from = s.evaluate if not s.sparse_embeddings and any(
+            k in recorded for k in ("embedding_lookup", "embedding_sync")) else None
+        result = make_result(g, evaluate(g, strategy, model, s.procs), model, s.procs, "evaluate",
+                             source=s.evaluate, rules_from=rules_from)
+        most = max(d.devices for d in strategy)
+        if most < s.procs:
+            result = replace(result, notes=result.notes + (
+                f"This strategy uses at most {most} of the {s.procs} devices.",))
+    else:
+        bar = progress("building the cost tables", "edges") if progress is not None else None
+        try:
+            costed = build_costs(g, s.procs, model, memory_limit=limit, progress=bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        result, profile = _search(s, g, model, costed, limit, progress)
+        most = max(int(c.prod(axis=1).max()) for c in costed.configs)
+        if most < s.procs:
+            used = max(layer.devices for layer in result.layers)
+            result = replace(result, notes=result.notes + (
+                f"No operator can use more than {most} of the {s.procs} devices (no configuration splits further "
+                f"at cutoff {g.graph['cutoff']}); this strategy uses at most {used}.",))
+    if s.distinct_rows is not None:
+        why = None
+        if not any(op.kind.sparse_rows for op in operators(g)):
+            why = f"{g.graph['name']} has no embedding"
+        elif model.embedding_sync == "dense" and not s.compare:
+            why = "embedding gradients are all-reduced densely (use --sparse-embeddings or --compare)"
+        if why:
+            result = replace(result, notes=result.notes + (f"--distinct-rows has no effect here: {why}.",))
+    from baselines import BASELINES, compare
+
+    keys = baselines if baselines is not None else (BASELINES if s.compare else ())
+    if keys:
+        result = result.with_baselines(compare(g, s.procs, model, keys))
+    if not math.isfinite(result.total_cost):
+        raise InputError("the total cost is not a finite number; choose realistic --flops and --bw")
+    return Planned(s, g, result, profile)
+
+
+def _search(s: Settings, g, model, costed, limit, progress):
+    """The searched result, and the profile's text with ``s.profile``."""
+    from cost_model import make_result
+    from dp_search import search, search_within
+    from result import MemoryBound
+
+    capacity = model.cluster.device_memory
+
+    def once(callback=None):
+        if capacity is None:
+            return search(costed, s.algo, memory_limit=limit, progress=callback, threads=s.threads)
+        return search_within(costed, capacity * 1e9, s.algo, memory_limit=limit, progress=callback,
+                             threads=s.threads)
+
+    profile = None
+    if s.profile:
+        import cProfile
+        import io
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.enable()
+        r = once()
+        prof.disable()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(15)
+        profile = buf.getvalue().strip("\n")
+    else:
+        bar = progress("searching", "operators") if progress is not None else None
+        try:
+            r = once(bar)
+        finally:
+            if bar is not None:
+                bar.close()
+    timings = ()
+    if s.measure:
+        for _ in range(2):
+            once()
+        timings = tuple(_found(once()).seconds for _ in range(5))
+    bound = None
+    if capacity is not None:
+        bound = MemoryBound(capacity * 1e9, r.status, r.lower_bound, r.gap, r.lam, r.searches, r.least_memory)
+    found = _found(r)
+    result = make_result(g, costed.figures(found.index), model, s.procs, "search",
+                         search=replace(found.stats, timings=timings), bound=bound)
+    return result, profile
+
+
+def _found(r):
+    """The search result of a search, or of one held within the memory."""
+    return getattr(r, "result", r)
