@@ -28,6 +28,7 @@ from errors import InputError, SettingError, shown
 from graph import Operator, operators, parameter_count
 from kinds import Extents, need, shard, tensor_splits
 from kinds.base import Comm, Work
+from result import Layer, Result, total
 
 __all__ = [
     "CostModel",
@@ -480,8 +481,6 @@ class StrategyCost:
 
     @property
     def total(self) -> float:
-        from result import total
-
         return total(self.compute, self.comm, self.edges.values())
 
     @property
@@ -522,8 +521,6 @@ def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None) 
 
 def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
     """A :class:`result.Result` for graph ``g`` from a :class:`StrategyCost`."""
-    from result import Layer, Result
-
     layers = tuple(
         Layer(v, op.name, op.kind.name, op.space, d, sc.compute[v], sc.comm[v], sc.in_space[v],
               sc.weights[v], sc.activations[v], tuple(float(x) for x in model.memory_bytes(sc.weights[v],

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cost_model import build_costs  # noqa: E402
-from dp_search import SearchTooLarge, breadth_first, plan, search  # noqa: E402
+from dp_search import SearchTooLarge, breadth_first, elimination, search  # noqa: E402
 from models import build_graph, graph_names  # noqa: E402
 from search.contract import fused_available  # noqa: E402
 from table import render  # noqa: E402
@@ -89,7 +89,7 @@ def measure(graph: str, p: int, repeat: int, limit: int, whole_process: bool) ->
     if p <= BFS_UP_TO:
         edges = list(costed.edge_costs)
         sizes = [len(c) for c in costed.configs]
-        row["M1"] = plan(breadth_first(costed.n, edges)[0], sizes, edges).largest_dependent_set
+        row["M1"] = elimination(breadth_first(costed.n, edges)[0], sizes, edges).largest_dependent_set
         try:
             row["bfs_s"] = search(costed, 1, memory_limit=limit).seconds
         except SearchTooLarge as e:

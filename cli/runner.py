@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 import threading
-import time
 
 from cli.args import DOT_FILE, PROG, UsageError, message, parse_args
 from cli.files import check_writable, write_atomic

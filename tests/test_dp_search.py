@@ -14,7 +14,7 @@ from dp_search import (
     SearchTooLarge,
     breadth_first,
     generate_seq,
-    plan,
+    elimination,
     search,
     solve,
     worth_pruning,
@@ -60,7 +60,7 @@ def test_dependent_sets_are_the_tables_axes(seed):
     sizes = [len(c) for c in nodes]
     for order_fn in (generate_seq, breadth_first):
         order, dependent = order_fn(len(nodes), list(emats))
-        pl = plan(order, sizes, list(emats))
+        pl = elimination(order, sizes, list(emats))
         assert [tuple(sorted(pl.scope[v])) for v in order] == dependent
 
 
@@ -129,7 +129,7 @@ def test_memory_limit_applies_to_generateseq():
 def test_plan_statistics():
     cg = costed("inception3", 8)
     r = search(cg, 0, prune=True)
-    pl, st = r.plan, r.stats
+    pl, st = r.elimination, r.stats
     assert st.algo == 0 and st.order == "GENERATESEQ"
     assert st.largest_dependent_set == pl.largest_dependent_set == 2
     assert st.largest_K == max(len(c) for c in cg.configs) == 30
@@ -137,7 +137,7 @@ def test_plan_statistics():
     assert st.largest_K_pruned == max(map(len, r.kept)) == max(pl.sizes) < 30
     assert st.configurations_kept == sum(map(len, r.kept)) == sum(pl.sizes)
     assert st.work == sum(pl.sizes[v] * math.prod(pl.sizes[w] for w in pl.scope[v]) for v in pl.order)
-    assert st.work_unpruned == plan(generate_seq(cg.n, list(cg.edge_costs))[0], [len(c) for c in cg.configs],
+    assert st.work_unpruned == elimination(generate_seq(cg.n, list(cg.edge_costs))[0], [len(c) for c in cg.configs],
                                     list(cg.edge_costs)).work > st.work
     assert pl.peak_bytes() >= pl.table_bytes == 8 * sum(pl.table_entries(v) for v in pl.order)
     # the dynamic program runs over the operators left with more than one configuration
@@ -150,7 +150,7 @@ def test_plan_statistics():
 def test_pruning_only_the_operators_worth_it():
     cg = costed("transformer", 32)
     order = generate_seq(cg.n, list(cg.edge_costs))[0]
-    unpruned = plan(order, [len(c) for c in cg.configs], list(cg.edge_costs))
+    unpruned = elimination(order, [len(c) for c in cg.configs], list(cg.edge_costs))
     worth = worth_pruning(unpruned)
     assert 0 < len(worth) < cg.n
     r = solve(cg.node_costs, cg.edge_costs, order)
@@ -194,5 +194,5 @@ def test_operators_left_with_one_configuration_leave_the_dynamic_program():
     cg = costed("transformer", 1)  # one configuration each
     for algo in (0, 1):  # breadth-first would otherwise need tables of 37 axes
         r = search(cg, algo)
-        assert r.plan.order == () and r.stats.largest_dependent_set == 0
+        assert r.elimination.order == () and r.stats.largest_dependent_set == 0
         assert rel(r.cost, cg.cost_at([0] * cg.n)) <= 1e-12
