@@ -1,7 +1,7 @@
 """Where a model comes from: the ``-g`` argument turned into a graph.
 
 The argument is a built-in model's name (:data:`models.MODELS`), an ONNX
-file (``*.onnx``, read by :mod:`models.onnx_import`), a Hugging Face
+file (``*.onnx``, read by :mod:`models.onnx`), a Hugging Face
 ``config.json`` (:mod:`models.hf_config`), or a directory holding one of
 those.  Every path ends in a :class:`graph.GraphBuilder` graph, so nothing
 downstream knows where a graph came from; a graph read from a file carries
@@ -62,7 +62,7 @@ def build(graph: str, **params):
         return build_model(graph, **params)
     kind, path = locate(graph)
     if kind == "onnx":
-        from models.onnx_import import load_onnx
+        from models.onnx import load_onnx
 
         return load_onnx(path, **params)
     from models.hf_config import load_config

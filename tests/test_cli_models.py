@@ -172,7 +172,7 @@ def test_the_same_plan_whatever_the_hash_seed(tmp_path):
 
 
 def test_a_built_in_run_does_not_import_onnx():
-    assert modules_loaded_by_a_plain_run("onnx", "models.onnx_import") == [False, False]
+    assert modules_loaded_by_a_plain_run("onnx", "models.onnx") == [False, False]
 
 
 def test_help_names_the_model_files():

@@ -1,0 +1,181 @@
+"""Constants and data preparation folded away: nodes whose inputs are all constants, or the network's inputs alone, never become operators."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from models.onnx.values import (
+    ACTIVATIONS,
+    ARITHMETIC,
+    NUMPY,
+    RESHAPES,
+    SMALL,
+    VANISH,
+    Unsupported,
+    Val,
+    _axis,
+    _broadcast,
+    _data_letters,
+    _dtype,
+    _reshape_letters,
+    _tensor_value,
+)
+
+
+class Folding:
+    """Mixin of :class:`models.onnx.importer.Importer` (see the module docstring)."""
+
+    def constant(self, node, a) -> Val:
+        if "value" in a:
+            t = a["value"]
+            return Val(tuple(t.dims), _tensor_value(t), key=node.output[0])
+        for k, dtype in (("value_float", np.float32), ("value_int", np.int64), ("value_floats", np.float32),
+                         ("value_ints", np.int64)):
+            if k in a:
+                arr = np.asarray(a[k], dtype=dtype)
+                return Val(arr.shape, arr)
+        raise Unsupported("holding a sparse tensor or strings")
+
+    def shape_of(self, op, a, h) -> Val:
+        shape = tuple(h.shape)
+        if op == "Size":
+            return Val((), np.asarray(math.prod(shape), dtype=np.int64))
+        r = len(shape)
+        start, end = (max(0, min(r, x + r if x < 0 else x)) for x in (a.get("start", 0), a.get("end", r)))
+        arr = np.asarray(shape[start:end], dtype=np.int64)
+        return Val(arr.shape, arr)
+
+    def fold(self, node, op, a, ins) -> list:
+        """A node whose inputs are constants or the network's inputs alone:
+        computed when small, else only its shape; never an operator."""
+        self.current = node
+        present = [h for h in ins if h is not None]
+        data = any(h.data for h in present)
+        key = next((h.key for h in present), "")
+        outs = len(node.output)
+        if op in VANISH:
+            x = ins[0]
+            value = x.value.astype(_dtype(a["to"])) if op == "Cast" and x.known() else x.value
+            return [replace(x, value=value)] + [Val(x.shape, None, x.data)] * (outs - 1)
+        if op == "ConstantOfShape":
+            shape = tuple(self.values(ins[0], "shape"))
+            t = a.get("value")
+            fill = _tensor_value(t) if t is not None else np.zeros(1, np.float32)
+            value = np.full(shape, fill.reshape(-1)[0], fill.dtype) if math.prod(shape) <= SMALL else None
+            return [Val(shape, value, key=node.output[0])]
+        known = all(h.known() for h in present)
+        if known and not data:
+            results = self.compute(node, op, a, ins)
+            return [Val(np.shape(v), v if np.size(v) <= SMALL else None, key=key) for v in results]
+        shapes = self.fold_shape(op, a, ins)
+        if shapes is not None:
+            return [Val(shape, None, data, key, bax) for shape, bax in
+                    (shapes if isinstance(shapes, list) else [shapes])]
+        if data:
+            raise Unsupported("on the network's inputs")
+        shapes = [self.inferred.get(o) for o in node.output]
+        if any(s is None for s in shapes):
+            raise Unsupported("on weights of unknown shape")
+        return [Val(tuple(s), None, key=key) for s in shapes]
+
+    def fold_shape(self, op, a, ins):
+        """``(shape, sample axis)`` of a node on values whose elements are
+        not all known, for the ops that need no elements (a list of them for
+        a Split); else ``None``."""
+        present = [h for h in ins if h is not None]
+        if not present:
+            return None
+        x = ins[0]
+        bax = x.bax if x.data else None
+        if op == "Split":
+            axis, sizes = self.split_sizes(a, ins)
+            return [(x.shape[:axis] + (size,) + x.shape[axis + 1:], bax) for size in sizes]
+        if op == "Pad" and "pads" not in a and len(ins) > 1:
+            pads = self.values(ins[1], "pads")
+            axes = self.values(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else range(len(x.shape))
+            shape = list(x.shape)
+            for j, axis in enumerate(axes):
+                shape[_axis(axis, len(shape))] += pads[j] + pads[j + len(pads) // 2]
+            return tuple(shape), bax
+        if op in ACTIVATIONS or op in ARITHMETIC:
+            shape = _broadcast(*[h.shape for h in present])
+            lead = next((h for h in present if h.data and h.bax is not None), None)
+            return shape, None if lead is None else lead.bax + len(shape) - len(lead.shape)
+        if op == "Transpose":
+            perm = tuple(a.get("perm", range(len(x.shape) - 1, -1, -1)))
+            return tuple(x.shape[i] for i in perm), None if bax is None else perm.index(bax)
+        if op in RESHAPES:
+            shape = self.reshaped(op, a, ins)
+            if bax is None:
+                return shape, None
+            return shape, _reshape_letters(_data_letters(x), x.shape, shape).find("b")
+        if op == "Concat":
+            axis = _axis(a["axis"], len(x.shape))
+            shape = list(x.shape)
+            shape[axis] = sum(h.shape[axis] for h in present)
+            return tuple(shape), bax
+        if op == "Expand":
+            shape = _broadcast(x.shape, tuple(self.values(ins[1], "shape")))
+            return shape, None if bax is None else bax + len(shape) - len(x.shape)
+        if op == "Slice":
+            shape = list(x.shape)
+            for axis, start, end in self._slices(a, ins):
+                shape[axis] = end - start
+            return tuple(shape), bax
+        if op == "Gather" and isinstance(ins[1], Val) and not ins[1].data:
+            axis = _axis(a.get("axis", 0), len(x.shape))
+            shape = x.shape[:axis] + tuple(ins[1].shape) + x.shape[axis + 1:]
+            moved = None if bax is None or bax == axis else bax if bax < axis else bax + len(ins[1].shape) - 1
+            return shape, moved
+        return None
+
+    def compute(self, node, op, a, ins) -> list:
+        """Outputs of ``node`` on known constants: numpy for the common
+        shape arithmetic, ONNX's reference implementation for the rest."""
+        values = [h.value if h is not None else None for h in ins]
+        x = values[0] if values else None
+        if op in NUMPY and values and all(v is not None for v in values):  # not `None in`: == on arrays
+            f = NUMPY[op]
+            if op in ("Sum", "Max", "Min"):
+                out = values[0]
+                for v in values[1:]:
+                    out = f(out, v)
+                return [np.asarray(out)]
+            return [np.asarray(f(*values))]
+        if op in RESHAPES:
+            return [x.reshape(self.reshaped(op, a, ins))]
+        if op == "Transpose":
+            return [np.transpose(x, a.get("perm"))]
+        if op == "Concat":
+            return [np.concatenate([v for v in values if v is not None], axis=a["axis"])]
+        if op == "Gather":
+            return [np.take(x, values[1], axis=a.get("axis", 0))]
+        if op == "Slice":
+            index = [slice(None)] * x.ndim
+            for axis, start, end in self._slices(a, ins):
+                index[axis] = slice(start, end)
+            return [x[tuple(index)]]
+        return self.evaluate(node, values)
+
+    def evaluate(self, node, values) -> list:
+        """Outputs of ``node`` by ONNX's reference implementation."""
+        from onnx import helper
+        from onnx.reference import ReferenceEvaluator
+
+        names = [f"in{i}" if v is not None else "" for i, v in enumerate(values)]
+        outs = [f"out{i}" for i in range(len(node.output))]
+        one = helper.make_node(node.op_type, names, outs, domain=node.domain)
+        one.attribute.extend(node.attribute)
+        graph = helper.make_graph([one], "fold", [helper.make_tensor_value_info(n, 0, None) for n in names if n],
+                                  [helper.make_tensor_value_info(o, 0, None) for o in outs])
+        model = helper.make_model(graph, opset_imports=list(self.model.opset_import))
+        try:
+            results = ReferenceEvaluator(model).run(None, {n: v for n, v in zip(names, values) if n})
+        except Exception as e:  # the reference implementation's own errors, of many types
+            raise Unsupported(f"on constants ({type(e).__name__})") from None
+        if not all(isinstance(r, (np.ndarray, np.generic)) for r in results):
+            raise Unsupported("making something else than tensors")
+        return [np.asarray(r) for r in results]

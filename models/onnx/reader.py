@@ -1,0 +1,88 @@
+"""Reading an ONNX file: parsing it, ONNX's shape inference, the nodes the
+outputs depend on in order, and the data inputs."""
+
+from __future__ import annotations
+
+import heapq
+
+from models.files import ModelFileError
+
+
+def _parse(path: str, data: bytes):
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        model = onnx.load_model_from_string(data)
+    except (DecodeError, ValueError, RuntimeError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0][:120]
+        raise ModelFileError(f"{path}: not an ONNX model (cannot parse it: {first})") from None
+    if not model.graph.node or not model.opset_import or model.ir_version < 1:
+        raise ModelFileError(f"{path}: not an ONNX model (no graph of nodes in it)")
+    return model
+
+
+def _infer(path: str, model) -> dict:
+    """ONNX's shape inference over the file as it is: the shapes it knows."""
+    from onnx import shape_inference
+
+    try:
+        inferred = shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as e:  # onnx raises several types (InferenceError, ValidationError, RuntimeError)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ModelFileError(f"{path}: shape inference fails: {first[:200]}") from None
+    shapes = {}
+    g = inferred.graph
+    for vi in list(g.value_info) + list(g.output) + list(g.input):
+        t = vi.type.tensor_type
+        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+            shapes[vi.name] = tuple(d.dim_value for d in t.shape.dim)
+    return shapes
+
+
+def _live(path: str, graph) -> tuple[list, set]:
+    """The nodes the graph's outputs depend on, each after the nodes it
+    reads (in the file's order where that allows), and the tensors they read."""
+    producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+    need = {o.name for o in graph.output}
+    live, stack = set(), [producer[t] for t in need if t in producer]
+    while stack:
+        i = stack.pop()
+        if i not in live:
+            live.add(i)
+            need.update(t for t in graph.node[i].input if t)
+            stack.extend(producer[t] for t in graph.node[i].input if t in producer)
+    readers, blocked = {}, {}
+    for i in sorted(live):
+        waits = {producer[t] for t in graph.node[i].input if t in producer}
+        blocked[i] = len(waits)
+        for j in waits:
+            readers.setdefault(j, []).append(i)
+    ready = [i for i in sorted(live) if not blocked[i]]
+    heapq.heapify(ready)
+    order = []
+    while ready:  # the earliest node in the file whose inputs are all written
+        i = heapq.heappop(ready)
+        order.append((i, graph.node[i]))
+        for j in readers.get(i, ()):
+            blocked[j] -= 1
+            if not blocked[j]:
+                heapq.heappush(ready, j)
+    if len(order) < len(live):
+        raise ModelFileError(f"{path}: the graph has a cycle")
+    return order, need
+
+
+def _data_inputs(path, graph):
+    """``(name, dims)`` of the data inputs, a dim an int or a symbol's name."""
+    inits = {t.name for t in graph.initializer}
+    out = []
+    for inp in graph.input:
+        if inp.name in inits:
+            continue
+        if not inp.type.HasField("tensor_type") or not inp.type.tensor_type.HasField("shape"):
+            raise ModelFileError(f"{path}: input {inp.name!r} is not a tensor of known rank")
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
+                for d in inp.type.tensor_type.shape.dim]
+        out.append((inp.name, dims))
+    return out
