@@ -529,8 +529,9 @@ def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
     edges = tuple((u, v, c) for (u, v), c in sorted(sc.edges.items()))
     params = tuple(g.graph.get("params", {}).items())
     source = tuple(g.graph.get("source", {}).items())
+    defaults = tuple(g.graph.get("defaults", {}).items())
     return Result(mode, g.graph["name"], params, p, model, layers, edges, parameters=parameter_count(g),
-                  model_source=source, words=words_moved(g, sc, model), **fields)
+                  model_source=source, defaults=defaults, words=words_moved(g, sc, model), **fields)
 
 
 def words_moved(g, sc, model) -> float:

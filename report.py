@@ -38,7 +38,7 @@ def _model_line(r: Result) -> str:
     from models import MODELS
 
     spec = MODELS.get(r.graph)
-    defaults = {p.name: p.default for p in spec.params} if spec else {}
+    defaults = {p.name: p.default for p in spec.params} if spec else dict(r.defaults)
     shown = [f"{k} {v}" for k, v in r.params if k in ("batch", "width") or defaults.get(k) != v]
     return ", ".join([r.graph] + shown)
 

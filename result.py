@@ -145,6 +145,7 @@ class Result:
     parameters: int | None = None  # trained parameters of the model
     words: float = 0.0  # elements one device sends or receives per step, inside operators and on edges
     model_source: tuple[tuple[str, str], ...] = ()  # a model read from a file: its file, path and sha256
+    defaults: tuple[tuple[str, object], ...] = ()  # a model read from a file: its parameters' defaults
 
     # -- totals -----------------------------------------------------------------------
     @property

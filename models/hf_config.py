@@ -23,7 +23,9 @@ positions, ``pos_embed`` and ``embed/add``), then per layer ``i``
 
     layer{i}/attn: norm, qkv (fused: q, k, v as a stack ``j``, or with
                    grouped-query attention as ``u = r + 2`` slots per key/value
-                   head), split, scores, softmax, context, out, residual
+                   head), split, attention (one fused operator, as PyTorch's
+                   ``scaled_dot_product_attention`` runs it; with ``attention =
+                   "materialized"``: scores, softmax, context), out, residual
     layer{i}/mlp:  norm, then GPT-2: up (GELU), down; Llama, Mistral, Qwen2:
                    gate_up (fused), split, act (SiLU(gate) * up), down;
                    Mixtral: router, gate (top-k), dispatch, gate_up, split,
@@ -34,8 +36,8 @@ when the config ties them) and ``loss`` (softmax cross-entropy).
 
 Modelling choices, in the pointwise counts of the built-in graphs: an
 activation is one pointwise operation per element (GELU, SiLU); rotary
-positions are one on the q, k and v projections; the scores carry two
-(scaling and the causal mask).  A norm is RMSNorm (LayerNorm with scale and
+positions are one on the q, k and v projections; materialised scores carry
+two (scaling and the causal mask), which the fused attention does inside.  A norm is RMSNorm (LayerNorm with scale and
 shift for GPT-2).  Biases are weights as the family has them (GPT-2 all,
 Qwen2 on q, k, v; Llama per ``attention_bias`` and ``mlp_bias``).  A mixture
 of experts follows GShard and Mesh-TensorFlow: the router's top-k gating
@@ -54,7 +56,7 @@ import os
 from dataclasses import dataclass
 
 from errors import SettingError, printable, shown
-from models.registry import BATCH, MAX_LAYERS, check_int
+from models.registry import ATTENTION_KINDS, BATCH, MAX_LAYERS, check_choice, check_int
 from models.files import ModelFileError, file_identity
 
 __all__ = ["FAMILIES", "DecoderConfig", "read_config", "load_config", "DEFAULT_SEQ"]
@@ -189,31 +191,34 @@ def _model_name(path: str, cfg: DecoderConfig) -> str:
 
 
 def _params(cfg: DecoderConfig, name: str, given: dict) -> dict:
-    stray = [k for k in given if k not in ("batch", "seq")]
+    stray = [k for k in given if k not in ("batch", "seq", "attention")]
     if stray:
-        raise SettingError(stray[0], f"is not a parameter of {name} (it takes batch, seq)")
+        raise SettingError(stray[0], f"is not a parameter of {name} (it takes batch, seq, attention)")
     limit = cfg.positions
     batch = check_int("batch", given.get("batch", BATCH.default))
     seq = check_int("seq", given.get("seq", min(DEFAULT_SEQ, limit or DEFAULT_SEQ)))
-    return {"batch": batch, "seq": seq}
+    attention = check_choice("attention", given.get("attention", "fused"), ATTENTION_KINDS)
+    return {"batch": batch, "seq": seq, "attention": attention}
 
 
 def load_config(path: str, **params):
     """The graph of the decoder ``path`` describes (a ``config.json``) with
-    ``batch`` and ``seq``."""
+    ``batch``, ``seq`` and ``attention`` (``fused``, the default, or
+    ``materialized``)."""
     from graph import GraphBuilder
 
     cfg = read_config(path)
     name = _model_name(path, cfg)
     values = _params(cfg, name, params)
     B = GraphBuilder(name, 1, params=values, expert="mesh_tensorflow", model_dims=MODEL_DIMS,
-                     batch=values["batch"], source=file_identity(path))
+                     batch=values["batch"], source=file_identity(path), defaults={"attention": "fused"})
     build_decoder(B, cfg, **values)
     return B.graph
 
 
-def build_decoder(B, cfg: DecoderConfig, batch: int, seq: int) -> None:
+def build_decoder(B, cfg: DecoderConfig, batch: int, seq: int, attention: str = "fused") -> None:
     """Add the decoder's operators to the :class:`graph.GraphBuilder` ``B``."""
+    from kinds.attention import FusedAttention
     from kinds.gemm import Einsum, Embedding
     from kinds.pointwise import Elementwise, Norm, RMSNorm, Softmax, SoftmaxCrossEntropy
     from kinds.shape import Split, Unstack
@@ -224,7 +229,7 @@ def build_decoder(B, cfg: DecoderConfig, batch: int, seq: int) -> None:
     def norm(name, x):
         return B.add(name, Norm(-1) if cfg.gpt2 else RMSNorm(-1), x)
 
-    def attention(pre, x):
+    def self_attention(pre, x):
         n = norm(f"{pre}/norm", x)
         if cfg.kv_heads == cfg.heads:  # one fused projection, heads h
             h = cfg.heads
@@ -239,9 +244,12 @@ def build_decoder(B, cfg: DecoderConfig, batch: int, seq: int) -> None:
                         B.weight((e, g, r + 2, d), "egud"))
             q, k, val = B.add(f"{pre}/split", Split(2, (r, 1, 1)), qkv)
             heads, w_out, kv = "bgr", (g, r, d, e), "bgutd"  # a key's slot u (size 1) is squeezed
-        s = B.add(f"{pre}/scores", Einsum(f"{heads}sd,{kv}->{heads}st", pw=2, unsplit="d"), q, k)
-        s = B.add(f"{pre}/softmax", Softmax(-1), s)
-        c = B.add(f"{pre}/context", Einsum(f"{heads}st,{kv}->{heads}sd", unsplit="d"), s, val)
+        if attention == "fused":  # scale, causal mask, softmax and context in one kernel
+            c = B.add(f"{pre}/attention", FusedAttention(causal=True), q, k, val)
+        else:
+            s = B.add(f"{pre}/scores", Einsum(f"{heads}sd,{kv}->{heads}st", pw=2, unsplit="d"), q, k)
+            s = B.add(f"{pre}/softmax", Softmax(-1), s)
+            c = B.add(f"{pre}/context", Einsum(f"{heads}st,{kv}->{heads}sd", unsplit="d"), s, val)
         o = B.add(f"{pre}/out", Einsum(f"{heads}sd,{heads[1:]}de->bse", bias=cfg.out_bias, unsplit="d"), c,
                   B.weight(w_out, heads[1:] + "de"))
         return B.add(f"{pre}/residual", Elementwise(), x, o)
@@ -287,7 +295,7 @@ def build_decoder(B, cfg: DecoderConfig, batch: int, seq: int) -> None:
         pos = B.add("pos_embed", Embedding(cfg.positions, e, "e"), B.data((batch, seq), "bs"))
         x = B.add("embed/add", Elementwise(), x, pos)
     for i in range(cfg.layers):
-        x = mlp(f"layer{i}/mlp", attention(f"layer{i}/attn", x))
+        x = mlp(f"layer{i}/mlp", self_attention(f"layer{i}/attn", x))
     x = norm("norm", x)
     x = B.add("logits", Einsum("bse,ve->bsv"), x, B.weight((v, e), "ve"), shared=(1,) if cfg.tied else ())
     B.add("loss", SoftmaxCrossEntropy(), x)

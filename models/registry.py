@@ -16,10 +16,18 @@ from typing import Callable
 
 from errors import SettingError, shown
 
-__all__ = ["MAX_SIZE", "MAX_LAYERS", "Param", "ModelSpec", "MODELS", "model", "build_model", "check_int", "BATCH"]
+__all__ = ["MAX_SIZE", "MAX_LAYERS", "Param", "ModelSpec", "MODELS", "model", "build_model", "check_int", "BATCH",
+           "ATTENTION_KINDS", "check_choice"]
 
 MAX_SIZE = 10**9  # largest batch, width, sequence ... accepted: far beyond any real model
 MAX_LAYERS = 1000  # largest stack of repeated layers (operators per layer times this): published models have < 200
+
+
+def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``choices``, or a :class:`SettingError`."""
+    if value not in choices:
+        raise SettingError(name, f"must be one of {', '.join(choices)}, got {shown(value)}")
+    return value
 
 
 def check_int(name: str, value, low: int = 1, high: int = MAX_SIZE) -> int:
@@ -31,13 +39,20 @@ def check_int(name: str, value, low: int = 1, high: int = MAX_SIZE) -> int:
 
 @dataclass(frozen=True)
 class Param:
-    """One integer parameter of a model."""
+    """One parameter of a model: an integer from ``low`` to ``high``, or
+    one of ``choices``."""
 
     name: str
-    default: int
+    default: int | str
     help: str
     low: int = 1
     high: int = MAX_SIZE
+    choices: tuple[str, ...] | None = None
+
+    def check(self, value):
+        if self.choices is not None:
+            return check_choice(self.name, value, self.choices)
+        return check_int(self.name, value, self.low, self.high)
 
 
 @dataclass(frozen=True)
@@ -62,7 +77,7 @@ class ModelSpec:
             if name not in known:
                 raise SettingError(name, f"is not a parameter of {self.name} "
                                          f"(it takes {', '.join(known) or 'none'})")
-        values = {p.name: check_int(p.name, given.get(p.name, p.default), p.low, p.high) for p in self.params}
+        values = {p.name: p.check(given.get(p.name, p.default)) for p in self.params}
         if self.check is not None:
             self.check(values)
         return values
@@ -99,3 +114,5 @@ def build_model(name: str, **params):
 
 
 BATCH = Param("batch", 128, "global mini-batch size")
+#: how attention is built: one fused operator (FlashAttention), or scores, softmax and context materialised
+ATTENTION_KINDS = ("fused", "materialized")

@@ -7,7 +7,7 @@ Kinds are imported by the builders, so that listing the models stays light.
 from __future__ import annotations
 
 from errors import SettingError
-from models.registry import BATCH, MAX_LAYERS, Param, model
+from models.registry import ATTENTION_KINDS, BATCH, MAX_LAYERS, Param, model
 
 HEAD_WIDTH = 64  # Transformer key width per head: heads = width / 64
 
@@ -39,8 +39,11 @@ def _check_transformer(values):
        description="Transformer encoder-decoder (6 + 6 layers, vocabulary 50000)",
        params=(BATCH, Param("width", 512, "embedding width (heads = width/64, feed-forward 4 x width)"),
                Param("seq", 256, "sequence length"), Param("vocab", 50000, "vocabulary size"),
-               Param("layers", 6, "encoder layers (and as many decoder layers)", high=MAX_LAYERS)))
-def transformer(B, batch, width, seq, vocab, layers):
+               Param("layers", 6, "encoder layers (and as many decoder layers)", high=MAX_LAYERS),
+               Param("attention", "materialized", "materialized (the paper's scores, softmax and context) or fused "
+                     "(one operator)", choices=ATTENTION_KINDS)))
+def transformer(B, batch, width, seq, vocab, layers, attention):
+    from kinds.attention import FusedAttention
     from kinds.gemm import Einsum, Embedding
     from kinds.pointwise import Elementwise, Norm, Softmax, SoftmaxCrossEntropy
     from kinds.shape import Stack, Unstack
@@ -48,7 +51,7 @@ def transformer(B, batch, width, seq, vocab, layers):
     e, k = width, HEAD_WIDTH
     h, f = width // k, 4 * width
 
-    def attention(pre, xs):
+    def multi_head(pre, xs, causal=False):
         w_qkv = B.weight((3, h, e, k), "shek")
         if len(xs) == 3:
             st = B.add(f"{pre}/stack", Stack("s"), *xs)
@@ -56,9 +59,12 @@ def transformer(B, batch, width, seq, vocab, layers):
         else:
             qkv = B.add(f"{pre}/qkv", Einsum("ble,shek->sbhlk"), xs[0], w_qkv)
         q, kk, v = B.add(f"{pre}/split", Unstack(), qkv)
-        s = B.add(f"{pre}/scores", Einsum("bhlk,bhmk->bhlm"), q, kk._replace(letters="bhmk"))
-        s = B.add(f"{pre}/softmax", Softmax(3), s)
-        c = B.add(f"{pre}/context", Einsum("bhlm,bhmk->bhlk"), s, v._replace(letters="bhmk"))
+        if attention == "fused":
+            c = B.add(f"{pre}/attention", FusedAttention(causal=causal, letter="m"), q, kk, v)
+        else:
+            s = B.add(f"{pre}/scores", Einsum("bhlk,bhmk->bhlm"), q, kk._replace(letters="bhmk"))
+            s = B.add(f"{pre}/softmax", Softmax(3), s)
+            c = B.add(f"{pre}/context", Einsum("bhlm,bhmk->bhlk"), s, v._replace(letters="bhmk"))
         o = B.add(f"{pre}/out", Einsum("bhlk,hek->ble"), c, B.weight((h, e, k), "hek"))
         o = B.add(f"{pre}/residual", Elementwise(), xs[0], o)
         return B.add(f"{pre}/norm", Norm(-1), o)
@@ -73,12 +79,12 @@ def transformer(B, batch, width, seq, vocab, layers):
     x = B.add("enc/embed", Embedding(vocab, e, "e"), B.data((batch, seq), "bl"))
     x = B.add("enc/pos", Elementwise(), x, pos)
     for i in range(layers):
-        x = feed_forward(f"enc{i}/ffn", attention(f"enc{i}/attn", [x]))
+        x = feed_forward(f"enc{i}/ffn", multi_head(f"enc{i}/attn", [x]))
     enc = x
     x = B.add("dec/embed", Embedding(vocab, e, "e"), B.data((batch, seq), "bl"))
     x = B.add("dec/pos", Elementwise(), x, pos)
     for i in range(layers):
-        a = attention(f"dec{i}/self", [x])
-        x = feed_forward(f"dec{i}/ffn", attention(f"dec{i}/cross", [a, enc, enc]))
+        a = multi_head(f"dec{i}/self", [x], causal=True)
+        x = feed_forward(f"dec{i}/ffn", multi_head(f"dec{i}/cross", [a, enc, enc]))
     x = B.add("logits", Einsum("ble,ev->blv"), x, B.weight((e, vocab), "ev"))
     B.add("softmax", SoftmaxCrossEntropy(), x)

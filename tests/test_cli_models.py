@@ -66,7 +66,7 @@ def test_config_through_output_evaluate_and_compare(tmp_path):
     assert out.startswith("PaSE strategy: tiny-moe, batch 8, seq 32, p = 4\n")
     assert "expert (Mesh-TensorFlow: batch" in out and "layer1/mlp/dispatch" in out
     data = json.loads(plan.read_text())
-    assert data["params"] == {"batch": 8, "seq": 32} and data["model"]["source"] == "config.json"
+    assert data["params"] == {"batch": 8, "seq": 32, "attention": "fused"} and data["model"]["source"] == "config.json"
     assert total_of(run("--evaluate", plan).stdout) == total_of(out)
     # the config changes: the plan is for another model now
     (folder / "config.json").write_text(json.dumps(dict(TINY, intermediate_size=128)))
@@ -131,7 +131,7 @@ BAD = [
      "config.json: model_type 't5' is not a decoder family the tool reads"),
     (lambda d: written(d, dict(TINY, num_attention_heads=6)), [],
      "config.json: num_attention_heads 6 does not divide hidden_size 64"),
-    (lambda d: written(d, TINY), ["-m", "64"], "-m is not a parameter of model (it takes batch, seq)"),
+    (lambda d: written(d, TINY), ["-m", "64"], "-m is not a parameter of model (it takes batch, seq, attention)"),
     (lambda d: d, [], "no config.json or .onnx file in this directory"),
 ]
 

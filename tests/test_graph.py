@@ -55,7 +55,7 @@ def test_graph_attributes():
     assert built("rnnlm").graph["width"] == 2048
     assert built("transformer").graph["width"] == 512
     assert built("transformer").graph["params"] == {"batch": 128, "width": 512, "seq": 256, "vocab": 50000,
-                                                    "layers": 6}
+                                                    "layers": 6, "attention": "materialized"}
 
 
 def test_examples_of_names_and_letters():

@@ -52,7 +52,7 @@ class TestGraphs:
     def test_attributes(self):
         g = real("llama3-8b")
         assert g.graph["name"] == "llama3-8b" and g.graph["cutoff"] == 1
-        assert g.graph["params"] == {"batch": 128, "seq": 2048} and g.graph["batch"] == 128
+        assert g.graph["params"] == {"batch": 128, "seq": 2048, "attention": "fused"} and g.graph["batch"] == 128
         assert g.graph["expert"] == "mesh_tensorflow" and g.graph["model_dims"] == "xghfv"
         src = g.graph["source"]
         assert src["file"] == "config.json" and len(src["sha256"]) == 64
@@ -61,7 +61,7 @@ class TestGraphs:
     def test_grouped_query_attention(self):
         """32 heads on 8 key/value heads: g = 8 groups of r = 4 query heads,
         a key and a value (u = 6 slots) of width d = 128."""
-        ops = ops_by_name(real("llama3-8b"))
+        ops = ops_by_name(real("llama3-8b", attention="materialized"))
         qkv = ops["layer0/attn/qkv"]
         assert qkv.dims == "bgusde" and qkv.space == (128, 8, 6, 2048, 128, 4096)
         q, k, v = (t.shape for t in ops["layer0/attn/split"].outputs)
@@ -74,7 +74,7 @@ class TestGraphs:
     def test_gpt2_ties_the_head_to_the_embedding_and_learns_positions(self):
         g = real("gpt2")
         ops = ops_by_name(g)
-        assert g.graph["params"] == {"batch": 128, "seq": 1024}  # its limit, below 2048
+        assert g.graph["params"] == {"batch": 128, "seq": 1024, "attention": "fused"}  # its limit, below 2048
         assert ops["pos_embed"].space == (128, 1024, 768, 1024) and ops["layer0/attn/qkv"].dims == "jbhsde"
         head = list(ops).index("logits")
         assert g.graph["shared"] == [(head, 1)]
@@ -153,9 +153,9 @@ def test_files_that_are_not_configs(tmp_path):
 
 def test_parameters_it_does_not_take(tmp_path):
     path = write(tmp_path, TINY_LLAMA)
-    with pytest.raises(ValueError, match=r"width is not a parameter of tiny \(it takes batch, seq\)"):
+    with pytest.raises(ValueError, match=r"width is not a parameter of tiny \(it takes batch, seq, attention\)"):
         build_graph(str(path), width=128)
     with pytest.raises(ValueError, match="seq must be an integer from 1"):
         build_graph(str(path), seq=0)
     g = build_graph(str(tmp_path / "tiny"), batch=4)  # the directory holding the config
-    assert g.graph["params"] == {"batch": 4, "seq": 512}  # the config's limit, below 2048
+    assert g.graph["params"] == {"batch": 4, "seq": 512, "attention": "fused"}  # the config's limit, below 2048

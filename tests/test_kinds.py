@@ -20,6 +20,7 @@ from cost_model import CostModel, build_costs, edge_costs, op_cost_parts
 from dp_search import search
 from graph import GraphBuilder, operators
 from kinds import KINDS, Kind, register
+from kinds.attention import FusedAttention
 from kinds.conv import Conv, Pooling
 from kinds.gemm import FC, Einsum
 from kinds.moe import TopKGating
@@ -47,7 +48,7 @@ def AR(w, q):
     return W * w / q * 2 * (q - 1)
 
 
-HAND_WORKED = {"Conv", "RMSNorm", "Transpose", "Split", "Elementwise", "TopKGating"}
+HAND_WORKED = {"Conv", "RMSNorm", "Transpose", "Split", "Elementwise", "TopKGating", "FusedAttention"}
 
 
 def test_every_kind_is_checked_somewhere():
@@ -280,3 +281,46 @@ class TestTopKGating:
     def test_bad_gating(self):
         with pytest.raises(ValueError, match="top-9 of 8 experts"):
             single(TopKGating(9, 3), (4, 6, 8), letters=["bsx"])
+
+
+class TestFusedAttention:
+    """q, k, v of (b=2, h=4, s=8, d=16): E = b h s t = 512 score elements."""
+
+    def op(self, causal=False, kv_heads=4):
+        kv = (2, kv_heads, 8, 16)
+        return single(FusedAttention(causal=causal), (2, 4, 8, 16), kv, kv, letters=["bhsd", "bhsd", "bhsd"])
+
+    def test_space_and_tensors(self):
+        op = self.op()
+        assert op.dims == "bhsdt" and op.space == (2, 4, 8, 16, 8) and op.never_split == "dt"
+        assert op.inputs[1].axes == ("b", "h", "t", "d") and op.outputs[0].axes == ("b", "h", "s", "d")
+
+    def test_cost_by_hand(self):
+        E, d = 512, 16
+        assert cost(self.op(), (1, 1, 1, 1, 1)) == (7 * E * d + 13 * E, 0.0)
+        assert cost(self.op(), (2, 2, 1, 1, 1)) == ((7 * E * d + 13 * E) / 4, 0.0)  # nothing to communicate
+        from cost_model import op_work
+
+        w = op_work(self.op(), [(1, 1, 2, 1, 1)], MODEL)
+        assert w.macs[0] == 2 * E * d / 2 and w.backward_macs[0] == 2.5 * w.macs[0] and w.kernel == "attention"
+        assert w.forward[0] == (2 * E * d + 5 * E) / 2
+
+    def test_a_causal_mask_leaves_a_bit_more_than_half(self):
+        E, d = 512 * 9 / 16, 16  # (t + 1) / (2 t) of the scores
+        assert cost(self.op(causal=True), (1, 1, 1, 1, 1))[0] == pytest.approx(7 * E * d + 13 * E, rel=1e-15)
+
+    def test_it_keeps_q_k_v_the_output_and_a_statistic_per_row(self):
+        from cost_model import op_memory
+
+        _, acts = op_memory(self.op(), [(2, 1, 1, 1, 1)])
+        assert acts[0] == (4 * 2 * 4 * 8 * 16 + 2 * 4 * 8) / 2
+
+    def test_grouped_query_attention_broadcasts_a_group_s_key(self):
+        B = GraphBuilder("t", cutoff=1)
+        q = B.data((2, 2, 4, 8, 16), "bgrsd")  # 2 groups of 4 query heads
+        kv = B.data((2, 2, 1, 8, 16), "bgusd")
+        B.add("op", FusedAttention(), q, kv, kv)
+        op = operators(B.graph)[0]
+        assert op.inputs[1].axes == ("b", "g", "", "t", "d")
+        with pytest.raises(ValueError, match="key/value axis 1 of size 3 against 2"):
+            B.add("bad", FusedAttention(), q, B.data((2, 3, 1, 8, 16), "bgusd"), B.data((2, 3, 1, 8, 16), "bgusd"))
