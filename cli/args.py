@@ -11,6 +11,8 @@ import re
 import sys
 
 from errors import InputError, SettingError, shown
+from cluster import _BOUNDS, shown_number
+from cluster import FIELDS as CLUSTER_FIELDS
 from settings import DECLARED, SWEEPABLE, Settings, flag_of
 
 DOT_FILE = "graph.dot"
@@ -47,14 +49,15 @@ def _float(text: str) -> float:
 def _positive_float(text: str) -> float:
     v = _float(text)
     if not (0 < v <= MAX_FLOAT):
-        raise argparse.ArgumentTypeError(f"{shown(text)} must be a positive finite number (at most 1e12)")
+        raise argparse.ArgumentTypeError(f"must be a number above 0 and at most {shown_number(MAX_FLOAT)}, "
+                                         f"got {shown(text)}")
     return v
 
 
 def _nonnegative_float(text: str) -> float:
     v = _float(text)
     if not (0 <= v <= 1e6):
-        raise argparse.ArgumentTypeError(f"{shown(text)} must be a number from 0 to 1e6")
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1,000,000, got {shown(text)}")
     return v
 
 
@@ -106,9 +109,35 @@ def _models_help(text: str) -> str:
     return text.replace("a built-in model", ", ".join(MODELS))
 
 
+def _network(text: str) -> str:
+    """A network preset's name, in the presets' spelling."""
+    from cluster.presets import network
+
+    try:
+        return network(text).name
+    except SettingError as e:
+        raise argparse.ArgumentTypeError(e.problem) from None
+
+
+def _cluster_value(name: str, kind: str):
+    """The converter of a cluster field's flag: the number, checked by the
+    field's own rule (:func:`cluster.check_value`), so that the flag, a
+    cluster file and the library say the same."""
+    from cluster import check_value
+
+    def convert(text: str):
+        v = _int(text) if kind == "count" else _float(text)
+        try:
+            return check_value(name, v)
+        except SettingError as e:
+            raise argparse.ArgumentTypeError(f"{e.problem.rsplit(', got ', 1)[0]}, got {shown(text)}") from None
+
+    return convert
+
+
 #: how each kind of declared value is read from its flag
 _TYPES = {"count": _int, "positive": _positive_float, "nonnegative": _nonnegative_float, "device": _device,
-          "precision": str, "name": str, "model": str, "path": str, "jobs": _jobs}
+          "network": _network, "precision": str, "name": str, "model": str, "path": str, "jobs": _jobs}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
         if s.kind == "switch":
             how["action"] = "store_true"
         else:
-            convert = _TYPES[s.kind]
+            convert = _cluster_value(s.name, s.kind) if s.name in CLUSTER_FIELDS and s.kind in _BOUNDS else \
+                _TYPES[s.kind]
             how["type"] = _listed(convert) if s.sweep else convert
             if s.metavar:
                 how["metavar"] = s.metavar

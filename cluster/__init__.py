@@ -57,11 +57,38 @@ PRECISIONS = {"fp64": 8, "fp32": 4, "bf16": 2, "fp16": 2}
 DEFAULT_PRECISION = "fp64"
 
 
-def _positive(name: str, v, high: float = math.inf) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf) or v > high:
-        bound = "" if high == math.inf else f" (at most {high:g})"
-        raise SettingError(name, f"must be a positive finite number{bound}, got {shown(v)}")
-    return float(v)
+def shown_number(x: float) -> str:
+    """A bound in a message: ``1,000,000`` rather than ``1e+06``."""
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
+#: per kind of numeric field: (smallest, whether the smallest is allowed, default largest, what it is)
+_BOUNDS = {"positive": (0.0, False, 1e12, "a number"), "nonnegative": (0.0, True, 1e6, "a number"),
+           "fraction": (0.0, False, 1.0, "a number"), "count": (1, True, 10**6, "an integer")}
+
+
+def check_value(name: str, value):
+    """``value`` for the cluster field ``name``, checked against its
+    declaration (its kind and bounds; a float for the numbers, an int for
+    counts); a :class:`errors.SettingError` naming the rule otherwise.  The
+    command line, cluster files and the fields themselves all check so."""
+    d = FIELDS[name]
+    low, inclusive, high, what = _BOUNDS[d.kind]
+    high = d.high if d.high is not None else high
+    if d.kind == "count":
+        ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+        if not ok:
+            raise SettingError(name, f"must be an integer from {low:,} to {shown_number(high)}, got {shown(value)}")
+        return value
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and (
+        low <= value if inclusive else low < value) and value <= high
+    if not ok:
+        if high == math.inf:
+            span = f"from {shown_number(low)} on" if inclusive else "above 0"
+        else:
+            span = (f"from {shown_number(low)} to " if inclusive else "above 0 and at most ") + shown_number(high)
+        raise SettingError(name, f"must be {what} {span}, got {shown(value)}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -80,6 +107,7 @@ class Declared:
     sweep: bool = True
     label: str = ""
     tag: str = ""
+    high: float | None = None  # the largest value (default: the kind's)
 
 
 def _field(default, flag: str, kind: str, help: str, **how):
@@ -114,22 +142,48 @@ class Cluster:
                             "8-byte word, default), fp32, bf16 or fp16 (mixed precision)", metavar="P")
     device_memory: float | None = _field(None, "--device-memory", "positive", "memory of one device: the search "
                                          "returns the cheapest strategy that fits (default: the --device's, else "
-                                         "unbounded)", metavar="GB", label="device memory (GB)", tag="mem")
+                                         "unbounded)", metavar="GB", label="device memory (GB)", tag="mem", high=1e6)
+    network: str = _field("", "--network", "network", "the network between nodes, a preset (ib-edr, ib-hdr, "
+                          "ib-ndr, roce-400, or the same speed as inside a node: nvlink); --inter-bw overrides its "
+                          "bandwidth (default: the --device's)", metavar="NAME")
+    # -- the realistic model (a real device): what the device and NCCL reach, not only their peaks --
+    mem_bw: float | None = _field(None, "--mem-bw", "positive", "device memory bandwidth in GB/s: with it, the "
+                                  "realistic time model (roofline, vendor FLOP, overlap) applies (default: the "
+                                  "--device's; none for the paper's model)", metavar="GB/s",
+                                  label="memory bandwidth (GB/s)", tag="hbm")
+    matmul_eff: float = _field(1.0, "--matmul-eff", "fraction", "share of the peak large matrix products reach "
+                               "(realistic model; default: the --device's)", metavar="F",
+                               label="matrix-product efficiency", tag="mm")
+    attention_eff: float = _field(1.0, "--attention-eff", "fraction", "share of the peak a fused attention kernel "
+                                  "reaches (realistic model; default: the --device's)", metavar="F",
+                                  label="attention efficiency", tag="att")
+    memory_eff: float = _field(1.0, "--memory-eff", "fraction", "share of the memory bandwidth memory-bound kernels "
+                               "reach (realistic model; default: the --device's)", metavar="F",
+                               label="memory-bound efficiency", tag="mem_eff")
+    link_eff: float = _field(1.0, "--link-eff", "fraction", "share of --bw that collectives reach inside a node "
+                             "(NCCL's bus bandwidth; default: the --device's, else 1)", metavar="F",
+                             label="link efficiency", tag="le")
+    net_eff: float = _field(1.0, "--net-eff", "fraction", "share of --inter-bw that collectives reach between "
+                            "nodes (default: the --network's, else 1)", metavar="F", label="network efficiency",
+                            tag="ne")
+    inter_latency: float | None = _field(None, "--inter-latency", "nonnegative", "microseconds per collective step "
+                                         "between nodes (default: --latency, or the --network's)", metavar="US",
+                                         label="latency between nodes (us)", tag="ilat")
+    bucket_mb: float = _field(25.0, "--bucket-mb", "positive", "size of the gradient buckets synchronised together "
+                              "(realistic model: a bucket pays one collective's latency; default: 25, PyTorch DDP's)",
+                              metavar="MB", label="gradient bucket (MB)", tag="bucket", high=1e6)
+    headroom: float | None = _field(None, "--headroom", "nonnegative", "memory of a device the plan leaves free for "
+                                    "the framework, the CUDA context, workspaces and fragmentation, in GB (default: "
+                                    "the --device's)", metavar="GB", label="memory headroom (GB)", tag="free")
 
     def __post_init__(self):
-        object.__setattr__(self, "flops", _positive("flops", self.flops))
-        object.__setattr__(self, "bw", _positive("bw", self.bw))
-        if self.inter_bw is not None:
-            object.__setattr__(self, "inter_bw", _positive("inter_bw", self.inter_bw))
-        g = self.gpus_per_node
-        if g is not None and (isinstance(g, bool) or not isinstance(g, int) or not 1 <= g <= 10**6):
-            raise SettingError("gpus_per_node", f"must be an integer from 1 to 1,000,000, got {shown(g)}")
-        lat = self.latency
-        if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not (0 <= lat <= 1e6):
-            raise SettingError("latency", f"must be a number of microseconds from 0 to 1e6, got {shown(lat)}")
-        object.__setattr__(self, "latency", float(lat))
-        if self.device_memory is not None:
-            object.__setattr__(self, "device_memory", _positive("device_memory", self.device_memory, 1e6))
+        for name, d in FIELDS.items():
+            value = getattr(self, name)
+            if d.kind in _BOUNDS and value is not None:
+                object.__setattr__(self, name, check_value(name, value))
+        if self.headroom is not None and self.device_memory is not None and self.headroom >= self.device_memory:
+            raise SettingError("headroom", f"({self.headroom:g} GB) must be less than the device memory "
+                                           f"({self.device_memory:g} GB)")
         if self.precision not in PRECISIONS:
             raise SettingError("precision", f"must be one of {', '.join(PRECISIONS)}, got {shown(self.precision)}")
         checks = (("flops and bw", self.bw, self.word), ("flops and inter_bw", self.inter_bw, self.inter_word))
@@ -144,19 +198,42 @@ class Cluster:
         return PRECISIONS[self.precision]
 
     @property
+    def realistic(self) -> bool:
+        """Whether the realistic time model applies: the device's memory
+        bandwidth is known (a real device preset, or a calibration)."""
+        return self.mem_bw is not None
+
+    @property
     def word(self) -> float:
-        """``W``: FLOP equivalent of moving one element inside a node."""
-        return self.word_bytes * 1000.0 * self.flops / self.bw
+        """``W``: FLOP equivalent of moving one element inside a node (at
+        the bus bandwidth collectives reach, ``bw * link_eff``)."""
+        bw = self.bw if self.link_eff == 1.0 else self.bw * self.link_eff
+        return self.word_bytes * 1000.0 * self.flops / bw
 
     @property
     def inter_word(self) -> float:
         """FLOP equivalent of moving one element between nodes."""
-        return self.word_bytes * 1000.0 * self.flops / (self.bw if self.inter_bw is None else self.inter_bw)
+        bw = self.bw if self.inter_bw is None else self.inter_bw
+        eff = self.link_eff if self.inter_bw is None else self.net_eff
+        return self.word_bytes * 1000.0 * self.flops / (bw if eff == 1.0 else bw * eff)
 
     @property
     def step_cost(self) -> float:
-        """FLOP equivalent of one collective step's latency."""
+        """FLOP equivalent of one collective step's latency (inside a node)."""
         return self.latency * 1e-6 * self.flops * 1e12
+
+    @property
+    def inter_step_cost(self) -> float:
+        """FLOP equivalent of one collective step's latency between nodes."""
+        lat = self.latency if self.inter_latency is None else self.inter_latency
+        return lat * 1e-6 * self.flops * 1e12
+
+    @property
+    def capacity(self) -> float | None:
+        """Bytes of a device a plan may use: its memory less the headroom."""
+        if self.device_memory is None:
+            return None
+        return (self.device_memory - (self.headroom or 0.0)) * 1e9
 
     @property
     def two_level(self) -> bool:
@@ -230,19 +307,51 @@ class Cluster:
         return out
 
     # -- collectives --------------------------------------------------------------------
-    def allreduce(self, words, C, letters: str):
+    def _steps(self, q_in, q_out, per_ring: float, latency_scale):
+        """Latency of ``per_ring * (q - 1)`` steps over ``q_in`` devices in a
+        node and ``q_out`` nodes (a share ``latency_scale`` of it: a bucket's
+        share of one collective's latency)."""
+        if self.inter_latency is None:
+            steps = self.step_cost * per_ring * (q_in - 1.0 + q_out - 1.0)
+        else:
+            steps = per_ring * (self.step_cost * (q_in - 1.0) + self.inter_step_cost * (q_out - 1.0))
+        return steps if latency_scale is None else steps * latency_scale
+
+    def allreduce(self, words, C, letters: str, latency_scale=None):
         """All-reduce of ``words`` among the ``q = C[letters]`` devices that
         split ``letters``: the ring ``W w/q 2(q - 1)`` on one node, the
-        hierarchical algorithm across nodes, plus the steps' latency."""
+        hierarchical algorithm across nodes, plus the steps' latency
+        (times ``latency_scale`` when given)."""
         q = C[letters]
         if not self.two_level:
             cost = self.word * (words / q) * 2.0 * (q - 1.0)
-            return cost + self.step_cost * 2.0 * (q - 1.0) if self.latency else cost
+            if not self.latency:
+                return cost
+            steps = self.step_cost * 2.0 * (q - 1.0)
+            return cost + (steps if latency_scale is None else steps * latency_scale)
         q_out = self.across(C, letters)
         q_in = q / q_out
         inside = self.word * 2.0 * words * (q_in - 1.0) / q_in
         between = self.inter_word * 2.0 * (words / q_in) * (q_out - 1.0) / q_out
-        return inside + between + self.step_cost * 2.0 * (q_in - 1.0 + q_out - 1.0)
+        return inside + between + self._steps(q_in, q_out, 2.0, latency_scale)
+
+    def allgather(self, words, C, letters: str, latency_scale=None):
+        """All-gather over the ``q = C[letters]`` devices that split
+        ``letters``, each ending with ``words`` (having ``words / q``): half
+        an all-reduce, the ring ``W w/q (q - 1)`` (hierarchical across
+        nodes), and half its steps."""
+        q = C[letters]
+        if not self.two_level:
+            cost = self.word * (words / q) * (q - 1.0)
+            if not self.latency:
+                return cost
+            steps = self.step_cost * (q - 1.0)
+            return cost + (steps if latency_scale is None else steps * latency_scale)
+        q_out = self.across(C, letters)
+        q_in = q / q_out
+        inside = self.word * words * (q_in - 1.0) / q_in
+        between = self.inter_word * (words / q_in) * (q_out - 1.0) / q_out
+        return inside + between + self._steps(q_in, q_out, 1.0, latency_scale)
 
     def send(self, words, C, letters: str, times=1):
         """Each device sends ``words`` to the devices that differ from it only
@@ -251,8 +360,14 @@ class Cluster:
         import numpy as np  # here, so that importing the cluster stays light
 
         q = C[letters]
-        word = self.word if not self.two_level else np.where(self.across(C, letters) > 1, self.inter_word, self.word)
-        return np.where(q > 1, word * words + times * self.step_cost, 0.0)
+        if not self.two_level:
+            word, step = self.word, self.step_cost
+        else:
+            spans = self.across(C, letters) > 1
+            word = np.where(spans, self.inter_word, self.word)
+            step = self.step_cost if self.inter_latency is None else np.where(spans, self.inter_step_cost,
+                                                                              self.step_cost)
+        return np.where(q > 1, word * words + times * step, 0.0)
 
     def redistribute(self, words, cross=None, times=1):
         """A device receives ``words`` from others when a tensor changes split,

@@ -18,17 +18,17 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from cluster import DEFAULT_PRECISION, FIELDS, PRECISIONS, Cluster
+from cluster import _BOUNDS, DEFAULT_PRECISION, FIELDS, PRECISIONS, Cluster, check_value
 from cluster.presets import device as preset
-from cluster.presets import known
+from cluster.presets import known, network
 from errors import InputError, SettingError, shown
 
 __all__ = ["check_fields", "read_cluster_file", "record", "resolve"]
 
 MAX_FILE_BYTES = 1 << 20
 #: what each kind of declared field holds, as a file's value
-_TYPES = {"positive": "a number", "nonnegative": "a number", "count": "an integer", "device": "a string",
-          "precision": "a string"}
+_TYPES = {"positive": "a number", "nonnegative": "a number", "fraction": "a number", "count": "an integer",
+          "device": "a string", "precision": "a string", "network": "a string"}
 
 
 def _typed(kind: str, value) -> bool:
@@ -52,11 +52,15 @@ def check_fields(fields: dict, where: str) -> dict:
         kind = FIELDS[key].kind
         if not _typed(kind, value):
             raise InputError(f"{where}: {key} must be {_TYPES[kind]}, got {value!r}")
-        if key == "device":
-            try:
+        try:
+            if key == "device":
                 known(value)
-            except SettingError as e:
-                raise InputError(f"{where}: device {e.problem}") from None
+            elif key == "network":
+                network(value)
+            elif kind in _BOUNDS:
+                value = check_value(key, value)
+        except SettingError as e:
+            raise InputError(f"{where}: {key} {e.problem}") from None
         out[key] = value
     return out
 
@@ -80,30 +84,61 @@ def read_cluster_file(path: str) -> dict:
 
 
 def record(c: Cluster) -> dict:
-    """The cluster as file fields (what ``--output`` records)."""
-    return {f.name: (getattr(c, f.name) if f.name != "device" else c.device or None) for f in fields(Cluster)}
+    """The cluster as file fields (what ``--output`` records; an unset
+    name as ``null``)."""
+    return {f.name: getattr(c, f.name) if getattr(c, f.name) != "" else None for f in fields(Cluster)}
+
+
+#: the figures of a device (a preset sets them all): a plan file's record of them is used again only for
+#: the device and precision it was made for
+DEVICE_FIGURES = ("flops", "bw", "device_memory", "mem_bw", "matmul_eff", "attention_eff", "memory_eff",
+                  "link_eff", "latency", "headroom")
+#: the figures of a network between nodes (a network preset sets them)
+NETWORK_FIGURES = ("inter_bw", "net_eff", "inter_latency")
 
 
 def resolve(settings: dict, *, device: str | None = None, file_fields: dict | None = None,
             recorded: dict | None = None) -> Cluster:
-    """The cluster: a device preset (``device``, or the file's), then the
-    cluster file's fields, or else what a strategy file ``recorded``, then
-    the explicit ``settings`` (file-field names; ``None`` values ignored).
-    The paper's 10 TFLOPS and 16 GB/s fill what nothing sets."""
+    """The cluster the settings, a cluster file, a plan file's record and
+    the presets describe.  One rule, field by field: an explicit setting
+    (``settings``; ``None`` values ignored) beats the cluster file's
+    (``file_fields``), which beats the plan file's record (``recorded``),
+    which beats the presets (the device's, at the precision; the
+    network's); the paper's 10 TFLOPS and 16 GB/s fill what nothing sets.
+    Two refinements: a device or a precision given explicitly or by the
+    cluster file brings its preset's device figures (:data:`DEVICE_FIGURES`:
+    peak, bandwidths, memory, efficiencies), the record's being those of
+    another device or precision; a network given so brings its preset's
+    figures (:data:`NETWORK_FIGURES`) likewise."""
+    from cluster.presets import default_precision, network_fields
+
     file_fields = file_fields or {}
     settings = {k: v for k, v in settings.items() if v is not None}
+    if device is not None:
+        settings["device"] = device
     recorded = {k: v for k, v in (recorded or {}).items() if v is not None and k in FIELDS}
-    described = device is not None or bool(file_fields)
-    source = file_fields if described else recorded
-    precision = settings.get("precision", source.get("precision", DEFAULT_PRECISION))
+    given = {**file_fields, **settings}  # what this run says, over the plan file's record
+    name = given.get("device", recorded.get("device"))
+    precision = given.get("precision") or recorded.get("precision")
+    if precision is None:
+        precision = default_precision(name) if name is not None else DEFAULT_PRECISION
     if precision not in PRECISIONS:
         raise SettingError("precision", f"must be one of {', '.join(PRECISIONS)}, got {shown(precision)}")
+    keep = dict(recorded)
+    if "device" in given or "precision" in given:  # another device or precision: its own figures
+        for k in DEVICE_FIGURES:
+            keep.pop(k, None)
+    if "network" in given:
+        for k in NETWORK_FIGURES:
+            keep.pop(k, None)
     values = {}
-    name = device if device is not None else source.get("device")
     if name is not None:
         values.update(preset(name, precision))
-    values.update({k: v for k, v in source.items() if k not in ("device", "precision")})
-    values.update({k: v for k, v in settings.items() if k not in ("device", "precision")})
+    net = given.get("network", keep.get("network"))
+    if net:
+        values.update(network_fields(net))
+    values.update({k: v for k, v in keep.items() if k != "precision"})
+    values.update({k: v for k, v in given.items() if k != "precision"})
     unknown = set(values) - set(FIELDS)
     if unknown:
         raise SettingError(sorted(unknown)[0], "is not a cluster field")

@@ -1,20 +1,62 @@
-"""Device presets: peak dense TFLOPS by precision, memory, and the per-device
-bandwidth inside a node (one direction), from the vendors' data sheets:
+"""Device and network presets: what the data sheets say, and what software
+reaches on them.
+
+**Devices** (peak dense TFLOPS by precision, memory and its bandwidth, the
+per-device NVLink bandwidth inside a node in one direction, from the
+vendors' data sheets):
 
 * ``v100``: NVIDIA Tesla V100 SXM2 32 GB (V100 data sheet, 2020): FP64 7.8,
-  FP32 15.7, FP16 tensor 125 TFLOPS (no BF16); NVLink 300 GB/s in total,
-  150 GB/s each way.
+  FP32 15.7, FP16 tensor 125 TFLOPS (no BF16); HBM2 900 GB/s; NVLink 300
+  GB/s in total, 150 GB/s each way;
 * ``a100-40gb``, ``a100-80gb``: NVIDIA A100 SXM4 (A100 data sheet, 2021):
   FP64 tensor 19.5, FP32 19.5, BF16 and FP16 tensor 312 TFLOPS (dense);
-  NVLink 600 GB/s in total, 300 GB/s each way.
+  HBM2 1,555 GB/s (40 GB) and HBM2e 2,039 GB/s (80 GB); NVLink 600 GB/s in
+  total, 300 GB/s each way;
 * ``h100``: NVIDIA H100 SXM5 80 GB (H100 data sheet, 2023): FP64 tensor 67,
   FP32 67, BF16 and FP16 tensor 989.5 TFLOPS (dense; twice that with
-  sparsity); NVLink 900 GB/s in total, 450 GB/s each way.
+  sparsity); HBM3 3,350 GB/s; NVLink 900 GB/s in total, 450 GB/s each way;
 * ``paper``: the PaSE paper's device, 10 TFLOPS and 16 GB/s at every
-  precision, memory unbounded: the defaults.
+  precision, memory unbounded, no memory bandwidth: the paper's model.
 
-The network between nodes is the cluster's, not the device's: set it with
-``gpus_per_node`` and ``inter_bw``.
+A real device implies its training precision (bf16; fp16 on the V100), the
+node of its DGX system (8 devices) and that system's network (below), and
+keeps ``headroom`` GB free for the framework, the CUDA context, NCCL's
+buffers, workspaces and fragmentation.  Its *efficiencies* say what
+software reaches (the realistic model's constants, the same for every
+model and plan):
+
+* ``matmul_eff``: large dense matrix products reach 80 % of the peak on the
+  V100 and the A100 and 75 % on the H100 (cuBLAS on square bf16/fp16 GEMMs
+  of a few thousand: NVIDIA's "Matrix Multiplication Background" guide and
+  the public cuBLAS benchmarks; smaller products are slower by the
+  roofline, their memory traffic);
+* ``attention_eff``: a fused attention kernel, forward and backward, reaches
+  55 % of the peak on the A100 (FlashAttention-2, Dao 2023: 50-73 %) and
+  45 % on the H100 (FlashAttention-2 35-40 %, cuDNN and FlashAttention-3
+  up to 75 %);
+* ``memory_eff``: memory-bound kernels (normalisations, softmax,
+  elementwise work) move 80 % of the memory bandwidth (STREAM-like copies
+  reach 85-92 %);
+* ``link_eff``: NCCL's all-reduce reaches a bus bandwidth of 80 % of the
+  NVLink peak (nccl-tests on DGX A100: about 230 of 300 GB/s; DGX H100:
+  about 360 of 450 GB/s without NVLink SHARP), with ``latency`` 1 us per
+  ring step inside a node.
+
+**Networks between nodes** (per device, one direction; ``net_eff`` the
+share of it NCCL's bus bandwidth reaches across nodes, ``inter_latency``
+microseconds per step):
+
+* ``ib-edr``: 100 Gb/s InfiniBand EDR per device, 12.5 GB/s;
+* ``ib-hdr``: 200 Gb/s InfiniBand HDR per device, 25 GB/s (DGX A100: 8 HDR
+  adapters for 8 GPUs);
+* ``ib-ndr``: 400 Gb/s InfiniBand NDR per device, 50 GB/s (DGX H100);
+* ``roce-400``: 400 Gb/s RoCE per device, 50 GB/s, a lower efficiency;
+* ``nvlink``: nodes joined as fast as devices inside a node (one NVLink
+  domain).
+
+InfiniBand reaches 85 % (nccl-tests across DGX nodes: 20-23 GB/s bus
+bandwidth on HDR, 40-46 on NDR), RoCE 75 %, with 5 us (RoCE 8 us) per
+step.
 """
 
 from __future__ import annotations
@@ -23,7 +65,7 @@ from dataclasses import dataclass
 
 from errors import SettingError, shown
 
-__all__ = ["Device", "DEVICES", "device", "known"]
+__all__ = ["Device", "DEVICES", "Network", "NETWORKS", "device", "known", "network", "default_precision"]
 
 
 @dataclass(frozen=True)
@@ -32,14 +74,47 @@ class Device:
     tflops: dict  # precision -> peak dense TFLOPS
     memory: float | None  # GB
     bw: float  # GB/s per device inside a node, one direction
+    mem_bw: float | None = None  # GB/s; None: the paper's model
+    precision: str = "fp64"  # the training precision it implies
+    network: str = ""  # the network of its system
+    gpus_per_node: int | None = None
+    headroom: float | None = None  # GB kept free
+    matmul_eff: float = 1.0
+    attention_eff: float = 1.0
+    memory_eff: float = 1.0
+    link_eff: float = 1.0
+    latency: float = 0.0  # microseconds per ring step inside a node
 
+
+@dataclass(frozen=True)
+class Network:
+    name: str
+    inter_bw: float | None  # GB/s per device, one direction; None: as inside a node
+    net_eff: float | None  # None: as inside a node
+    inter_latency: float | None  # microseconds per step; None: as inside a node
+    description: str
+
+
+_REAL = dict(gpus_per_node=8, memory_eff=0.8, link_eff=0.8, latency=1.0)
 
 DEVICES = {d.name: d for d in (
-    Device("v100", {"fp64": 7.8, "fp32": 15.7, "fp16": 125.0}, 32.0, 150.0),
-    Device("a100-40gb", {"fp64": 19.5, "fp32": 19.5, "bf16": 312.0, "fp16": 312.0}, 40.0, 300.0),
-    Device("a100-80gb", {"fp64": 19.5, "fp32": 19.5, "bf16": 312.0, "fp16": 312.0}, 80.0, 300.0),
-    Device("h100", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 80.0, 450.0),
+    Device("v100", {"fp64": 7.8, "fp32": 15.7, "fp16": 125.0}, 32.0, 150.0, 900.0, "fp16", "ib-edr",
+           headroom=2.0, matmul_eff=0.8, attention_eff=0.5, **_REAL),
+    Device("a100-40gb", {"fp64": 19.5, "fp32": 19.5, "bf16": 312.0, "fp16": 312.0}, 40.0, 300.0, 1555.0, "bf16",
+           "ib-hdr", headroom=2.0, matmul_eff=0.8, attention_eff=0.55, **_REAL),
+    Device("a100-80gb", {"fp64": 19.5, "fp32": 19.5, "bf16": 312.0, "fp16": 312.0}, 80.0, 300.0, 2039.0, "bf16",
+           "ib-hdr", headroom=3.0, matmul_eff=0.8, attention_eff=0.55, **_REAL),
+    Device("h100", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 80.0, 450.0, 3350.0, "bf16",
+           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, **_REAL),
     Device("paper", {"fp64": 10.0, "fp32": 10.0, "bf16": 10.0, "fp16": 10.0}, None, 16.0),
+)}
+
+NETWORKS = {n.name: n for n in (
+    Network("ib-edr", 12.5, 0.85, 5.0, "100 Gb/s InfiniBand EDR per device"),
+    Network("ib-hdr", 25.0, 0.85, 5.0, "200 Gb/s InfiniBand HDR per device"),
+    Network("ib-ndr", 50.0, 0.85, 5.0, "400 Gb/s InfiniBand NDR per device"),
+    Network("roce-400", 50.0, 0.75, 8.0, "400 Gb/s RoCE per device"),
+    Network("nvlink", None, None, None, "as fast as inside a node"),
 )}
 
 
@@ -52,8 +127,13 @@ def known(name: str) -> Device:
     return d
 
 
+def default_precision(name: str) -> str:
+    """The training precision a device preset implies."""
+    return known(name).precision
+
+
 def device(name: str, precision: str) -> dict:
-    """The cluster fields a preset sets at ``precision``."""
+    """The cluster fields a device preset sets at ``precision``."""
     d = known(name)
     if precision not in d.tflops:
         raise SettingError("precision", f"{precision} is not supported by {d.name} "
@@ -61,4 +141,25 @@ def device(name: str, precision: str) -> dict:
     fields = {"device": d.name, "flops": d.tflops[precision], "bw": d.bw}
     if d.memory is not None:
         fields["device_memory"] = d.memory
+    if d.mem_bw is not None:
+        fields.update(mem_bw=d.mem_bw, matmul_eff=d.matmul_eff, attention_eff=d.attention_eff,
+                      memory_eff=d.memory_eff, link_eff=d.link_eff, latency=d.latency,
+                      gpus_per_node=d.gpus_per_node, headroom=d.headroom)
+        fields.update(network_fields(d.network))
+    return fields
+
+
+def network(name: str) -> Network:
+    n = NETWORKS.get(str(name).lower())
+    if n is None:
+        raise SettingError("network", f"{shown(name)} is not a known network; choose one of {', '.join(NETWORKS)}")
+    return n
+
+
+def network_fields(name: str) -> dict:
+    """The cluster fields a network preset sets."""
+    n = network(name)
+    fields = {"network": n.name}
+    if n.inter_bw is not None:
+        fields.update(inter_bw=n.inter_bw, net_eff=n.net_eff, inter_latency=n.inter_latency)
     return fields

@@ -54,7 +54,7 @@ class FusedAttention(Kind):
         t_letter = self.letter
         if t_letter in lq:
             raise InputError(f"{name}: the queries' letters {lq!r} already hold {t_letter!r}")
-        s_letter, d_letter = lq[-2], lq[-1]
+        d_letter = lq[-1]
         if k.shape[-1] != q.shape[-1]:
             raise InputError(f"{name}: keys of width {k.shape[-1]} against queries of width {q.shape[-1]}")
         kv_axes = []

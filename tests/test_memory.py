@@ -181,9 +181,10 @@ def test_without_a_capacity_the_search_is_unchanged():
 @pytest.mark.parametrize("args, message", [
     (["--device-memory", "0.01"], "no strategy fits in 0.01 GB per device: the smallest any strategy of this "
                                   "graph needs at this p is 0.371 GB"),
-    (["--device-memory", "0"], "--device-memory: '0' must be a positive finite number"),
-    (["--device-memory", "nan"], "--device-memory: 'nan' must be a positive finite number"),
-    (["--device-memory", "1e9"], "--device-memory must be a positive finite number (at most 1e+06)"),
+    (["--device-memory", "0"], "--device-memory: must be a number above 0 and at most 1,000,000, got '0'"),
+    (["--device-memory", "nan"], "--device-memory: must be a number above 0 and at most 1,000,000, got 'nan'"),
+    (["--device-memory", "1e9"], "--device-memory: must be a number above 0 and at most 1,000,000, got '1e9'"),
+    (["--device-memory", "2e6"], "--device-memory: must be a number above 0 and at most 1,000,000, got '2e6'"),
     (["--optimizer", "lion"], "--optimizer must be one of sgd, momentum, adam, got 'lion'"),
     (["--precision", "fp8"], "--precision must be one of fp64, fp32, bf16, fp16, got 'fp8'"),
 ])
