@@ -18,7 +18,7 @@ do not check divisibility themselves (:func:`check_strategy` does).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from config_space import Decision, configurations, count_configurations, in_spac
 from errors import InputError, SettingError, shown
 from graph import Operator, operators, parameter_count
 from kinds import Extents, need, shard, tensor_splits
-from kinds.base import Comm, Work
+from kinds.base import OVERLAPPED, Comm, Footprint, Work
 from result import Layer, Result, total
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
 ]
 
 EMBEDDING_SYNC = ("dense", "sparse", "best")
+AUTO = "auto"  # an option the search chooses
 MAX_PROCS = 10**6
 #: extra copies of the weights an optimizer keeps (momentum; Adam's two moments)
 OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2}
@@ -72,6 +73,17 @@ class CostModel:
 
     ``optimizer`` (``sgd``, ``momentum``, ``adam``) sets the optimizer state
     of the memory model (:meth:`memory_bytes`); it changes no cost.
+
+    ``options``: the execution options (``options/``) as ``(name, value)``
+    pairs: a value every operator it applies to takes, or ``"auto"``: the
+    search chooses per operator (or block).  Those not named stay at their
+    default.
+
+    On a cluster with a memory bandwidth (:attr:`cluster.Cluster.realistic`,
+    a real device) the *realistic* time model applies (:func:`price`): vendor
+    FLOP at the device's efficiencies, a roofline with the memory traffic,
+    collectives at NCCL's bus bandwidth, gradient and weight collectives
+    overlapped with computation.  Otherwise the PaSE paper's model.
     """
 
     cluster: Cluster = Cluster()
@@ -79,6 +91,7 @@ class CostModel:
     embedding_sync: str = "dense"
     distinct_rows: int | None = None
     optimizer: str = "adam"
+    options: tuple = ()
 
     def __post_init__(self):
         if not isinstance(self.cluster, Cluster):
@@ -93,6 +106,28 @@ class CostModel:
             raise SettingError("distinct_rows", f"must be an integer >= 1, got {shown(u)}")
         if self.optimizer not in OPTIMIZERS:
             raise SettingError("optimizer", f"must be one of {', '.join(OPTIMIZERS)}, got {shown(self.optimizer)}")
+        from options import OPTIONS
+
+        opts = dict(self.options)
+        for name, value in opts.items():
+            if name not in OPTIONS:
+                raise SettingError(name, "is not an execution option")
+            if value != AUTO and value not in OPTIONS[name].values:
+                raise SettingError(name, f"must be one of {', '.join(map(str, OPTIONS[name].values))} or auto, "
+                                         f"got {shown(value)}")
+        object.__setattr__(self, "options", tuple(sorted((k, v) for k, v in opts.items()
+                                                         if v != OPTIONS[k].default)))
+
+    @property
+    def realistic(self) -> bool:
+        """Whether the realistic time model applies (a real device)."""
+        return self.cluster.realistic
+
+    def option(self, name: str):
+        """An option's setting: a value, ``"auto"``, or its default."""
+        from options import OPTIONS
+
+        return dict(self.options).get(name, OPTIONS[name].default)
 
     def parameter_bytes(self) -> tuple[float, float, float]:
         """Bytes per weight element of (weights, gradients, optimizer state).
@@ -122,6 +157,12 @@ class CostModel:
 
     def describe(self) -> str:
         """The rules in force, in a few words, for the report's header."""
+        if self.realistic:
+            c = self.cluster
+            return (f"realistic ({c.device or 'a measured device'}): vendor FLOP at {100 * c.matmul_eff:.0f}% of peak "
+                    f"for matrix products, {100 * c.attention_eff:.0f}% for fused attention, memory-bound work at "
+                    f"{100 * c.memory_eff:.0f}% of {c.mem_bw:g} GB/s (roofline); gradients and gathered weights "
+                    "overlap computation")
         if self.original:
             return "original PaSE (embedding = one-hot GEMM, dense gradients)"
         compute = "row lookup" if self.embedding_lookup else "one-hot GEMM"
@@ -145,32 +186,98 @@ def op_work(op: Operator, configs, model: CostModel) -> Work:
     return op.kind.work(op, D, C, model)
 
 
-def collective_cost(c: Comm, C: Extents, net: Cluster):
-    """FLOP of one of the collectives ``c`` describes on the cluster ``net``."""
+def collective_cost(c: Comm, C: Extents, net: Cluster, latency_scale=None):
+    """FLOP of one of the collectives ``c`` describes on the cluster ``net``
+    (its latency times ``latency_scale`` when given)."""
     if c.pattern == "allreduce":
-        return net.allreduce(c.words, C, c.letters)
+        return net.allreduce(c.words, C, c.letters, latency_scale)
+    if c.pattern in ("allgather", "reducescatter"):  # a reduce-scatter moves what an all-gather does
+        return net.allgather(c.words, C, c.letters, latency_scale)
     if c.pattern == "send":
         return net.send(c.words, C, c.letters, times=c.rounds)
-    return np.minimum(*[collective_cost(o, C, net) for o in c.options])  # the cheapest
+    return np.minimum(*[collective_cost(o, C, net, latency_scale) for o in c.options])  # the cheapest
 
 
-def price(work: Work, C: Extents, model: CostModel):
+def traffic(op: Operator, C: Extents, work: Work):
+    """Elements the forward and the backward pass of ``op`` read and write
+    in the device's memory, per configuration (K,) each: the record's when
+    it says, else what the tensors say: forward, every input (weights too)
+    and output; backward, the gradient of every output, the tensors kept for
+    it, and the gradient of every input (a weight's gradient too)."""
+    if work.moved is not None:
+        return work.moved, work.moved_back
+    K = len(C)
+    ins = [shard(t, C) for t in op.inputs]
+    outs = sum((shard(t, C) for t in op.outputs), np.zeros(K))
+    fwd = sum(ins, np.zeros(K)) + outs
+    grads = sum((x for x, t in zip(ins, op.inputs) if t.role != "data"), np.zeros(K))
+    kept = sum((shard(t, C) for t in op.kind.saved(op)), np.zeros(K))
+    return fwd, outs + kept + grads
+
+
+def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
     """(compute, communication) FLOP of a work record on the model's
-    cluster: the record's compute, and each collective's cost times its
-    count, added in the record's order."""
-    comm = None
+    cluster, for each configuration.
+
+    The paper's model: the record's compute (plus its forward part per
+    replay), and each collective's cost times its count, added in the
+    record's order.
+
+    The realistic model (a real device; ``op`` gives the memory traffic),
+    in FLOP at the device's peak (a time ``t`` is ``t * flops``):
+
+        t_pass  = max(2 macs / (peak * eff), bytes / (memory bandwidth * memory_eff))   # roofline, per pass
+        compute = t_forward * (1 + replays) + t_backward
+        comm    = blocking collectives (partial sums, input gradients, statistics, halo, exchange)
+                + max(0, gradients + gathered weights (backward half) - t_backward)   # overlapped
+                + max(0, gathered weights (forward half) - t_forward)
+
+    ``eff`` is the matrix products' or the fused attention's efficiency;
+    vendor FLOP count a multiply-add as two.  Gradient collectives go in
+    buckets: each pays its share (its bytes over the bucket's) of one
+    collective's latency.  The overlap window of an operator's collectives
+    is its own pass: in a stack of equal layers, the layer before it.
+    """
+    net = model.cluster
+    if not net.realistic:
+        comm = None
+        for c in work.comms:
+            x = collective_cost(c, C, net)
+            if c.count != 1:
+                x = c.count * x
+            comm = x if comm is None else comm + x
+        compute = work.compute if not work.replays else work.compute + work.replays * work.forward
+        return compute, np.zeros(len(C)) if comm is None else comm
+    peak = net.flops * 1e12  # FLOP/s
+    eff = net.attention_eff if work.kernel == "attention" else net.matmul_eff
+    per_byte = peak / (net.mem_bw * 1e9 * net.memory_eff)  # FLOP-equivalents of one byte moved
+    fwd_moved, bwd_moved = traffic(op, C, work)
+    b = float(net.word_bytes)
+    t_fwd = np.maximum(2.0 * work.macs / eff, fwd_moved * b * per_byte)  # (K,) FLOP-equivalents
+    t_bwd = np.maximum(2.0 * work.backward_macs / eff, bwd_moved * b * per_byte)  # (K,)
+    blocking = overlapped_bwd = overlapped_fwd = 0.0
+    bucket = net.bucket_mb * 1e6
     for c in work.comms:
-        x = collective_cost(c, C, model.cluster)
-        if c.count != 1:
-            x = c.count * x
-        comm = x if comm is None else comm + x
-    return work.compute, np.zeros(len(C)) if comm is None else comm
+        if c.role in OVERLAPPED:
+            scale = np.asarray(c.words if c.words is not None else 0.0) * b / bucket  # a bucket's share of latency
+            x = c.count * collective_cost(c, C, net, scale)
+            if c.role == "weights":  # gathered twice: before the forward and before the backward pass
+                overlapped_fwd = overlapped_fwd + x / 2.0
+                overlapped_bwd = overlapped_bwd + x / 2.0
+            else:
+                overlapped_bwd = overlapped_bwd + x
+        else:
+            blocking = blocking + c.count * collective_cost(c, C, net)
+    exposed = np.maximum(overlapped_bwd - t_bwd, 0.0) + np.maximum(overlapped_fwd - t_fwd, 0.0)
+    K = len(C)
+    compute = np.broadcast_to(t_fwd * (1.0 + work.replays) + t_bwd, (K,))
+    return compute, np.broadcast_to(blocking + exposed, (K,))
 
 
 def op_cost_parts(op: Operator, configs, model: CostModel) -> tuple[np.ndarray, np.ndarray]:
     """(compute, communication) FLOP of ``op`` at each configuration (K,)."""
     D, C = _extents(op, configs)
-    comp, comm = price(op.kind.work(op, D, C, model), C, model)
+    comp, comm = price(op.kind.work(op, D, C, model), C, model, op)
     K = len(C)
     return (np.broadcast_to(comp, (K,)).astype(float, copy=True),
             np.broadcast_to(comm, (K,)).astype(float, copy=True))
@@ -260,6 +367,126 @@ def check_procs(p) -> int:
     return int(p)
 
 
+# -- operators with their execution options -------------------------------------------
+
+
+@dataclass(frozen=True)
+class OptionTable:
+    """A searched execution option of one operator: its ``values`` and,
+    for each configuration and value (``(K, n)`` arrays), what it adds to
+    the operator's ``compute`` and ``comm``, to each of its memory ``parts``
+    (bytes: weights, gradients, optimizer state, activations; ``(4, K,
+    n)``) and its ``transient`` (bytes)."""
+
+    name: str
+    values: tuple
+    compute: np.ndarray
+    comm: np.ndarray
+    parts: np.ndarray
+    transient: np.ndarray
+
+    @property
+    def cost(self) -> np.ndarray:
+        """What each value adds to the cost (K, n)."""
+        return self.compute + self.comm
+
+    @property
+    def kept(self) -> np.ndarray:
+        """What each value adds to the memory kept for the step (K, n)."""
+        return self.parts.sum(axis=0)
+
+
+@dataclass(frozen=True)
+class NodeArrays:
+    """One operator's figures for each configuration (K,): its cost
+    (``compute``, ``comm``), the elements of its ``weights`` and kept
+    ``activations``, its memory ``parts`` (4, K) in bytes and ``transient``
+    bytes, all at the options it is given, and a table per option the
+    search chooses."""
+
+    configs: np.ndarray
+    compute: np.ndarray
+    comm: np.ndarray
+    weights: np.ndarray
+    activations: np.ndarray
+    parts: np.ndarray
+    transient: np.ndarray
+    tables: tuple = ()
+
+    @property
+    def memory(self) -> np.ndarray:
+        """Bytes kept for the step (K,)."""
+        return self.parts[0] + self.parts[1] + self.parts[2] + self.parts[3]
+
+
+def footprint(op: Operator, C: Extents, model: CostModel, shared=()) -> Footprint:
+    """The bytes ``op`` holds at each configuration with its options at
+    their default: its kind's weights and kept activations
+    (:func:`op_memory`'s elements) at the precision's bytes."""
+    w, a = op.kind.memory(op, C)
+    for i in shared:
+        w = w - shard(op.inputs[i], C)
+    K = len(C)
+    w = np.broadcast_to(w, (K,)).astype(float, copy=True)
+    a = np.broadcast_to(a, (K,)).astype(float, copy=True)
+    wb, gb, ob, ab = model.memory_bytes(w, a)
+    return Footprint(wb, gb, ob, ab, np.zeros(K))
+
+
+def _with_options(op: Operator, configs, model: CostModel, context, given=None):
+    """``(C, work, footprint)`` of ``op`` at ``configs`` with the options
+    ``given`` (name -> value; the model's fixed ones when ``None``) that
+    apply to it."""
+    from options import OPTIONS
+
+    given = {k: v for k, v in model.options if v != AUTO} if given is None else given
+    D, C = _extents(op, configs)
+    work = op.kind.work(op, D, C, model)
+    fp = footprint(op, C, model, tuple(sorted(context.shared)))
+    for name, value in given.items():
+        opt = OPTIONS[name]
+        if value != opt.default and opt.applies(op, context):
+            work = opt.work(value, op, C, work, context, model)
+            fp = opt.memory(value, op, C, fp, context, model)
+    return C, work, fp
+
+
+def node_arrays(op: Operator, configs, model: CostModel, context=None, given=None, searched=()) -> NodeArrays:
+    """``op``'s :class:`NodeArrays` at ``configs``: with the options
+    ``given`` (name -> value; the model's fixed ones when ``None``) applied,
+    and a table for each option named in ``searched`` that applies to it.
+    Options that do not apply to the operator change nothing."""
+    from options import OPTIONS, Context
+
+    context = context or Context()
+    C, work, fp = _with_options(op, configs, model, context, given)
+    comp, comm = price(work, C, model, op)
+    K = len(C)
+    comp = np.broadcast_to(comp, (K,)).astype(float, copy=True)
+    comm = np.broadcast_to(comm, (K,)).astype(float, copy=True)
+    parts = np.stack([np.broadcast_to(x, (K,)) for x in fp.parts]).astype(float)  # (4, K)
+    transient = np.broadcast_to(fp.transient, (K,)).astype(float, copy=True)
+    tables = []
+    for name in searched:
+        opt = OPTIONS[name]
+        if not opt.applies(op, context):
+            continue
+        cols = []
+        for value in opt.values:
+            w2 = opt.work(value, op, C, work, context, model)
+            f2 = opt.memory(value, op, C, fp, context, model)
+            c2, m2 = price(w2, C, model, op) if w2 is not work else (comp, comm)
+            cols.append((np.broadcast_to(c2, (K,)) - comp, np.broadcast_to(m2, (K,)) - comm,
+                         np.stack([np.broadcast_to(x, (K,)) for x in f2.parts]) - parts,
+                         np.broadcast_to(f2.transient, (K,)) - transient))
+        tables.append(OptionTable(name, opt.values, np.stack([c[0] for c in cols], axis=1),
+                                  np.stack([c[1] for c in cols], axis=1), np.stack([c[2] for c in cols], axis=2),
+                                  np.stack([c[3] for c in cols], axis=1)))
+    elements = [np.broadcast_to(x, (K,)).astype(float, copy=True) for x in
+                (parts[0] / model.parameter_bytes()[0], parts[3] / float(model.cluster.word_bytes))]
+    return NodeArrays(np.asarray(configs), comp, comm, elements[0], elements[1], parts, transient, tuple(tables))
+
+
 @dataclass
 class CostedGraph:
     """Every configuration and cost of a graph for ``p`` devices: the arrays
@@ -267,10 +494,14 @@ class CostedGraph:
 
     ``configs[v]``: int array (K_v, n_v); ``compute[v]``, ``comm[v]`` and
     their sum ``node_costs[v]``: (K_v,); ``weights[v]`` and
-    ``activations[v]``: per-device elements (K_v,) of the memory model, and
-    ``memory[v]`` their bytes; ``edge_costs[(u, v)]``: (K_u, K_v) for each
-    graph edge ``u -> v``.  Identical operators and edges share (read-only)
-    arrays.
+    ``activations[v]``: per-device elements (K_v,) of the memory model,
+    ``parts[v]`` their bytes by part (4, K_v) and ``memory[v]`` their sum,
+    ``transient[v]`` the bytes held only while the operator runs (all at the
+    execution options the model fixes); ``tables[v]``: an
+    :class:`OptionTable` per option the search chooses for the operator;
+    ``contexts[v]``: its place among the repeated ``chains``;
+    ``edge_costs[(u, v)]``: (K_u, K_v) for each graph edge ``u -> v``.
+    Identical operators and edges share (read-only) arrays.
     """
 
     graph: object
@@ -284,22 +515,38 @@ class CostedGraph:
     weights: list[np.ndarray] = field(repr=False, default_factory=list)
     activations: list[np.ndarray] = field(repr=False, default_factory=list)
     memory: list[np.ndarray] = field(repr=False, default_factory=list)
+    parts: list[np.ndarray] = field(repr=False, default_factory=list)
+    transient: list[np.ndarray] = field(repr=False, default_factory=list)
+    tables: list[tuple] = field(repr=False, default_factory=list)
+    contexts: list = field(repr=False, default_factory=list)
+    chains: tuple = ()
 
     @property
     def least_memory(self) -> float:
         """The smallest per-device memory (bytes) of any strategy: memory is a
-        sum over operators, so each takes its smallest."""
-        return math.fsum(float(m.min()) for m in self.memory)
+        sum over operators, so each takes its smallest (with the most
+        memory-saving value of each searched option)."""
+        least = []
+        for v, m in enumerate(self.memory):
+            extra = sum((t.kept.min(axis=1) for t in self.tables[v]), np.zeros(len(m))) if self.tables else 0.0
+            least.append(float((m + extra).min()))
+        return math.fsum(least)
 
     @property
     def n(self) -> int:
         return len(self.configs)
 
     @property
+    def searched(self) -> bool:
+        """Whether the search chooses execution options too."""
+        return any(self.tables)
+
+    @property
     def nbytes(self) -> int:
         """Memory of the arrays, each shared array counted once."""
         arrays = [*self.configs, *self.compute, *self.comm, *self.node_costs, *self.weights, *self.activations,
-                  *self.memory, *self.edge_costs.values()]
+                  *self.memory, *self.parts, *self.transient, *self.edge_costs.values()]
+        arrays += [a for ts in self.tables for t in ts for a in (t.compute, t.comm, t.parts, t.transient)]
         return sum({id(a): a.nbytes for a in arrays}.values())
 
     def position(self, v: int, cfg) -> int | None:
@@ -318,24 +565,51 @@ class CostedGraph:
             raise InputError(f"node {v}: configuration {strategy[v]!r} is not in the search space")
         return index
 
-    def cost_at(self, index) -> float:
-        """Total cost of the strategy picking ``configs[v][index[v]]``."""
-        return self.figures(index).total
+    def cost_at(self, index, choices=None) -> float:
+        """Total cost of the strategy picking ``configs[v][index[v]]`` (and
+        the values ``choices[v]`` of its searched options)."""
+        return self.figures(index, choices).total
 
-    def decisions(self, index) -> list[Decision]:
-        """The decision of each node at positions ``index`` of the arrays."""
+    def decisions(self, index, choices=None) -> list[Decision]:
+        """The decision of each node at positions ``index`` of the arrays,
+        with the options the model fixes and the searched ones' values
+        ``choices[v]`` (name -> position among the option's values)."""
+        from options import OPTIONS
+
         ops = operators(self.graph)
-        return [Decision(ops[v].dims, self.configs[v][i]) for v, i in enumerate(index)]
+        fixed = {k: v for k, v in self.model.options if v != AUTO}
+        out = []
+        for v, i in enumerate(index):
+            ctx = self.contexts[v] if self.contexts else None
+            opts = {k: val for k, val in fixed.items() if ctx is not None and OPTIONS[k].applies(ops[v], ctx)}
+            for t in self.tables[v] if self.tables else ():
+                opts[t.name] = t.values[(choices or {}).get(v, {}).get(t.name, 0)]
+            out.append(Decision(ops[v].dims, self.configs[v][i], tuple(opts.items())).with_options())
+        return out
 
-    def figures(self, index) -> "StrategyCost":
-        """The strategy picking ``configs[v][index[v]]``, read from the arrays."""
-        strategy = self.decisions(index)
-        comp = tuple(float(self.compute[v][i]) for v, i in enumerate(index))
-        comm = tuple(float(self.comm[v][i]) for v, i in enumerate(index))
+    def figures(self, index, choices=None) -> "StrategyCost":
+        """The strategy picking ``configs[v][index[v]]`` (and the values
+        ``choices[v]`` of the searched options), read from the arrays."""
+        strategy = self.decisions(index, choices)
+        comp, comm, weights, acts, parts, transient = [], [], [], [], [], []
+        bytes_per = (self.model.parameter_bytes()[0], float(self.model.cluster.word_bytes))
+        for v, i in enumerate(index):
+            c, m, pt, tr = self.compute[v][i], self.comm[v][i], self.parts[v][:, i].copy(), self.transient[v][i]
+            for t in self.tables[v] if self.tables else ():
+                j = (choices or {}).get(v, {}).get(t.name, 0)
+                c, m, pt, tr = c + t.compute[i, j], m + t.comm[i, j], pt + t.parts[:, i, j], tr + t.transient[i, j]
+            comp.append(float(c))
+            comm.append(float(m))
+            parts.append(tuple(float(x) for x in pt))
+            transient.append(float(tr))
+            weights.append(float(pt[0] / bytes_per[0]))
+            acts.append(float(pt[3] / bytes_per[1]))
         edges = {(u, v): float(m[index[u], index[v]]) for (u, v), m in sorted(self.edge_costs.items())}
-        weights = tuple(float(self.weights[v][i]) for v, i in enumerate(index))
-        acts = tuple(float(self.activations[v][i]) for v, i in enumerate(index))
-        return StrategyCost(strategy, comp, comm, edges, (True,) * len(index), weights, acts)
+        return StrategyCost(strategy, tuple(comp), tuple(comm), edges, (True,) * len(index), tuple(weights),
+                            tuple(acts), tuple(parts), tuple(transient), self._blocks())
+
+    def _blocks(self) -> tuple:
+        return tuple(ctx.block for ctx in self.contexts) if self.contexts else ()
 
 
 class CostTablesTooLarge(MemoryError):
@@ -364,20 +638,27 @@ _EDGE_TEMPORARIES = 4  # (K_src, K_tgt) temporaries while an edge matrix is comp
 _OP_TEMPORARIES = 64  # (K,) temporaries while an operator's configurations are enumerated and costed
 
 
-def estimate_costs(g, p: int) -> CostEstimate:
-    """The memory :func:`build_costs` will use for ``g`` and ``p``."""
+def estimate_costs(g, p: int, model: CostModel = CostModel()) -> CostEstimate:
+    """The memory :func:`build_costs` will use for ``g``, ``p`` and the
+    model's searched options."""
+    from blocks import find_chains
+    from options import OPTIONS, contexts
+
     p = check_procs(p)
     cutoff = g.graph["cutoff"]
     ops = operators(g)
-    shared = _shared(g)
+    ctx = contexts(g, find_chains(g) if model.options else ())
+    searched = [OPTIONS[name] for name, value in model.options if value == AUTO]
     ids: dict = {}  # identical operators share an id, as they share their arrays (and their edges' matrices)
     op_id = [ids.setdefault(op, len(ids)) for op in ops]
     distinct = list(ids)
     counts = [count_configurations(op, p, cutoff) for op in distinct]
-    # per configuration: its splits, compute, communication and cost, weights, activations and memory; an
-    # operator that shares a weight with another has arrays of its own (its memory differs)
-    arrays = {(op_id[v], shared.get(v, ())) for v in range(len(ops))}
-    held = sum(8 * counts[i] * (len(distinct[i].space) + 6) for i, _ in arrays)
+    # per configuration: its splits, compute, communication and cost, weights, activations, memory, its four
+    # parts and its transient; per searched option and value, seven more (cost, communication, parts, transient);
+    # an operator in another context (a weight another holds, a place in a block) has arrays of its own
+    arrays = {(op_id[v], ctx[v].key): sum(7 * len(o.values) for o in searched if o.applies(ops[v], ctx[v]))
+              for v in range(len(ops))}
+    held = sum(8 * counts[i] * (len(distinct[i].space) + 11 + extra) for (i, _), extra in arrays.items())
     pairs = {(op_id[u], d["out"], op_id[v], d["inp"]): counts[op_id[u]] * counts[op_id[v]]
              for u, v, d in g.edges(data=True)}
     held += 8 * sum(pairs.values())
@@ -395,9 +676,12 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
     enumerating anything when :func:`estimate_costs` exceeds it.  ``progress(done,
     total)`` is called as the edge matrices are built.
     """
+    from blocks import find_chains
+    from options import contexts
+
     p = check_procs(p)
     if memory_limit is not None:
-        est = estimate_costs(g, p)
+        est = estimate_costs(g, p, model)
         if est.peak > memory_limit:
             raise CostTablesTooLarge(
                 f"the cost arrays for p = {p} need {est.peak / 1e9:.3g} GB but the limit is "
@@ -406,22 +690,31 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
             )
     cutoff = g.graph["cutoff"]
     ops = operators(g)
-    shared = _shared(g)
-    configs, comp, comm, costs, weights, acts, memory, seen = [], [], [], [], [], [], [], {}
+    chains = find_chains(g) if model.options else ()
+    ctx = contexts(g, chains)
+    searched = tuple(name for name, value in model.options if value == AUTO)
+    lists = {k: [] for k in ("configs", "compute", "comm", "node_costs", "weights", "activations", "memory", "parts",
+                             "transient", "tables")}
+    seen = {}
     for v, op in enumerate(ops):
-        key = (op, shared.get(v, ()))
+        key = (op, ctx[v].key)
         if key not in seen:  # identical layers share their arrays
             C = configurations(op, p, cutoff)
-            a, b = op_cost_parts(op, C, model)
-            w, x = op_memory(op, C, key[1])
-            arrays = (C, a, b, a + b, w, x, sum(model.memory_bytes(w, x)))
-            for arr in arrays:
+            na = node_arrays(op, C, model, ctx[v], searched=searched)
+            arrays = {"configs": C, "compute": na.compute, "comm": na.comm, "node_costs": na.compute + na.comm,
+                      "weights": na.weights, "activations": na.activations, "memory": na.memory, "parts": na.parts,
+                      "transient": na.transient}
+            for arr in arrays.values():
                 arr.flags.writeable = False
-            seen[key] = arrays
-        for lst, arr in zip((configs, comp, comm, costs, weights, acts, memory), seen[key]):
-            lst.append(arr)
+            for t in na.tables:
+                for arr in (t.compute, t.comm, t.parts, t.transient):
+                    arr.flags.writeable = False
+            seen[key] = {**arrays, "tables": na.tables}
+        for k, lst in lists.items():
+            lst.append(seen[key][k])
     graph_edges = sorted(g.edges(data=True))
     keys = {(u, v): (ops[u], d["out"], ops[v], d["inp"]) for u, v, d in graph_edges}
+    configs = lists["configs"]
     edges, seen_e = {}, {}
     for step, (u, v, d) in enumerate(graph_edges):
         key = keys[(u, v)]
@@ -432,7 +725,9 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
         edges[(u, v)] = seen_e[key]
         if progress is not None:
             progress(step + 1, len(graph_edges))
-    return CostedGraph(g, p, model, configs, comp, comm, costs, edges, weights, acts, memory)
+    return CostedGraph(g, p, model, configs, lists["compute"], lists["comm"], lists["node_costs"], edges,
+                       lists["weights"], lists["activations"], lists["memory"], lists["parts"], lists["transient"],
+                       lists["tables"], ctx, chains)
 
 
 # -- strategies ----------------------------------------------------------------------
@@ -468,7 +763,10 @@ class StrategyCost:
     ``compute[v]``, ``comm[v]``: its own FLOP; ``edges[(u, v)]``:
     re-distribution FLOP of each edge; ``in_space[v]``: whether the search
     space holds ``strategy[v]``; ``weights[v]``, ``activations[v]``: the
-    per-device elements of the memory model.
+    per-device elements of the memory model; ``parts[v]``: its bytes by
+    part (weights, gradients, optimizer state, activations) and
+    ``transient[v]`` the bytes it holds only while it runs; ``blocks[v]``:
+    the repeated block holding the operator (``None``: none).
     """
 
     strategy: list
@@ -478,6 +776,19 @@ class StrategyCost:
     in_space: tuple[bool, ...]
     weights: tuple[float, ...]
     activations: tuple[float, ...]
+    parts: tuple = ()
+    transient: tuple = ()
+    blocks: tuple = ()
+
+    @property
+    def peak_transient(self) -> float:
+        """The most a device holds on top of what it keeps: the largest sum
+        of transients over a block (an operator outside blocks alone)."""
+        sums = {}
+        for v, t in enumerate(self.transient):
+            b = self.blocks[v] if self.blocks and self.blocks[v] is not None else ("op", v)
+            sums[b] = sums.get(b, 0.0) + t
+        return max(sums.values(), default=0.0)
 
     @property
     def total(self) -> float:
@@ -499,47 +810,84 @@ def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None) 
     in any enumerated space, with the formulas the cost arrays are built from.
     Validates it first (see :func:`check_strategy`).  With ``p``, says which
     configurations the search space for ``p`` devices holds (else: none)."""
+    from blocks import find_chains
+    from options import OPTIONS, contexts
+
     strategy = check_strategy(g, strategy)
     ops = operators(g)
-    comp, comm, weights, acts = [], [], [], []
-    shared = _shared(g)
+    comp, comm, weights, acts, parts, transient = [], [], [], [], [], []
+    uses_options = any(d.options for d in strategy) or model.options
+    chains = find_chains(g) if uses_options else ()
+    ctx = contexts(g, chains)
     for v, (op, d) in enumerate(zip(ops, strategy)):
-        a, b = op_cost_parts(op, [d.config], model)
-        w, x = op_memory(op, [d.config], shared.get(v, ()))
-        comp.append(float(a[0]))
-        comm.append(float(b[0]))
-        weights.append(float(w[0]))
-        acts.append(float(x[0]))
+        given = {name: d.option(name) for name in OPTIONS}
+        na = node_arrays(op, [d.config], model, ctx[v], given=given)
+        comp.append(float(na.compute[0]))
+        comm.append(float(na.comm[0]))
+        weights.append(float(na.weights[0]))
+        acts.append(float(na.activations[0]))
+        parts.append(tuple(float(x) for x in na.parts[:, 0]))
+        transient.append(float(na.transient[0]))
     edges = {}
     for u, v, d in sorted(g.edges(data=True)):
         m = edge_costs(ops[u], d["out"], ops[v], d["inp"], [strategy[u].config], [strategy[v].config], model)
         edges[(u, v)] = float(m[0, 0])
     cutoff = g.graph["cutoff"]
     inside = tuple(p is not None and in_space(op, d.config, p, cutoff) for op, d in zip(ops, strategy))
-    return StrategyCost(strategy, tuple(comp), tuple(comm), edges, inside, tuple(weights), tuple(acts))
+    return StrategyCost(strategy, tuple(comp), tuple(comm), edges, inside, tuple(weights), tuple(acts),
+                        tuple(parts), tuple(transient), tuple(c.block for c in ctx))
 
 
 def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
     """A :class:`result.Result` for graph ``g`` from a :class:`StrategyCost`."""
     layers = tuple(
         Layer(v, op.name, op.kind.name, op.space, d, sc.compute[v], sc.comm[v], sc.in_space[v],
-              sc.weights[v], sc.activations[v], tuple(float(x) for x in model.memory_bytes(sc.weights[v],
-                                                                                        sc.activations[v])))
+              sc.weights[v], sc.activations[v], sc.parts[v], sc.transient[v])
         for v, (op, d) in enumerate(zip(operators(g), sc.strategy)))
     edges = tuple((u, v, c) for (u, v), c in sorted(sc.edges.items()))
     params = tuple(g.graph.get("params", {}).items())
     source = tuple(g.graph.get("source", {}).items())
     defaults = tuple(g.graph.get("defaults", {}).items())
     return Result(mode, g.graph["name"], params, p, model, layers, edges, parameters=parameter_count(g),
-                  model_source=source, defaults=defaults, words=words_moved(g, sc, model), **fields)
+                  model_source=source, defaults=defaults, words=words_moved(g, sc, model),
+                  transient=sc.peak_transient, **fields)
+
+
+def _elements(c: Comm, C: Extents):
+    """Elements one device sends or receives in one of the collectives
+    ``c`` describes, on one ring: an all-reduce ``2 w (q - 1) / q``, an
+    all-gather or a reduce-scatter ``w (q - 1) / q``, a send ``w``."""
+    if c.pattern == "cheapest":
+        return np.minimum(*[_elements(o, C) for o in c.options])
+    q = C[c.letters]
+    if c.pattern == "allreduce":
+        return 2.0 * c.words * (q - 1.0) / q
+    if c.pattern in ("allgather", "reducescatter"):
+        return c.words * (q - 1.0) / q
+    return np.where(q > 1, c.words, 0.0)
 
 
 def words_moved(g, sc, model) -> float:
-    """Elements one device moves per step under the strategy ``sc`` (a
-    :class:`StrategyCost`) costs: its communication costed at one
-    FLOP per element, no latency, one network (the same rules otherwise)."""
+    """Elements one device sends or receives per step under the strategy
+    ``sc`` (a :class:`StrategyCost`): the collectives of every operator's
+    work record (with its options) and every edge's re-distribution,
+    whatever the links' speeds and latency."""
     c = model.cluster
-    if not c.two_level and not c.latency:  # every element costs W: the communication says it
-        return sc.comm_total / c.word
-    unit = replace(model, cluster=Cluster(1.0, 1000.0 * c.word_bytes, precision=c.precision))
-    return evaluate(g, sc.strategy, unit).comm_total
+    if not c.realistic and not c.two_level and not c.latency and c.link_eff == 1.0:
+        return sc.comm_total / c.word  # every element costs W: the communication says it
+    from blocks import find_chains
+    from options import OPTIONS, contexts
+
+    ops = operators(g)
+    uses_options = any(d.options for d in sc.strategy)
+    ctx = contexts(g, find_chains(g) if uses_options else ())
+    moved = []
+    for v, (op, d) in enumerate(zip(ops, sc.strategy)):
+        C, work, _ = _with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
+        moved.extend(float((x.count * _elements(x, C))[0]) if np.ndim(x.count * _elements(x, C)) else
+                     float(x.count * _elements(x, C)) for x in work.comms)
+    unit = CostModel(Cluster(1.0, 1000.0 * c.word_bytes, precision=c.precision))  # one element costs 1
+    for u, v, e in sorted(g.edges(data=True)):
+        m = edge_costs(ops[u], e["out"], ops[v], e["inp"], [sc.strategy[u].config], [sc.strategy[v].config], unit)
+        moved.append(float(m[0, 0]))
+    return math.fsum(moved)

@@ -2,7 +2,8 @@
 
 A graph is a networkx ``DiGraph`` whose nodes are numbered ``0..n-1`` in
 creation order (for the built-in networks, the original tool's order) and
-carry one attribute, ``op``: an :class:`Operator`.  An edge ``u -> v`` means
+carry two attributes: ``op``, an :class:`Operator`, and ``reads``, the node
+that writes each of its inputs (``None`` for a graph input).  An edge ``u -> v`` means
 that ``v`` reads a tensor ``u`` writes; its attributes ``out`` and ``inp``
 say which output of ``u`` and which input of ``v``.  When ``v`` reads several
 outputs of ``u`` the edge keeps the last input position, the only one the
@@ -83,7 +84,7 @@ class GraphBuilder:
             if not 0 <= i < len(op.inputs) or op.inputs[i].role != "weight":
                 raise InputError(f"{name}: input {i} is not a weight it could share")
             self.graph.graph.setdefault("shared", []).append((v, i))
-        self.graph.add_node(v, op=op)
+        self.graph.add_node(v, op=op, reads=tuple(ref.node for ref in inputs))
         self._names.add(name)
         for pos, ref in enumerate(inputs):
             if ref.node is not None:  # later inputs overwrite: the last one is charged

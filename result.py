@@ -48,6 +48,7 @@ class Layer:
     weights: float = 0.0  # elements of the weights one device holds
     activations: float = 0.0  # elements one device keeps for the backward pass
     memory: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # bytes: MEMORY_PARTS
+    transient: float = 0.0  # bytes held only while the operator runs (gathered weights, recomputed activations)
 
     @property
     def dims(self) -> str:
@@ -146,6 +147,7 @@ class Result:
     words: float = 0.0  # elements one device sends or receives per step, inside operators and on edges
     model_source: tuple[tuple[str, str], ...] = ()  # a model read from a file: its file, path and sha256
     defaults: tuple[tuple[str, object], ...] = ()  # a model read from a file: its parameters' defaults
+    transient: float = 0.0  # the most a device holds on top of what it keeps: one block's transients (bytes)
 
     # -- totals -----------------------------------------------------------------------
     @property
@@ -189,14 +191,21 @@ class Result:
         return tuple(math.fsum(layer.memory[i] for layer in self.layers) for i in range(len(MEMORY_PARTS)))
 
     @property
-    def memory_bytes(self) -> float:
+    def kept_bytes(self) -> float:
+        """What a device keeps for the whole step."""
         return math.fsum(self.memory)
 
     @property
+    def memory_bytes(self) -> float:
+        """The peak of a device: what it keeps, and the most it holds on top
+        of that at one time (:attr:`transient`)."""
+        return math.fsum([*self.memory, self.transient])
+
+    @property
     def capacity(self) -> float | None:
-        """Bytes per device, if the cluster says."""
-        gb = self.cost_model.cluster.device_memory
-        return None if gb is None else gb * 1e9
+        """Bytes per device a plan may use (its memory less the headroom),
+        if the cluster says."""
+        return self.cost_model.cluster.capacity
 
     @property
     def fits(self) -> bool | None:

@@ -48,8 +48,13 @@ COMM_ROLES = {
     "statistics": "statistics of a normalisation or a softmax over a split axis",
     "halo": "ghost cells of a window exchanged with the neighbouring devices",
     "exchange": "elements sent point to point",
+    "weights": "weights gathered from the devices that shard them (ZeRO stage 3), before the forward and the "
+               "backward pass",
 }
-COMM_PATTERNS = ("allreduce", "send", "cheapest")
+#: the roles whose collectives a real device overlaps with computation: gradients with the backward pass
+#: (the layers before), gathered weights with the pass that needs them (prefetched)
+OVERLAPPED = ("gradients", "weights")
+COMM_PATTERNS = ("allreduce", "allgather", "reducescatter", "send", "cheapest")
 
 
 @dataclass(frozen=True)
@@ -181,8 +186,10 @@ class Comm:
     """One collective an operator needs in a training step, not yet priced.
 
     ``pattern``: ``allreduce`` (a sum over the group, each device ending
-    with all of it) or ``send`` (each device sends ``words`` to the others
-    of the group, in ``rounds`` rounds); ``cheapest``: whichever of
+    with all of it), ``allgather`` (each device ends with ``words``, having
+    held its share), ``reducescatter`` (a sum of ``words``, each device
+    ending with its share), or ``send`` (each device sends ``words`` to the
+    others of the group, in ``rounds`` rounds); ``cheapest``: whichever of
     ``options`` costs less.  The group is the devices that differ from one
     another only in the coordinates of ``letters``.  ``words``: elements per
     device, a vector over the configurations (K,) or a number; ``count``:
@@ -216,8 +223,12 @@ class Work:
     at the matrix units' rate; ``kernel`` says which rate, ``matmul`` or
     ``attention``), and ``backward_macs`` those of the backward pass
     (default twice ``macs``: the gradients of both operands); ``comms``: the
-    collectives, in the order their costs are added.  Arrays are (K,) or
-    numbers; nothing here is priced.
+    collectives, in the order their costs are added; ``moved`` and
+    ``moved_back``: the elements the forward and the backward pass read
+    and write in the device's memory (``None``: what the operator's tensors
+    say, see :func:`cost_model.traffic`); ``replays``: how many more times
+    the forward pass runs (a recomputation).  Arrays are (K,) or numbers;
+    nothing here is priced.
     """
 
     compute: object
@@ -226,6 +237,9 @@ class Work:
     macs: object = 0.0
     backward_macs: object = None
     kernel: str = "matmul"
+    moved: object = None
+    moved_back: object = None
+    replays: float = 0.0
 
     def __post_init__(self):
         if self.forward is None:

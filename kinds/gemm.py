@@ -162,6 +162,8 @@ class Embedding(Kind):
 
     def work(self, op, D, C, rules):
         m, n, k = op.dims[:-2], op.dims[-2], op.dims[-1]
+        if rules.realistic:
+            return self._lookup(op, D, C)
         if rules.original:
             return gemm(D, C, "", m, n, k)
         mm, nn, kk = D[m] / C[m], D[n] / C[n], D[k] / C[k]  # (K,) each
@@ -174,3 +176,18 @@ class Embedding(Kind):
             lookup = 2.0 * mm * nn  # (K,)
             return Work(lookup, lookup / 2.0, (Comm("partial sums", "allreduce", mm * nn, k), sync))
         return gemm(D, C, "", m, n, k, weight_sync=sync)
+
+    def _lookup(self, op, D, C) -> Work:
+        """On a real device an embedding is a lookup, costed by the
+        elements it moves: each of the ``mm`` tokens of a device reads its
+        ids and ``nn`` elements of a row, writes them; the backward pass
+        reads their gradient and adds it into the rows (read and write).
+        With the vocabulary split ``k`` ways each device looks up the rows
+        it holds and the partial outputs are summed; the table's gradient
+        is all-reduced (densely) among the ``m`` devices that share a shard."""
+        m, n, k = op.dims[:-2], op.dims[-2], op.dims[-1]
+        mm, nn, kk = D[m] / C[m], D[n] / C[n], D[k] / C[k]  # (K,) each
+        rows = mm * nn  # (K,)
+        return Work(2.0 * rows, rows, (Comm("partial sums", "allreduce", rows, k),
+                                      Comm("gradients", "allreduce", nn * kk, m)),
+                    moved=mm + 2.0 * rows, moved_back=3.0 * rows)

@@ -99,6 +99,14 @@ class Norm(Kind):
         a = op.dims[self.axis]
         e = (D / C).all  # (K,)
         da = D[a] / C[a]  # (K,)
+        if rules.realistic:
+            # the statistics' all-reduces, forward and backward, over a split normalised axis; over the batch
+            # (batch normalisation) each device normalises with its own samples' statistics, as PyTorch's
+            # BatchNorm does unless it is SyncBatchNorm; one all-reduce of the weights' gradients
+            comms = () if a == "b" else (Comm("statistics", "allreduce", e / da, a, count=self.SYNCS),)
+            if self.params:
+                comms += (Comm("gradients", "allreduce", self.params * da, C.other(a)),)
+            return Work((self.COMPUTE + self.pw) * e, comms=comms)
         stats = Comm("statistics", "allreduce", e / da, a, count=self.SYNCS)
         grads = Comm("gradients", "allreduce", da, C.other(a), count=self.SYNCS)
         return Work((self.COMPUTE + self.pw) * e, comms=(stats, grads))
@@ -180,6 +188,8 @@ class Softmax(Kind):
         a = op.dims[self.axis]
         e = (D / C).all  # (K,)
         e1 = e / (D[a] / C[a])  # e'
+        if rules.realistic:  # the maximum and the sum forward, a dot product backward, over a split axis
+            return Work(4.0 * e + e * D[a], comms=(Comm("statistics", "allreduce", e1, a, count=3.0),))
         return Work(4.0 * e + e * D[a], comms=(Comm("statistics", "allreduce", e1, a, count=2.0),
                                                Comm("statistics", "allreduce", e1 * D[a], a)))
 
@@ -212,6 +222,8 @@ class SoftmaxCrossEntropy(Kind):
         cls = op.dims[self.axis]
         e = (D / C).all  # (K,)
         bs = e / (D[cls] / C[cls])  # (K,)
+        if rules.realistic:  # over split classes (Megatron's vocabulary-parallel loss): maximum, sum, target logit
+            return Work(4.0 * e + 2.0 * bs, comms=(Comm("statistics", "allreduce", bs, cls, count=3.0),))
         return Work(4.0 * e + 2.0 * bs, comms=(Comm("exchange", "send", 2.0 * bs, cls),))
 
     def saved(self, op):

@@ -21,9 +21,9 @@ from __future__ import annotations
 import importlib
 import os
 
-from options.base import OPTIONS, Context, Option, check_options, register
+from options.base import OPTIONS, Context, Option, check_options, contexts, register
 
-__all__ = ["Option", "OPTIONS", "register", "check_options", "Context"]
+__all__ = ["Option", "OPTIONS", "register", "check_options", "Context", "contexts"]
 
 for _file in sorted(os.listdir(__path__[0])):  # every option's module (os: cheaper than pkgutil)
     if _file.endswith(".py") and _file not in ("__init__.py", "base.py"):

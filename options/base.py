@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from errors import InputError
 
-__all__ = ["Option", "OPTIONS", "register", "check_options", "Context"]
+__all__ = ["Option", "OPTIONS", "register", "check_options", "Context", "contexts"]
 
 OPTIONS: dict[str, "Option"] = {}
 
@@ -17,15 +17,22 @@ class Context:
     """What an option needs to know about an operator's place in the graph:
     ``block`` the block it belongs to (``None``: none), ``outside`` the
     positions of its inputs that come from outside its block (or from the
-    network's inputs), ``core`` whether a selective recomputation drops
-    what it keeps of its inputs or outputs at ``drops`` (input positions,
-    and output positions as ``("out", j)``) and re-runs its forward
-    (``replays``)."""
+    network's inputs), what a selective recomputation drops of the tensors
+    it keeps (``drops``: ``("in", i)`` and ``("out", j)``) and whether it
+    re-runs its forward pass then (``replays``), and ``shared``: the
+    positions of weights another operator holds (a tied embedding)."""
 
     block: int | None = None
     outside: frozenset = frozenset()
     drops: frozenset = frozenset()
     replays: bool = False
+    shared: frozenset = frozenset()
+
+    @property
+    def key(self) -> tuple:
+        """What the options' effects depend on (not which block it is):
+        operators equal up to names with equal keys have equal arrays."""
+        return (self.block is not None, self.outside, self.drops, self.replays, self.shared)
 
 
 class Option:
@@ -84,3 +91,44 @@ def check_options(op, options: dict, where: str) -> tuple:
         if value != opt.default:
             out.append((name, value))
     return tuple(sorted(out))
+
+
+def contexts(g, chains=()) -> list[Context]:
+    """Each operator's :class:`Context` in graph ``g`` whose repeated
+    blocks are ``chains`` (:func:`blocks.find_chains`): its block, the
+    inputs it reads from outside the block, the weights another operator
+    holds, and for a selective recomputation, what the attention core drops
+    and re-runs: the output of each Softmax of a block (kept by the softmax
+    and by the operators of the block that read it), re-made by the softmax
+    and the operator of the block that feeds it."""
+    from blocks import block_of
+    from graph import operators
+
+    ops = operators(g)
+    n = len(ops)
+    block = block_of(chains, n)
+    shared = {}
+    for v, i in g.graph.get("shared", ()):
+        shared.setdefault(v, set()).add(i)
+    drops = {v: set() for v in range(n)}
+    replays = set()
+    reads = []  # the node writing each input (None: a graph input; weights a kind adds itself included)
+    for v in range(n):
+        r = tuple(g.nodes[v].get("reads", ()))
+        reads.append(r + (None,) * (len(ops[v].inputs) - len(r)))
+    for v, op in enumerate(ops):
+        if block[v] is None or op.kind.name != "Softmax":
+            continue
+        drops[v].add(("out", 0))
+        replays.add(v)
+        replays.update(u for u in reads[v] if u is not None and block[u] == block[v])
+        for w in g.successors(v):
+            if block[w] == block[v]:
+                drops[w].update(("in", i) for i, u in enumerate(reads[w]) if u == v)
+    out = []
+    for v in range(n):
+        b = block[v]
+        outside = frozenset(i for i, u in enumerate(reads[v]) if u is None or block[u] != b) if b is not None \
+            else frozenset()
+        out.append(Context(b, outside, frozenset(drops[v]), v in replays, frozenset(shared.get(v, ()))))
+    return out

@@ -16,6 +16,9 @@ Large Transformer Models" (2022):
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from kinds.base import shard
 from options.base import Option, register
 
 
@@ -29,3 +32,38 @@ class Recompute(Option):
 
     def applies(self, op, context):
         return context.block is not None
+
+    def work(self, value, op, C, work, context, rules):
+        """The forward pass runs once more: in every operator of the block
+        (``full``), or in those of the attention core (``selective``)."""
+        if value == "full" or value == "selective" and context.replays:
+            return replace(work, replays=work.replays + 1.0)
+        return work
+
+    def memory(self, value, op, C, footprint, context, rules):
+        """What is not kept any more: everything but the block's input
+        (``full``), or the attention probabilities (``selective``); the
+        backward pass holds it again while the block is recomputed (a
+        transient)."""
+        if value == "none":
+            return footprint
+        if value == "full":
+            drop = [t for origin, t in kept_tensors(op) if not (origin[0] == "in" and origin[1] in context.outside)]
+        else:
+            drop = [t for origin, t in kept_tensors(op) if origin in context.drops]
+        if not drop:
+            return footprint
+        gone = sum(shard(t, C) for t in drop) * float(rules.cluster.word_bytes)  # (K,) bytes
+        return replace(footprint, activations=footprint.activations - gone, transient=footprint.transient + gone)
+
+
+def kept_tensors(op):
+    """``(origin, tensor)`` of every tensor ``op`` keeps for its backward
+    pass: ``("in", i)``, ``("out", j)`` or ``("own", None)`` (one of its
+    own, such as an LSTM's gates)."""
+    out = []
+    for t in op.kind.saved(op):
+        origin = next((("in", i) for i, x in enumerate(op.inputs) if x is t), None) or \
+            next((("out", j) for j, x in enumerate(op.outputs) if x is t), ("own", None))
+        out.append((origin, t))
+    return out

@@ -15,6 +15,9 @@ operator's configuration:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from kinds.base import Comm, shard
 from options.base import Option, register
 
 
@@ -27,7 +30,57 @@ class Zero(Option):
     help = "ZeRO stage: 0 none, 1 optimizer state, 2 and gradients, 3 and weights sharded over the replicas"
 
     def applies(self, op, context):
-        return any(t.role == "weight" for t in op.inputs)
+        return bool(weights_of(op, context))
 
     def parse(self, text):
         return super().parse(str(text).strip())
+
+    def work(self, value, op, C, work, context, rules):
+        """Stage 3: the gradients' all-reduces become reduce-scatters, and
+        each weight is all-gathered over its replicas before the forward and
+        before the backward pass (two all-gathers: with the reduce-scatter,
+        1.5 times an all-reduce's volume)."""
+        if value < 3:
+            return work
+        comms = tuple(replace(c, pattern="reducescatter") if c.role == "gradients" and c.pattern == "allreduce"
+                      else c for c in work.comms)
+        gathers = tuple(Comm("weights", "allgather", shard(t, C), letters, count=2.0)
+                        for t, letters in weights_of(op, context))
+        return replace(work, comms=comms + gathers)
+
+    def memory(self, value, op, C, footprint, context, rules):
+        """Each weight's optimizer state (stage 1), its gradient too (2)
+        and the weight itself (3) divided among its ``q`` replicas; stage 3
+        holds the gathered weights while the operator runs, the one in use
+        and the next one prefetched, and its gradient before the
+        reduce-scatter (a transient)."""
+        if value == 0:
+            return footprint
+        wb, gb, ob = rules.parameter_bytes()
+        w = g = o = transient = 0.0
+        for t, letters in weights_of(op, context):
+            held = shard(t, C)  # (K,) elements of the weight a device holds without ZeRO
+            mine = held / C[letters]  # (K,) its share of them among the q replicas
+            o = o + mine * ob
+            g = g + (mine if value >= 2 else held) * gb
+            w = w + (mine if value >= 3 else held) * wb
+            if value >= 3:
+                transient = transient + held * (2.0 * wb + gb)
+        return replace(footprint, weights=footprint.weights * 0.0 + w, gradients=footprint.gradients * 0.0 + g,
+                       optimizer=footprint.optimizer * 0.0 + o, transient=footprint.transient + transient)
+
+
+def weights_of(op, context):
+    """``(tensor, replica letters)`` of each weight ``op`` holds (not one
+    another operator holds: a tied embedding is sharded where it is
+    counted): the letters of its iteration space that split none of the
+    weight's axes, whose devices hold the same shard."""
+    out = []
+    for i, t in enumerate(op.inputs):
+        if t.role == "weight" and i not in context.shared:
+            mine = set("".join(t.axes))
+            out.append((t, "".join(c for c in op.dims if c not in mine)))
+    return out
+
+
+
