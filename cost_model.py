@@ -584,7 +584,7 @@ class CostedGraph:
             opts = {k: val for k, val in fixed.items() if ctx is not None and OPTIONS[k].applies(ops[v], ctx)}
             for t in self.tables[v] if self.tables else ():
                 opts[t.name] = t.values[(choices or {}).get(v, {}).get(t.name, 0)]
-            out.append(Decision(ops[v].dims, self.configs[v][i], tuple(opts.items())).with_options())
+            out.append(Decision(ops[v].dims, self.configs[v][i]).with_options(**opts))
         return out
 
     def figures(self, index, choices=None) -> "StrategyCost":
@@ -838,16 +838,61 @@ def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None) 
                         tuple(parts), tuple(transient), tuple(c.block for c in ctx))
 
 
+def model_flops(g, model: CostModel) -> float:
+    """FLOP of one training step of the whole model as model FLOP
+    utilisation counts them (Narayanan et al., SC'21): two per multiply-add
+    of every matrix product, forward and backward, recomputation not
+    included, attention's whole score matrix; no elementwise work."""
+    ops = operators(g)
+    macs = []
+    for op in ops:
+        D, C = _extents(op, [(1,) * len(op.space)])
+        macs.append(op.kind.model_macs(op, op.kind.work(op, D, C, model)))
+    return 2.0 * math.fsum(macs)
+
+
+def recomputed_flops(g, strategy, model: CostModel) -> float:
+    """FLOP of the forward passes a step runs again (activation
+    recomputation), counted as :func:`model_flops` counts: a third of each
+    recomputed operator's model FLOP per replay."""
+    if not any(d.option("recompute") != "none" for d in strategy):
+        return 0.0
+    from blocks import find_chains
+    from options import OPTIONS, contexts
+
+    ops = operators(g)
+    ctx = contexts(g, find_chains(g))
+    out = []
+    for v, (op, d) in enumerate(zip(ops, strategy)):
+        ones = [(1,) * len(op.space)]
+        C, work, _ = _with_options(op, ones, model, ctx[v], {n: d.option(n) for n in OPTIONS})
+        if work.replays:
+            out.append(work.replays * 2.0 * op.kind.model_macs(op, work) / 3.0)
+    return math.fsum(out)
+
+
 def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
     """A :class:`result.Result` for graph ``g`` from a :class:`StrategyCost`."""
+    shared = _shared(g)
+
+    def saves(v, op, d):  # what the options save on what the operator keeps
+        if not d.options:
+            return 0.0
+        _, C = _extents(op, [d.config])
+        default = footprint(op, C, model, shared.get(v, ()))
+        return float(default.kept[0]) - math.fsum(sc.parts[v])
+
     layers = tuple(
         Layer(v, op.name, op.kind.name, op.space, d, sc.compute[v], sc.comm[v], sc.in_space[v],
-              sc.weights[v], sc.activations[v], sc.parts[v], sc.transient[v])
+              sc.weights[v], sc.activations[v], sc.parts[v], sc.transient[v], saves(v, op, d))
         for v, (op, d) in enumerate(zip(operators(g), sc.strategy)))
     edges = tuple((u, v, c) for (u, v), c in sorted(sc.edges.items()))
     params = tuple(g.graph.get("params", {}).items())
     source = tuple(g.graph.get("source", {}).items())
     defaults = tuple(g.graph.get("defaults", {}).items())
+    if model.realistic and "model_flops" not in fields:
+        fields["model_flops"] = model_flops(g, model)
+        fields["recomputed_flops"] = recomputed_flops(g, sc.strategy, model)
     return Result(mode, g.graph["name"], params, p, model, layers, edges, parameters=parameter_count(g),
                   model_source=source, defaults=defaults, words=words_moved(g, sc, model),
                   transient=sc.peak_transient, **fields)

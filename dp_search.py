@@ -24,6 +24,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+import numpy as np
+
 from errors import SettingError
 from search.elimination import (
     Elimination,
@@ -36,7 +38,8 @@ from search.elimination import (
     solve,
     worth_pruning,
 )
-from search.lagrange import Bounded, DoesNotFit, within_memory
+from search.lagrange import Bounded, DoesNotFit, relax, within_memory
+from search.options import Choice, Group, Problem
 from search.order import breadth_first, generate_seq
 
 __all__ = [
@@ -62,25 +65,82 @@ __all__ = [
 ALGOS = {0: "GENERATESEQ", 1: "breadth-first"}
 
 
-def _solver(costed, algo: int, **options):
-    """A function solving ``costed``'s edges for any node cost vectors, in
-    the order of ``algo`` (the options are :func:`solve`'s)."""
+def problem_of(costed) -> Problem:
+    """The arrays-only :class:`search.options.Problem` of a
+    :class:`cost_model.CostedGraph`: its cost and kept memory vectors, the
+    options each operator chooses alone combined into one table per
+    operator, and a :class:`search.options.Group` per block for the options
+    a block chooses together."""
+    from options import OPTIONS
+
+    own = [None] * costed.n
+    members: dict = {}
+    for v, tables in enumerate(costed.tables or [()] * costed.n):
+        alone = [t for t in tables if OPTIONS[t.name].scope == "operator"]
+        if alone:
+            c, m = alone[0].cost, alone[0].kept
+            for t in alone[1:]:  # every combination of values, the first option's slowest
+                c = (c[:, :, None] + t.cost[:, None, :]).reshape(len(c), -1)
+                m = (m[:, :, None] + t.kept[:, None, :]).reshape(len(m), -1)
+            own[v] = (np.ascontiguousarray(c), np.ascontiguousarray(m))
+        for t in tables:
+            if OPTIONS[t.name].scope == "block":
+                block = costed.contexts[v].block
+                members.setdefault((t.name, block), []).append((v, t.cost, t.kept))
+    groups = []
+    for (name, _), ms in sorted(members.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        opt = OPTIONS[name]
+        groups.append(Group(tuple(ms), len(opt.values), opt.values.index(opt.default), name))
+    return Problem(costed.node_costs, costed.memory, costed.edge_costs, own, groups)
+
+
+def choices_of(costed, problem: Problem, choice: Choice) -> dict:
+    """Per operator, the position of each searched option's value (name ->
+    position), from a :class:`search.options.Choice`."""
+    from options import OPTIONS
+
+    out = {v: {} for v in range(costed.n)}
+    for v, tables in enumerate(costed.tables or [()] * costed.n):
+        alone = [t for t in tables if OPTIONS[t.name].scope == "operator"]
+        j = choice.own[v]
+        for t in reversed(alone):  # undo the combination: the last option varies fastest
+            out[v][t.name] = j % len(t.values)
+            j //= len(t.values)
+    for g, value in zip(problem.groups, choice.groups):
+        for v, _, _ in g.members:
+            out[v][g.name] = value
+    return out
+
+
+def _solver(costed, algo: int, problem: Problem | None = None, **options):
+    """A function solving ``costed``'s edges (and with ``problem``'s block
+    variables, when asked) for any node cost vectors, in the order of
+    ``algo`` (the options are :func:`solve`'s)."""
     if algo not in ALGOS:
         raise SettingError("algo", f"must be one of {sorted(ALGOS)}, got {algo!r}")
-    order, _ = (generate_seq if algo == 0 else breadth_first)(costed.n, list(costed.edge_costs))
     g = costed.graph
     names = [g.nodes[v]["op"].name for v in range(costed.n)]
+    order_of = generate_seq if algo == 0 else breadth_first
+    orders = {}
 
-    def run(node_costs):
-        return solve(node_costs, costed.edge_costs, order, names=names, held_bytes=costed.nbytes, **options)
+    def run(node_costs, edge_costs=None, groups=False):
+        edges = costed.edge_costs if edge_costs is None else edge_costs
+        if groups not in orders:
+            n = len(node_costs)
+            orders[groups] = order_of(n, list(edges))[0]
+        labels = names + [f"block option {b}" for b in range(len(node_costs) - costed.n)]
+        return solve(node_costs, edges, orders[groups], names=labels, held_bytes=costed.nbytes, **options)
 
     return run
 
 
-def _named(result: SearchResult, costed, algo: int, **stats) -> SearchResult:
-    """``result`` with its order in the statistics and its configurations."""
+def _named(result: SearchResult, costed, algo: int, problem: Problem | None = None, **stats) -> SearchResult:
+    """``result`` with its order in the statistics and its decisions."""
     result.stats = replace(result.stats, algo=algo, order=ALGOS[algo], **stats)
-    result.strategy = costed.decisions(result.index)
+    result.index = list(result.index[:costed.n])
+    choices = choices_of(costed, problem, result.choice) if result.choice is not None else None
+    result.strategy = costed.decisions(result.index, choices)
+    result.choices = choices
     return result
 
 
@@ -91,12 +151,23 @@ def search(costed, algo: int = 0, *, prune: bool | str = "auto", memory_limit: i
     ``algo`` 0 uses GENERATESEQ, 1 the breadth-first order; ``prune``
     applies dominance pruning first, as in :func:`solve` (the optimum is
     the same).  The returned ``cost`` is the DP's optimum, ``strategy`` one
-    configuration per node; ``costed.cost_at(result.index)`` re-evaluates
-    it.  The memory limit covers the cost arrays ``costed`` holds too.
+    decision per node; ``costed.cost_at(result.index, result.choices)``
+    re-evaluates it.  With searched execution options, each operator takes
+    the cheapest value for its configuration (and a block, when a value
+    other than the default can be cheaper).  The memory limit covers the
+    cost arrays ``costed`` holds too.
     """
     run = _solver(costed, algo, prune=prune, memory_limit=memory_limit, progress=progress, threads=threads,
                   kernel=kernel)
-    return _named(run(costed.node_costs), costed, algo)
+    if not costed.searched:
+        return _named(run(costed.node_costs), costed, algo)
+    problem = problem_of(costed)
+    groups = bool(problem.groups) and problem.groups_matter(0.0)
+    nodes, edges = problem.at(0.0, groups)
+    r = run(nodes, edges, groups)
+    r.choice = problem.decode(r.index, 0.0, groups)
+    r.cost = problem.cost(r.choice)
+    return _named(r, costed, algo, problem)
 
 
 # -- within the device memory ---------------------------------------------------------
@@ -104,16 +175,40 @@ def search(costed, algo: int = 0, *, prune: bool | str = "auto", memory_limit: i
 
 def search_within(costed, capacity: float, algo: int = 0, *, prune: bool | str = "auto",
                   memory_limit: int | None = None, progress=None, threads: int | None = None,
-                  kernel: str = "auto") -> Bounded:
-    """:func:`within_memory` for a :class:`cost_model.CostedGraph`: the
-    cheapest strategy whose per-device memory (``costed.memory``, bytes) is
-    at most ``capacity`` bytes, with the search order of ``algo``; each
-    search of the relaxation prunes its own node costs."""
+                  kernel: str = "auto", rounds: int = 4) -> Bounded:
+    """:func:`search.lagrange.relax` for a :class:`cost_model.CostedGraph`:
+    the cheapest strategy whose per-device peak memory is at most
+    ``capacity`` bytes, with the search order of ``algo``; each search of
+    the relaxation prunes its own node costs.
+
+    The peak is what a device keeps (a sum over operators, which the
+    relaxation bounds) and the most it holds on top of that at one time
+    (one block's transients: recomputed activations, gathered weights).
+    The relaxation runs within ``capacity`` less a reserve for the
+    transient, starting at none and raised to the transient of the best
+    strategy found until it fits (at most ``rounds`` times); its lower
+    bound, for the capacity without a reserve, holds for every strategy
+    that fits."""
     run = _solver(costed, algo, prune=prune, memory_limit=memory_limit, progress=progress, threads=threads,
                   kernel=kernel)
+    problem = problem_of(costed)
     t0 = time.perf_counter()
-    b = within_memory(costed.node_costs, costed.memory, costed.edge_costs, capacity, run)
+    reserve, searches, b = 0.0, 0, None
+    for _ in range(rounds):
+        if capacity - reserve < problem.least_memory:
+            break
+        b = relax(problem, capacity - reserve, run)
+        searches += b.searches
+        r = _named(b.result, costed, algo, problem)
+        peak = costed.figures(r.index, r.choices).peak_transient
+        if b.memory + peak <= capacity * (1 + 1e-12):
+            break
+        reserve = max(peak, reserve * 1.01 + 1.0)  # more than before: the reserve grows each round
+        b = None
+    if b is None:
+        raise DoesNotFit(problem.least_memory + reserve, capacity)
+    b = replace(b, searches=searches, lower_bound=min(b.lower_bound, b.cost))
     b.result.seconds = time.perf_counter() - t0
     b.result.cost = b.cost
-    _named(b.result, costed, algo, seconds=b.result.seconds)
+    b.result.stats = replace(b.result.stats, seconds=b.result.seconds)
     return b

@@ -171,8 +171,8 @@ def read(path: str, model_params: tuple[str, ...] = ("batch", "width", "seq", "v
     params = recorded.pop("params", {})  # the model's parameters (files written before it: batch, width only)
     for key, value in params.items():
         if key in model_params and value is not None:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InputError(f"{path}: params.{key} is {shown(value)}, not an integer")
+            if isinstance(value, bool) or not isinstance(value, (int, str)):
+                raise InputError(f"{path}: params.{key} is {shown(value)}, not an integer or a name")
             recorded[key] = value
     model = recorded.get("model")  # a model read from a file: which one
     if model is not None and not all(isinstance(model.get(k), str) for k in ("source", "sha256")):

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from errors import InputError
-from settings import CLUSTER_SETTINGS, MODEL_PARAMS, Settings
+from settings import CLUSTER_SETTINGS, MODEL_PARAMS, OPTION_SETTINGS, Settings
 
 __all__ = ["Planned", "plan", "cost_model_for", "cluster_for"]
 
@@ -119,7 +119,21 @@ def cost_model_for(s: Settings, recorded: dict | None = None):
     elif "embedding_lookup" in recorded or "embedding_sync" in recorded:
         rules = {k: recorded[k] for k in ("embedding_lookup", "embedding_sync") if k in recorded}
     optimizer = s.optimizer if s.optimizer is not None else recorded.get("optimizer", "adam")
-    return CostModel(cluster_for(s, recorded), distinct_rows=s.distinct_rows, optimizer=optimizer, **rules)
+    return CostModel(cluster_for(s, recorded), distinct_rows=s.distinct_rows, optimizer=optimizer,
+                     options=options_for(s), **rules)
+
+
+def options_for(s: Settings) -> tuple:
+    """The execution options the settings fix or search: ``(name, value)``
+    pairs, ``"auto"`` for searched (a written value read as the option's)."""
+    from options import OPTIONS
+
+    out = []
+    for name in OPTION_SETTINGS:
+        text = getattr(s, name)
+        if text is not None:
+            out.append((name, "auto" if str(text) == "auto" else OPTIONS[name].parse(str(text))))
+    return tuple(out)
 
 
 def _model_params(s: Settings) -> dict:
@@ -205,12 +219,12 @@ def _search(s: Settings, g, model, costed, limit, progress):
     from dp_search import search, search_within
     from result import MemoryBound
 
-    capacity = model.cluster.device_memory
+    capacity = model.cluster.capacity
 
     def once(callback=None):
         if capacity is None:
             return search(costed, s.algo, memory_limit=limit, progress=callback, threads=s.threads)
-        return search_within(costed, capacity * 1e9, s.algo, memory_limit=limit, progress=callback,
+        return search_within(costed, capacity, s.algo, memory_limit=limit, progress=callback,
                              threads=s.threads)
 
     profile = None
@@ -240,9 +254,9 @@ def _search(s: Settings, g, model, costed, limit, progress):
         timings = tuple(_found(once()).seconds for _ in range(5))
     bound = None
     if capacity is not None:
-        bound = MemoryBound(capacity * 1e9, r.status, r.lower_bound, r.gap, r.lam, r.searches, r.least_memory)
+        bound = MemoryBound(capacity, r.status, r.lower_bound, r.gap, r.lam, r.searches, r.least_memory)
     found = _found(r)
-    result = make_result(g, costed.figures(found.index), model, s.procs, "search",
+    result = make_result(g, costed.figures(found.index, found.choices), model, s.procs, "search",
                          search=replace(found.stats, timings=timings), bound=bound)
     return result, profile
 

@@ -56,11 +56,43 @@ def _memory_lines(r: Result) -> list[str]:
 
     names = ("weights", "gradients", "optimizer", "activations")  # MEMORY_PARTS, short
     parts = ", ".join(f"{name} {fmt_bytes(x)}" for name, x in zip(names, r.memory))
-    cm = r.cost_model
-    line = f"Memory per device: {fmt_bytes(r.memory_bytes)} ({cm.optimizer}, {cm.cluster.precision})"
+    if r.transient:
+        parts += f"; {fmt_bytes(r.transient)} more while a block runs (recomputed activations, gathered weights)"
+    cm, cl = r.cost_model, r.cost_model.cluster
+    line = f"Memory per device: {fmt_bytes(r.memory_bytes)} ({cm.optimizer}, {cl.precision})"
     if r.capacity is not None:
-        line += f": fits the {fmt_bytes(r.capacity)}" if r.fits else f": OVER the {fmt_bytes(r.capacity)} of a device"
+        room = fmt_bytes(r.capacity) + (f" ({cl.device_memory:g} GB less {cl.headroom:g} GB headroom)"
+                                        if cl.headroom else "")
+        line += f": fits the {room}" if r.fits else f": OVER the {room} of a device"
     return [line, f"  {parts}"]
+
+
+def _time_lines(r: Result) -> list[str]:
+    """The predicted step time and, on a real device, what it means: its
+    critical path, the throughput and the FLOP utilisation."""
+    cl = r.cost_model.cluster
+    if not r.cost_model.realistic:
+        return [f"Predicted step time: {fmt_time(r.step_seconds)} (compute {fmt_time(cl.seconds(r.compute))}, "
+                f"communication {fmt_time(cl.seconds(r.communication))})"]
+    lines = [f"Predicted step time: {fmt_time(r.step_seconds)} on the critical path: compute "
+             f"{fmt_time(cl.seconds(r.compute))}, exposed communication {fmt_time(cl.seconds(r.communication))}"]
+    what, count = ("tokens", r.tokens) if r.tokens else ("samples", r.param("batch"))
+    if count and r.step_seconds:
+        lines.append(f"  {count / r.step_seconds / r.procs:,.0f} {what}/s per device, {count / r.step_seconds:,.0f} "
+                     f"in all")
+    if r.mfu is not None:
+        per = r.model_flops / r.step_seconds / r.procs / 1e12
+        line = f"  model FLOP/s per device {per:.1f} T (MFU {100 * r.mfu:.1f}% of {cl.flops:g})"
+        if r.recomputed_flops:
+            hw = r.hardware_flops / r.step_seconds / r.procs / 1e12
+            line += f"; with the recomputation {hw:.1f} T ({100 * hw / cl.flops:.1f}%)"
+        lines.append(line)
+    return lines
+
+
+def fmt_options(d) -> str:
+    """A decision's execution options, shortly: ``zero=3 recompute=full``."""
+    return " ".join(f"{k}={v}" for k, v in d.options)
 
 
 def _bound_lines(r: Result) -> list[str]:
@@ -129,6 +161,18 @@ def _comparison(r: Result) -> list[str]:
     return lines + ["  " + line for line in _align(table, right=set(range(1, 7)), sep="  ")] + notes
 
 
+def _options_line(r: Result) -> str:
+    """How many operators take each option value, and what they save."""
+    counts: dict = {}
+    for layer in r.layers:
+        for k, v in layer.decision.options:
+            counts[(k, v)] = counts.get((k, v), 0) + 1
+    listed = ", ".join(f"{k}={v} on {n} operator{'s' * (n > 1)}" for (k, v), n in sorted(counts.items(),
+                                                                                        key=str))
+    saved = sum(layer.saves for layer in r.layers)
+    return f"Execution options: {listed}; they save {fmt_bytes(saved)} per device"
+
+
 def fmt_total(x: float) -> str:
     """The last line's number: the original's fixed point with two decimals
     while its digits mean something (below 1e15), else 12 significant digits
@@ -143,18 +187,25 @@ def render_text(r: Result, summary: bool = False) -> str:
     what = "strategy" if r.mode == "search" else "evaluation of a given strategy"
     words = f"a word moved costs {cl.word:g}" + (
         f" inside a node, {cl.inter_word:g} between nodes" if cl.two_level and cl.inter_word != cl.word else "")
+    if r.cost_model.realistic:
+        words = f"a second costs {cl.flops:g}e12"
     head = [f"PaSE {what}: {_model_line(r)}, p = {r.procs}", _source_line(r)]
     machine, units = cl.describe(r.procs), f"costs in FLOP ({words})"
     head += [f"{machine}; {units}"] if len(machine) + len(units) < 78 else [machine, units[0].upper() + units[1:]]
     rules = f"Cost model: {r.cost_model.describe()}"
     head.append(rules + (f" (as {r.rules_from} records)" if r.rules_from else ""))
     outside = r.mode != "search" and not r.in_search_space
-    rows = [("id", "name", "kind", "dims", "config", "cost", "memory")]
+    with_options = any(layer.decision.options for layer in r.layers)
+    rows = [("id", "name", "kind", "dims", "config", "cost", "memory") + (("saves", "options") if with_options
+                                                                          else ())]
     for layer in r.layers:
         mark = "*" if outside and not layer.in_space else ""
-        rows.append((str(layer.id), layer.name, layer.kind, layer.dims, fmt_config(layer.config) + mark,
-                     f"{layer.cost:.3e}", fmt_bytes(layer.memory_bytes, compact=True)))
-    lines = head + [""] + ([] if summary else _align(rows, right={0, 5, 6}) + [""])
+        row = (str(layer.id), layer.name, layer.kind, layer.dims, fmt_config(layer.config) + mark,
+               f"{layer.cost:.3e}", fmt_bytes(layer.memory_bytes, compact=True))
+        if with_options:
+            row += (fmt_bytes(layer.saves, compact=True) if layer.saves else "", fmt_options(layer.decision))
+        rows.append(row)
+    lines = head + [""] + ([] if summary else _align(rows, right={0, 5, 6, 7}) + [""])
     lines.append(f"Operators: {r.operators_cost:.4e} (compute {r.compute:.4e}, "
                  f"communication {r.operators_comm:.4e})")
     lines.append(f"Edges (re-distribution): {r.edges_cost:.4e}")
@@ -182,9 +233,10 @@ def render_text(r: Result, summary: bool = False) -> str:
         lines.append(f"* {n} configuration{'s' * (n > 1)} outside the search space for p = {r.procs} (below the "
                      "cutoff, or a split the search does not enumerate): the search would not consider "
                      f"{'them' if n > 1 else 'it'}")
+    if with_options:
+        lines.append(_options_line(r))
     lines += list(r.notes)
-    lines.append(f"Predicted step time: {fmt_time(r.step_seconds)} (compute {fmt_time(cl.seconds(r.compute))}, "
-                 f"communication {fmt_time(cl.seconds(r.communication))})")
+    lines += _time_lines(r)
     if r.baselines:
         lines += _comparison(r)
     lines.append(f"Total cost: {fmt_total(r.total_cost)}")

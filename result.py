@@ -49,6 +49,7 @@ class Layer:
     activations: float = 0.0  # elements one device keeps for the backward pass
     memory: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # bytes: MEMORY_PARTS
     transient: float = 0.0  # bytes held only while the operator runs (gathered weights, recomputed activations)
+    saves: float = 0.0  # bytes its execution options save on what it keeps
 
     @property
     def dims(self) -> str:
@@ -148,6 +149,8 @@ class Result:
     model_source: tuple[tuple[str, str], ...] = ()  # a model read from a file: its file, path and sha256
     defaults: tuple[tuple[str, object], ...] = ()  # a model read from a file: its parameters' defaults
     transient: float = 0.0  # the most a device holds on top of what it keeps: one block's transients (bytes)
+    model_flops: float | None = None  # FLOP of a step of the whole model, as MFU counts them (a real device)
+    recomputed_flops: float = 0.0  # FLOP of the forward passes recomputed, counted alike
 
     # -- totals -----------------------------------------------------------------------
     @property
@@ -216,6 +219,27 @@ class Result:
     def step_seconds(self) -> float:
         """Predicted time of one training step: the cost at the device's FLOPS."""
         return self.cost_model.cluster.seconds(self.total_cost)
+
+    @property
+    def tokens(self) -> int | None:
+        """Tokens of a step (batch times sequence) for a sequence model, else
+        ``None``."""
+        batch, seq = self.param("batch"), self.param("seq")
+        return batch * seq if batch is not None and seq is not None else None
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOP utilisation: the model's FLOP per step over what the
+        devices' peak does in the step time (a real device only)."""
+        if self.model_flops is None or not self.step_seconds:
+            return None
+        return self.model_flops / (self.procs * self.cost_model.cluster.flops * 1e12 * self.step_seconds)
+
+    @property
+    def hardware_flops(self) -> float | None:
+        """FLOP of a step the devices run as Narayanan et al. count them:
+        the model's and the forward passes recomputed."""
+        return None if self.model_flops is None else self.model_flops + self.recomputed_flops
 
     @property
     def in_search_space(self) -> bool:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, make_dataclass
 
 from cluster import FIELDS as CLUSTER_FIELDS
 
-__all__ = ["Setting", "DECLARED", "Settings", "DEFAULTS", "MODEL_PARAMS", "flag_of", "SWEEPABLE", "CLUSTER_SETTINGS"]
+__all__ = ["Setting", "DECLARED", "Settings", "DEFAULTS", "MODEL_PARAMS", "flag_of", "SWEEPABLE", "CLUSTER_SETTINGS",
+           "OPTION_SETTINGS"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Setting:
 
 
 #: the models' parameters the flags set
-MODEL_PARAMS = ("batch", "width", "seq", "vocab", "layers")
+MODEL_PARAMS = ("batch", "width", "seq", "vocab", "layers", "attention")
 
 _MODEL = (
     Setting("graph", ("-g", "--graph"), "model", "network to parallelize (default: alexnet): a built-in model, an "
@@ -74,7 +75,22 @@ _MODEL = (
             "(default 50000)"),
     Setting("layers", ("--layers",), "count", "layers of rnnlm (LSTM layers, default 2) and transformer "
             "(encoder and decoder layers each, default 6)"),
+    Setting("attention", ("--attention",), "name", "how attention is built: fused (one operator that never "
+            "materialises the scores, as PyTorch's scaled_dot_product_attention runs it; the default of config.json "
+            "models) or materialized (scores, softmax and context; the built-in transformer's default)",
+            choices=("fused", "materialized"), sweep=True),
 )
+
+
+def _option_settings() -> tuple[Setting, ...]:
+    """The execution options (``options/``) as settings: a value every
+    operator it applies to takes, or ``auto``, searched."""
+    from options import OPTIONS
+
+    return tuple(Setting(o.name, (f"--{o.name}",), "option", f"{o.help}; auto: searched per "
+                         f"{'operator' if o.scope == 'operator' else 'block'} within the device memory "
+                         f"(default: {o.default})", choices=tuple(map(str, o.values)) + ("auto",), sweep=True)
+                 for o in OPTIONS.values())
 
 
 def _cluster_settings() -> tuple[Setting, ...]:
@@ -127,13 +143,15 @@ _SWEEPS = (
 )
 
 #: every setting the command line takes, in the order of its help (and of a sweep's axes)
-DECLARED: tuple[Setting, ...] = _MODEL + _cluster_settings() + _RUN + _SWEEPS
+DECLARED: tuple[Setting, ...] = _MODEL + _cluster_settings() + _option_settings() + _RUN + _SWEEPS
 _BY_NAME = {s.name: s for s in DECLARED}
 DEFAULTS = {s.name: s.default for s in DECLARED if s.default is not None}
 #: the settings a comma-separated list sweeps, and their flags, in the sweep's axis order
 SWEEPABLE = {s.name: s.flag for s in DECLARED if s.sweep}
 #: the settings that describe the cluster (file-field names)
 CLUSTER_SETTINGS = tuple(CLUSTER_FIELDS)
+#: the settings of the execution options
+OPTION_SETTINGS = tuple(s.name for s in DECLARED if s.kind == "option")
 #: settings named by the library in errors without a flag of their own, and the words that name them
 _OTHER_NAMES = {"p": "-p", "flops and bw": "--flops and --bw", "flops and inter_bw": "--flops and --inter-bw",
                 "embedding_sync": "--evaluate: embedding_sync", "embedding_lookup": "--evaluate: embedding_lookup"}

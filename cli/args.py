@@ -103,6 +103,17 @@ def _listed(convert):
     return parse
 
 
+def _one_of(convert, choices):
+    def parse(text: str):
+        v = convert(text)
+        if v not in choices:
+            raise argparse.ArgumentTypeError(f"invalid choice: {shown(text)} (choose from "
+                                             f"{', '.join(map(str, choices))})")
+        return v
+
+    return parse
+
+
 def _models_help(text: str) -> str:
     from models import MODELS
 
@@ -137,7 +148,8 @@ def _cluster_value(name: str, kind: str):
 
 #: how each kind of declared value is read from its flag
 _TYPES = {"count": _int, "positive": _positive_float, "nonnegative": _nonnegative_float, "device": _device,
-          "network": _network, "precision": str, "name": str, "model": str, "path": str, "jobs": _jobs}
+          "network": _network, "precision": str, "name": str, "model": str, "path": str, "jobs": _jobs,
+          "option": str}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,11 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             convert = _cluster_value(s.name, s.kind) if s.name in CLUSTER_FIELDS and s.kind in _BOUNDS else \
                 _TYPES[s.kind]
+            if s.choices and s.sweep:  # each item of a list is checked
+                convert = _one_of(convert, s.choices)
+                how["metavar"] = "{" + ",".join(map(str, s.choices)) + "}"
+            elif s.choices:
+                how["choices"] = s.choices
             how["type"] = _listed(convert) if s.sweep else convert
             if s.metavar:
                 how["metavar"] = s.metavar
-            if s.choices:
-                how["choices"] = s.choices
         if s.flags[-1].lstrip("-").replace("-", "_") != s.name:
             how["dest"] = s.name
         groups[s.group].add_argument(*s.flags, **how)

@@ -263,7 +263,15 @@ class Cluster:
                 layout += f" (the last holds {p % G})"
             inter = self.bw if self.inter_bw is None else self.inter_bw
             net = f"{layout or f'{G} per node'}, {self.bw:g} GB/s inside a node, {inter:g} GB/s between nodes"
+            if self.network:
+                from cluster.presets import network
+
+                net += f" ({self.network}: {network(self.network).description})"
+            elif self.inter_bw is None and (p is None or p > G):
+                net += " (no network given: as fast as inside a node)"
         lat = f", {self.latency:g} us per collective step" if self.latency else ""
+        if self.inter_latency is not None and self.inter_latency != self.latency:
+            lat += f" ({self.inter_latency:g} us between nodes)"
         return f"{head}{' and ' if not self.two_level else '; '}{net}{lat}"
 
     # -- layouts ------------------------------------------------------------------------

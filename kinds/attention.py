@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from errors import InputError
 from kinds.base import Kind, Operator, Tensor, Work, register
 
@@ -90,6 +92,12 @@ class FusedAttention(Kind):
         compute = 7.0 * E * d + 13.0 * E
         return Work(compute, forward=2.0 * E * d + 5.0 * E, macs=macs, backward_macs=2.5 * macs,
                     kernel="attention")
+
+    def model_macs(self, op, work):
+        """The whole score matrix, masked or not, as Narayanan et al. (SC'21)
+        and the MFU conventions count attention: the forward ``2 E d`` and a
+        backward of twice that (not the recomputed scores)."""
+        return float(3.0 * np.sum(work.macs) / self._share(op))
 
     def saved(self, op):
         q = op.inputs[0]

@@ -324,6 +324,12 @@ class Kind:
         acts = sum((shard(t, C) for t in self.saved(op)), zero)
         return weights, acts
 
+    def model_macs(self, op: Operator, work: Work) -> float:
+        """Multiply-adds of the whole operator, forward and backward, as
+        model FLOP utilisation counts them (``work`` is its record on one
+        device): the record's matrix work."""
+        return float(np.sum(work.macs + work.backward_macs))
+
     def model_dims(self, op: Operator) -> str:
         """Letters a practitioner splits for model parallelism in this layer
         ("one weird trick": a classifier's units); empty for data parallel."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kinds.base import shard
 from options.base import Option, register
 
 
@@ -53,6 +52,8 @@ class Recompute(Option):
             drop = [t for origin, t in kept_tensors(op) if origin in context.drops]
         if not drop:
             return footprint
+        from kinds.base import shard
+
         gone = sum(shard(t, C) for t in drop) * float(rules.cluster.word_bytes)  # (K,) bytes
         return replace(footprint, activations=footprint.activations - gone, transient=footprint.transient + gone)
 

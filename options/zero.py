@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kinds.base import Comm, shard
 from options.base import Option, register
 
 
@@ -42,6 +41,8 @@ class Zero(Option):
         1.5 times an all-reduce's volume)."""
         if value < 3:
             return work
+        from kinds.base import Comm, shard
+
         comms = tuple(replace(c, pattern="reducescatter") if c.role == "gradients" and c.pattern == "allreduce"
                       else c for c in work.comms)
         gathers = tuple(Comm("weights", "allgather", shard(t, C), letters, count=2.0)
@@ -56,6 +57,8 @@ class Zero(Option):
         reduce-scatter (a transient)."""
         if value == 0:
             return footprint
+        from kinds.base import shard
+
         wb, gb, ob = rules.parameter_bytes()
         w = g = o = transient = 0.0
         for t, letters in weights_of(op, context):

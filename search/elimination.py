@@ -229,6 +229,8 @@ class SearchResult:
     stats: SearchStats
     kept: list = field(default_factory=list, repr=False)
     strategy: list = field(default_factory=list)  # decisions (config_space.Decision), filled by search()
+    choice: object = None  # with execution options: the search.options.Choice it stands for
+    choices: dict | None = None  # and per operator the position of each searched option's value
 
 
 def _factor(kind_arg, pos, node_costs, edge_costs, tables, scope):

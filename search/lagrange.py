@@ -21,8 +21,9 @@ import numpy as np
 
 from result import total
 from search.elimination import SearchResult
+from search.options import Choice, Problem
 
-__all__ = ["DoesNotFit", "Bounded", "within_memory", "improve", "objective"]
+__all__ = ["DoesNotFit", "Bounded", "within_memory", "relax", "repair", "improve", "objective"]
 
 
 class DoesNotFit(MemoryError):
@@ -60,92 +61,136 @@ def objective(node_costs, edge_costs, index) -> float:
 
 def within_memory(node_costs, node_memory, edge_costs, capacity: float, run, *, max_searches: int = 8,
                   rtol: float = 1e-9) -> Bounded:
-    """The cheapest strategy whose memory, a sum over operators, is at most
-    ``capacity``, by Lagrangian relaxation on the same dynamic program.
+    """:func:`relax` on the plain problem (one cost and memory vector per
+    operator): ``run(nodes)`` solves it for node cost vectors ``nodes``
+    (same edges) and returns a :class:`SearchResult`."""
+    return relax(Problem(node_costs, node_memory, edge_costs), capacity, lambda nodes, edges, groups: run(nodes),
+                 max_searches=max_searches, rtol=rtol)
 
-    ``run(nodes)`` solves the unconstrained problem for node cost vectors
-    ``nodes`` (same edges) and returns a :class:`SearchResult`.  For a
-    multiplier ``lam >= 0``, the minimum of ``cost + lam * (memory -
-    capacity)`` is a lower bound on the constrained optimum (a strategy that
-    fits adds a non-positive term).  Starting from the unconstrained optimum
-    (too large) and the strategy of least memory (which fits), each step takes
-    the ``lam`` at which the two lines ``cost + lam * memory`` cross and solves
-    there: a strategy below both replaces the one on its side of the
-    capacity; none means ``lam`` maximises the bound.  The strategy returned
-    always fits; it is ``"optimal"`` when its cost meets the bound, else the
-    bound says how far from optimal it can be.
+
+def relax(problem: Problem, capacity: float, solve, *, max_searches: int = 8, rtol: float = 1e-9) -> Bounded:
+    """The cheapest solution of ``problem`` (a :class:`search.options.Problem`)
+    whose memory, a sum over operators, is at most ``capacity``, by
+    Lagrangian relaxation on the same dynamic program.
+
+    ``solve(nodes, edges, groups)`` solves the plain problem
+    :meth:`~search.options.Problem.at` makes (``groups``: with its block
+    variables) and returns a :class:`SearchResult`.  For a multiplier
+    ``lam >= 0``, the minimum of ``cost + lam * (memory - capacity)`` is a
+    lower bound on the constrained optimum (a solution that fits adds a
+    non-positive term).  Starting from the unconstrained optimum (too large)
+    and a solution that fits, each step takes the ``lam`` at which the two
+    lines ``cost + lam * memory`` cross and solves there: a solution below
+    both replaces the one on its side of the capacity; none means ``lam``
+    maximises the bound.  The solution returned always fits (its
+    :class:`SearchResult` carries it as ``choice``); it is ``"optimal"``
+    when its cost meets the bound, else the bound says how far from optimal
+    it can be.
     """
-    least = math.fsum(float(m.min()) for m in node_memory)
+    least = problem.least_memory
     if least > capacity:
         raise DoesNotFit(least, capacity)
 
-    def memory_of(index):
-        return math.fsum(float(m[i]) for m, i in zip(node_memory, index))
-
     def at(lam):
-        r = run([c + lam * m for c, m in zip(node_costs, node_memory)] if lam else list(node_costs))
-        return r, objective(node_costs, edge_costs, r.index), memory_of(r.index)
+        groups = bool(problem.groups) and problem.groups_matter(lam)
+        nodes, edges = problem.at(lam, groups)
+        r = solve(nodes, edges, groups)
+        s = problem.decode(r.index, lam, groups)
+        return r, s, problem.cost(s), problem.memory(s)
 
-    r0, cost0, mem0 = at(0.0)
+    def result(r, s, c):
+        return SearchResult(c, list(s.index), r.elimination, 0.0, r.stats, choice=s)
+
+    r0, s0, cost0, mem0 = at(0.0)
     searches = 1
     if mem0 <= capacity:
-        return Bounded(r0, cost0, mem0, cost0, "unconstrained optimum fits", 0.0, searches, least)
+        return Bounded(result(r0, s0, cost0), cost0, mem0, cost0, "unconstrained optimum fits", 0.0, searches, least)
     # What fits to start from: the unconstrained optimum repaired by local
-    # moves, else the strategy of least memory (each operator its smallest,
-    # ties by its own cost).
-    index = improve(node_costs, node_memory, edge_costs, list(r0.index), capacity)
-    if index is None:
-        index = [int(np.lexsort((c, m))[0]) for c, m in zip(node_costs, node_memory)]
-    start = SearchResult(objective(node_costs, edge_costs, index), index, r0.elimination, 0.0, r0.stats)
-    lo, hi = (r0, cost0, mem0), (start, start.cost, memory_of(index))
-    best, bound, lam_best = hi, cost0, 0.0  # the unconstrained optimum bounds every strategy from below
-    while searches < max_searches and best[1] > bound * (1 + rtol):
-        (_, c_lo, m_lo), (_, c_hi, m_hi) = lo, hi
+    # moves, else the solution of least memory (each operator its smallest,
+    # ties by its own cost; every block at its most memory-saving value).
+    start = repair(problem, s0, capacity)
+    if start is None:
+        start = _leanest(problem, capacity)
+    if start is None:
+        raise DoesNotFit(least, capacity)
+    lo, hi = (r0, s0, cost0, mem0), (r0, start, problem.cost(start), problem.memory(start))
+    best, bound, lam_best = hi, cost0, 0.0  # the unconstrained optimum bounds every solution from below
+    while searches < max_searches and best[2] > bound * (1 + rtol):
+        (_, _, c_lo, m_lo), (_, _, c_hi, m_hi) = lo, hi
         if m_lo <= m_hi:
             break
         lam = (c_hi - c_lo) / (m_lo - m_hi)  # where cost + lam * memory is equal for both
         if not lam > 0 or not math.isfinite(lam):
             break
-        r, c, m = at(lam)
+        r, s, c, m = at(lam)
         searches += 1
         dual = c + lam * (m - capacity)
         if dual > bound:
             bound, lam_best = dual, lam
-        fixed = improve(node_costs, node_memory, edge_costs, list(r.index), capacity)
-        if fixed is not None and objective(node_costs, edge_costs, fixed) < best[1]:
-            c_fixed = objective(node_costs, edge_costs, fixed)
-            best = (SearchResult(c_fixed, fixed, r.elimination, 0.0, r.stats), c_fixed, memory_of(fixed))
+        fixed = repair(problem, s, capacity)
+        if fixed is not None and problem.cost(fixed) < best[2]:
+            best = (r, fixed, problem.cost(fixed), problem.memory(fixed))
         if c + lam * m >= (c_lo + lam * m_lo) * (1 - 1e-12):  # nothing below both lines: lam is optimal
             break
         if m > capacity:
-            lo = (r, c, m)
+            lo = (r, s, c, m)
         else:
-            hi = (r, c, m)
-    r, c, m = best
+            hi = (r, s, c, m)
+    r, s, c, m = best
     status = "optimal" if c <= bound * (1 + rtol) else "bound"
-    return Bounded(r, c, m, min(bound, c), status, lam_best, searches, least)
+    return Bounded(result(r, s, c), c, m, min(bound, c), status, lam_best, searches, least)
 
 
-def improve(node_costs, node_memory, edge_costs, index, capacity, max_moves: int = 100000):
+def _leanest(problem: Problem, capacity: float):
+    """The solution of least memory (each operator its smallest, ties by its
+    own cost, every block at the value that saves the most), repaired."""
+    groups = []
+    for g in problem.groups:
+        saved = sum((m.min(axis=0) for _, _, m in g.members), np.zeros(g.n))
+        groups.append(int(np.argmin(saved)))
+    s = Choice(tuple(0 for _ in range(problem.n)), tuple(0 for _ in range(problem.n)), tuple(groups))
+    costs, mems, _, widths = problem.flat(s)
+    pos = [int(np.lexsort((c, m))[0]) for c, m in zip(costs, mems)]
+    s = problem.unflat(pos, widths, s)
+    return s if problem.memory(s) <= capacity else repair(problem, s, capacity)
+
+
+def repair(problem: Problem, s: Choice, capacity: float, max_moves: int = 100000):
+    """:func:`improve` on ``s`` with its blocks' values kept: moves of one
+    operator's configuration and own options.  ``None`` when it cannot fit."""
+    costs, mems, pos, widths = problem.flat(s)
+    fixed = improve(costs, mems, problem.edge_costs, pos, capacity, max_moves, widths)
+    return None if fixed is None else problem.unflat(fixed, widths, s)
+
+
+def improve(node_costs, node_memory, edge_costs, index, capacity, max_moves: int = 100000, widths=None):
     """Local search from ``index``: while over ``capacity``, the move (one
-    operator to another configuration) that frees memory at the least cost
-    per byte; then, while any, the move that lowers the cost most and stays
-    within it.  Returns the strategy, or ``None`` when it cannot fit."""
+    operator to another choice) that frees memory at the least cost per
+    byte; then, while any, the move that lowers the cost most and stays
+    within it.  Returns the strategy, or ``None`` when it cannot fit.
+
+    With ``widths``, operator ``v``'s choices are its configurations times
+    ``widths[v]`` values of its own options (``node_costs[v]`` flattened,
+    configuration-major); the edges read the configuration,
+    ``index[v] // widths[v]``."""
     n, width = len(node_costs), max(len(c) for c in node_costs)
+    widths = [1] * n if widths is None else list(widths)
+    index = list(index)
     nbrs = [[] for _ in range(n)]
     for (u, v), m in edge_costs.items():
         nbrs[u].append((v, m, False))  # v's configuration picks a column of m
         nbrs[v].append((u, m, True))  # u's picks a row
-    cost = np.full((n, width), np.inf)  # (n, K_max) cost of each configuration, neighbours fixed
-    mem = np.full((n, width), np.inf)  # (n, K_max) memory of each configuration
+    cost = np.full((n, width), np.inf)  # (n, choices) cost of each choice, neighbours fixed
+    mem = np.full((n, width), np.inf)  # (n, choices) memory of each choice
     for v in range(n):
         mem[v, : len(node_memory[v])] = node_memory[v]
 
     def local(v):
-        out = np.array(node_costs[v], dtype=float)
+        out = np.zeros(len(node_costs[v]) // widths[v])
         for u, m, row in nbrs[v]:
-            out += m[index[u], :] if row else m[:, index[u]]
-        cost[v, : len(out)] = out
+            k = index[u] // widths[u]
+            out += m[k, :] if row else m[:, k]
+        cost[v, : len(node_costs[v])] = np.asarray(node_costs[v], dtype=float) + np.repeat(out, widths[v])
 
     for v in range(n):
         local(v)
@@ -153,7 +198,7 @@ def improve(node_costs, node_memory, edge_costs, index, capacity, max_moves: int
     cur = np.asarray(index)
     used = math.fsum(float(node_memory[v][index[v]]) for v in range(n))
     for _ in range(max_moves):
-        d_cost = cost - cost[rows, cur][:, None]  # (n, K_max)
+        d_cost = cost - cost[rows, cur][:, None]  # (n, choices)
         d_mem = mem - mem[rows, cur][:, None]
         with np.errstate(invalid="ignore", divide="ignore"):
             if used > capacity:  # free memory at the least cost per byte
@@ -164,8 +209,10 @@ def improve(node_costs, node_memory, edge_costs, index, capacity, max_moves: int
         if not np.isfinite(score[v, k]):
             break
         used += float(mem[v, k] - mem[v, cur[v]])
+        moved_config = int(k) // widths[v] != index[v] // widths[v]
         cur[v] = index[v] = int(k)
-        for u, _, _ in nbrs[v]:
-            local(u)
+        if moved_config:
+            for u, _, _ in nbrs[v]:
+                local(u)
     used = math.fsum(float(node_memory[v][index[v]]) for v in range(n))  # without the moves' rounding
     return index if used <= capacity else None
