@@ -167,7 +167,18 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
     g = build_graph(s.graph, **_model_params(s))
     limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
     profile = None
-    if file is not None:
+    if s.plan is not None:
+        if s.evaluate is not None:
+            raise InputError("--plan and --evaluate each give the plan to cost: give one")
+        from standard import complete, parse, strategy
+
+        std = complete(parse(s.plan), s.procs, g.graph["batch"])
+        if std.pp > 1:
+            raise InputError("--plan: pp > 1 (a pipeline) is not supported yet")
+        decisions_ = strategy(g, std)
+        result = make_result(g, evaluate(g, decisions_, model, s.procs), model, s.procs, "evaluate",
+                             label=f"standard configuration {std.describe()}")
+    elif file is not None:
         _check_model(g, recorded, s.evaluate)
         try:
             strategy = decisions(g, file, s.procs)

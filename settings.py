@@ -115,6 +115,9 @@ _RUN = (
             metavar="PATH"),
     Setting("evaluate", ("--evaluate",), "path", "cost the strategy in PATH (a JSON file with 'layers': "
             "[{'id', 'config'}]) instead of searching", metavar="PATH"),
+    Setting("plan", ("--plan",), "spec", "cost the standard configuration SPEC instead of searching: "
+            "comma-separated key=value of tp, dp, cp, ep, sp, pp, microbatch, schedule, recompute, zero "
+            "(Megatron-LM's rules; dp defaults to what is left of p), e.g. tp=8,recompute=full", metavar="SPEC"),
     Setting("mem_limit_gb", ("--mem-limit",), "positive", "memory the cost arrays and the search may use, in GB "
             "(default: half the memory available now; the process itself needs up to 100 MB more)",
             metavar="GB"),

@@ -149,7 +149,7 @@ def _cluster_value(name: str, kind: str):
 #: how each kind of declared value is read from its flag
 _TYPES = {"count": _int, "positive": _positive_float, "nonnegative": _nonnegative_float, "device": _device,
           "network": _network, "precision": str, "name": str, "model": str, "path": str, "jobs": _jobs,
-          "option": str}
+          "option": str, "spec": str}
 
 
 def build_parser() -> argparse.ArgumentParser:

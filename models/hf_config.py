@@ -211,7 +211,8 @@ def load_config(path: str, **params):
     name = _model_name(path, cfg)
     values = _params(cfg, name, params)
     B = GraphBuilder(name, 1, params=values, expert="mesh_tensorflow", model_dims=MODEL_DIMS,
-                     batch=values["batch"], source=file_identity(path), defaults={"attention": "fused"})
+                     batch=values["batch"], source=file_identity(path), defaults={"attention": "fused"},
+                     roles={"seq": "s", "tensor": "ghfv", "expert": "x"})
     build_decoder(B, cfg, **values)
     return B.graph
 

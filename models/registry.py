@@ -69,6 +69,7 @@ class ModelSpec:
     description: str
     model_dims: str = ""  # letters Mesh-TensorFlow splits for model parallelism
     check: Callable[[dict], None] | None = field(default=None, compare=False)
+    roles: tuple = ()  # (role, letters): what a standard configuration splits (see standard.py)
 
     def resolve(self, given: dict) -> dict:
         """Every parameter's value, checked; ``given`` overrides defaults."""
@@ -87,13 +88,14 @@ MODELS: dict[str, ModelSpec] = {}
 
 
 def model(name: str, *, params: tuple[Param, ...], cutoff: int, expert: str, description: str,
-          model_dims: str = "", check=None):
+          model_dims: str = "", check=None, roles: dict | None = None):
     """Decorator: register a builder function as a built-in model."""
 
     def register(build):
         if name in MODELS:
             raise ValueError(f"two built-in models are named {name!r}")
-        MODELS[name] = ModelSpec(name, build, tuple(params), cutoff, expert, description, model_dims, check)
+        MODELS[name] = ModelSpec(name, build, tuple(params), cutoff, expert, description, model_dims, check,
+                                 tuple((roles or {}).items()))
         return build
 
     return register
@@ -108,7 +110,7 @@ def build_model(name: str, **params):
         raise SettingError("graph", f"must be one of {', '.join(MODELS)}, got {name!r}")
     values = spec.resolve(params)
     B = GraphBuilder(name, spec.cutoff, params=values, expert=spec.expert, model_dims=spec.model_dims,
-                     **{k: values[k] for k in ("batch", "width") if k in values})
+                     roles=dict(spec.roles), **{k: values[k] for k in ("batch", "width") if k in values})
     spec.build(B, **values)
     return B.graph
 

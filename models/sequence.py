@@ -36,6 +36,7 @@ def _check_transformer(values):
 
 
 @model("transformer", cutoff=1, expert="mesh_tensorflow", model_dims="vfh", check=_check_transformer,
+       roles={"seq": "l", "tensor": "hfv"},
        description="Transformer encoder-decoder (6 + 6 layers, vocabulary 50000)",
        params=(BATCH, Param("width", 512, "embedding width (heads = width/64, feed-forward 4 x width)"),
                Param("seq", 256, "sequence length"), Param("vocab", 50000, "vocabulary size"),

@@ -1,0 +1,231 @@
+"""Standard configurations: the parallelism training frameworks run, one
+degree of each kind for every layer.
+
+A :class:`Standard` configuration names the degrees of tensor (``tp``),
+data (``dp``), context (``cp``) and expert (``ep``) parallelism, sequence
+parallelism (``sp``, 0 or 1), the activation recomputation and ZeRO stage
+of every layer, and for a pipeline its degree (``pp``), micro-batch size
+and schedule.  :func:`strategy` turns one into a decision per operator, by
+the rules Megatron-LM follows for transformers (Shoeybi et al. 2019,
+Narayanan et al. 2021, Korthikanti et al. 2022):
+
+* every operator splits its sample dimension ``b`` by ``dp`` (an expert
+  operator by ``dp / ep``: expert parallelism is carved out of data
+  parallelism);
+* tensor parallelism splits, in each operator, the first of the model's
+  tensor letters it has: the attention heads (the query-key-value
+  projection column-parallel, the attention itself, the output projection
+  row-parallel), the feed-forward hidden units (column-, then
+  row-parallel), the vocabulary (the embedding and the head
+  vocabulary-parallel, the loss over a split vocabulary);
+* an operator without such a letter (a normalisation, a residual) is
+  replicated over the tensor-parallel group, or with ``sp = 1`` splits its
+  sequence ``tp`` ways (sequence parallelism);
+* ``cp`` splits every operator's sequence (the attention's keys and values
+  gathered by the re-distribution), ``ep`` the experts.
+
+A model names the letters of these roles (``roles``: the sequence, the
+tensor letters in order, the experts); a graph without them (an ONNX file,
+a CNN) splits by ``tp`` what the expert baseline splits (each kind's model
+dimensions: a classifier's units) and takes no ``cp``, ``ep`` or ``sp``.
+Every degree must divide what it splits exactly, as the frameworks require;
+one line names the key that cannot apply.
+
+    >>> parse("tp=8,dp=4,recompute=full")
+    Standard(tp=8, dp=4, recompute='full')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from errors import InputError
+
+__all__ = ["Standard", "parse", "complete", "strategy", "KEYS", "SCHEDULES"]
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+#: the keys of a specification, what each takes, and what it means
+KEYS = {
+    "tp": "tensor-parallel degree",
+    "dp": "data-parallel degree (default: what is left of p)",
+    "cp": "context-parallel degree (the sequence split)",
+    "ep": "expert-parallel degree (dividing dp)",
+    "sp": "sequence parallelism of the norms and residuals, 0 or 1",
+    "pp": "pipeline-parallel degree",
+    "microbatch": "samples per micro-batch",
+    "schedule": "pipeline schedule: gpipe, 1f1b, interleaved or interleaved:V",
+    "recompute": "activation recomputation of every block: none, selective, full",
+    "zero": "ZeRO stage of every operator: 0, 1, 2, 3",
+}
+
+
+@dataclass(frozen=True)
+class Standard:
+    """One degree of each kind of parallelism for every layer (see the
+    module docstring); ``dp = None`` until :func:`complete` fills it."""
+
+    tp: int = 1
+    dp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    sp: int = 0
+    pp: int = 1
+    microbatch: int | None = None
+    schedule: str = "1f1b"
+    chunks: int = 1  # interleaved schedule: model chunks per device
+    recompute: str = "none"
+    zero: int = 0
+
+    def __repr__(self) -> str:
+        default = Standard()
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                 if getattr(self, f.name) != getattr(default, f.name)]
+        return f"Standard({', '.join(shown)})"
+
+    def describe(self) -> str:
+        """``tp=8, dp=4, pp=2 (1f1b, micro-batch 1), recompute=full``."""
+        parts = [f"{k}={getattr(self, k)}" for k in ("tp", "dp", "cp", "ep", "pp") if getattr(self, k) not in (1, None)
+                 or k in ("tp", "dp")]
+        if self.sp:
+            parts.append("sp")
+        if self.pp > 1:
+            sched = self.schedule + (f":{self.chunks}" if self.schedule == "interleaved" else "")
+            parts[-1] += f" ({sched}, micro-batch {self.microbatch})"
+        parts += [f"recompute={self.recompute}"] if self.recompute != "none" else []
+        parts += [f"zero={self.zero}"] if self.zero else []
+        return ", ".join(parts)
+
+    @property
+    def devices(self) -> int:
+        return self.tp * (self.dp or 1) * self.cp * self.pp
+
+
+def _int(key: str, text: str, low: int = 1) -> int:
+    if not text.isdigit() or not low <= int(text) <= 10**6:
+        raise InputError(f"--plan: {key} must be an integer from {low} to 1,000,000, got {text!r}")
+    return int(text)
+
+
+def parse(spec: str) -> Standard:
+    """A :class:`Standard` configuration from ``key=value,...`` (see
+    :data:`KEYS`); one line naming the key for anything else."""
+    from options import OPTIONS
+
+    values: dict = {}
+    for item in spec.split(","):
+        key, eq, text = item.strip().partition("=")
+        key, text = key.strip().lower(), text.strip()
+        if not eq or not key:
+            raise InputError(f"--plan: {item.strip()!r} is not key=value (the keys are {', '.join(KEYS)})")
+        if key not in KEYS:
+            raise InputError(f"--plan: unknown key {key!r} (the keys are {', '.join(KEYS)})")
+        if key in values:
+            raise InputError(f"--plan: {key} is given twice")
+        if key in ("recompute", "zero"):
+            try:
+                values[key] = OPTIONS[key].parse(text)
+            except InputError as e:
+                raise InputError(f"--plan: {e}") from None
+        elif key == "schedule":
+            name, _, chunks = text.lower().partition(":")
+            if name not in SCHEDULES or (chunks and name != "interleaved"):
+                raise InputError(f"--plan: schedule must be gpipe, 1f1b, interleaved or interleaved:V, got {text!r}")
+            values["schedule"] = name
+            values["chunks"] = _int("schedule's chunks", chunks, 2) if chunks else (2 if name == "interleaved" else 1)
+        elif key == "sp":
+            if text not in ("0", "1"):
+                raise InputError(f"--plan: sp must be 0 or 1, got {text!r}")
+            values["sp"] = int(text)
+        else:
+            values[key] = _int(key, text)
+    return Standard(**values)
+
+
+def complete(std: Standard, p: int, batch: int) -> Standard:
+    """``std`` with ``dp`` filled (what is left of ``p``) and checked
+    against ``p`` devices and the batch; micro-batches default to one
+    sample."""
+    from dataclasses import replace
+
+    other = std.tp * std.cp * std.pp
+    if p % other:
+        raise InputError(f"--plan: tp x cp x pp = {other} does not divide the {p} devices")
+    dp = p // other if std.dp is None else std.dp
+    if dp * other != p:
+        raise InputError(f"--plan: tp x dp x cp x pp = {dp * other}, not the {p} devices")
+    if dp % std.ep:
+        raise InputError(f"--plan: ep={std.ep} does not divide dp={dp} (experts are spread over data-parallel devices)")
+    if batch % dp:
+        raise InputError(f"--plan: dp={dp} does not divide the batch of {batch}")
+    micro = std.microbatch if std.microbatch is not None else 1
+    if std.pp == 1 and std.microbatch is None:
+        micro = batch // dp
+    if (batch // dp) % micro:
+        raise InputError(f"--plan: a micro-batch of {micro} does not divide the {batch // dp} samples of a "
+                         f"data-parallel group")
+    if std.schedule == "interleaved" and std.pp == 1:
+        raise InputError("--plan: an interleaved schedule needs pp > 1")
+    return replace(std, dp=dp, microbatch=micro)
+
+
+def _tensor_letter(op, letters: str) -> str | None:
+    """The first of the model's tensor letters ``op`` may split."""
+    never = op.never_split
+    return next((c for c in letters if c in op.dims and c not in never), None)
+
+
+def strategy(g, std: Standard) -> list:
+    """One :class:`config_space.Decision` per operator of ``g`` for the
+    complete standard configuration ``std`` (see the module docstring)."""
+    from blocks import find_chains
+    from config_space import Decision
+    from graph import operators
+    from options import OPTIONS, contexts
+
+    roles = dict(g.graph.get("roles", {}))
+    name = g.graph["name"]
+    if not roles:
+        for key in ("cp", "ep", "sp"):
+            if getattr(std, key) not in (0, 1):
+                raise InputError(f"--plan: {key} does not apply to {name}: it names no sequence or experts "
+                                 "(only tp, dp, pp, recompute, zero do)")
+    seq, tensor, expert = roles.get("seq", ""), roles.get("tensor", ""), roles.get("expert", "")
+    if std.ep > 1 and not any(expert and expert in op.dims for op in operators(g)):
+        raise InputError(f"--plan: ep={std.ep} does not apply to {name}: it has no experts")
+    ctx = contexts(g, find_chains(g)) if std.recompute != "none" or std.zero else None
+    out = []
+    for v, op in enumerate(operators(g)):
+        want = {}
+        if expert and expert in op.dims:
+            want[expert] = std.ep
+            want["b"] = std.dp // std.ep
+        else:
+            want["b"] = std.dp
+        t = _tensor_letter(op, tensor) if roles else next((c for c in op.kind.model_dims(op) if c not in
+                                                          op.never_split), None)
+        if t is not None:
+            want[t] = std.tp
+        seq_split = std.cp * (std.tp if t is None and std.sp else 1)
+        if seq and seq in op.dims and seq not in op.never_split:
+            want[seq] = want.get(seq, 1) * seq_split
+        cfg = []
+        for letter, size in zip(op.dims, op.space):
+            c = want.get(letter, 1)
+            if size % c:
+                key = {"b": "dp", t: "tp", seq: "cp" if std.cp > 1 and not (t is None and std.sp) else "sp",
+                       expert: "ep"}.get(letter, "tp")
+                raise InputError(f"--plan: {key}: {op.name} cannot split {letter} ({size}) {c} ways")
+            cfg.append(c)
+        if op.contiguous_only and cfg != [1] * len(cfg):
+            from config_space import contiguous
+            import numpy as np
+
+            if not contiguous(np.asarray([cfg]), op.space)[0]:
+                raise InputError(f"--plan: {op.name} (a reshape) cannot be split {tuple(cfg)}: only from the left")
+        opts = {}
+        for key in ("recompute", "zero"):
+            value = getattr(std, key)
+            if value != OPTIONS[key].default and OPTIONS[key].applies(op, ctx[v]):
+                opts[key] = value
+        out.append(Decision(op.dims, tuple(cfg)).with_options(**opts))
+    return out
