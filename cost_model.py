@@ -649,6 +649,7 @@ def estimate_costs(g, p: int, model: CostModel = CostModel()) -> CostEstimate:
     ops = operators(g)
     ctx = contexts(g, find_chains(g) if model.options else ())
     searched = [OPTIONS[name] for name, value in model.options if value == AUTO]
+    keyed = (lambda c: c.key) if model.options else (lambda c: c.shared)
     ids: dict = {}  # identical operators share an id, as they share their arrays (and their edges' matrices)
     op_id = [ids.setdefault(op, len(ids)) for op in ops]
     distinct = list(ids)
@@ -656,7 +657,7 @@ def estimate_costs(g, p: int, model: CostModel = CostModel()) -> CostEstimate:
     # per configuration: its splits, compute, communication and cost, weights, activations, memory, its four
     # parts and its transient; per searched option and value, seven more (cost, communication, parts, transient);
     # an operator in another context (a weight another holds, a place in a block) has arrays of its own
-    arrays = {(op_id[v], ctx[v].key): sum(7 * len(o.values) for o in searched if o.applies(ops[v], ctx[v]))
+    arrays = {(op_id[v], keyed(ctx[v])): sum(7 * len(o.values) for o in searched if o.applies(ops[v], ctx[v]))
               for v in range(len(ops))}
     held = sum(8 * counts[i] * (len(distinct[i].space) + 11 + extra) for (i, _), extra in arrays.items())
     pairs = {(op_id[u], d["out"], op_id[v], d["inp"]): counts[op_id[u]] * counts[op_id[v]]
@@ -690,14 +691,14 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
             )
     cutoff = g.graph["cutoff"]
     ops = operators(g)
-    chains = find_chains(g) if model.options else ()
+    chains = find_chains(g)
     ctx = contexts(g, chains)
     searched = tuple(name for name, value in model.options if value == AUTO)
     lists = {k: [] for k in ("configs", "compute", "comm", "node_costs", "weights", "activations", "memory", "parts",
                              "transient", "tables")}
     seen = {}
     for v, op in enumerate(ops):
-        key = (op, ctx[v].key)
+        key = (op, ctx[v].key if model.options else ctx[v].shared)
         if key not in seen:  # identical layers share their arrays
             C = configurations(op, p, cutoff)
             na = node_arrays(op, C, model, ctx[v], searched=searched)

@@ -38,6 +38,7 @@ from search.elimination import (
     solve,
     worth_pruning,
 )
+from search.chain import Run, series, solve_chained
 from search.lagrange import Bounded, DoesNotFit, relax, within_memory
 from search.options import Choice, Group, Problem
 from search.order import breadth_first, generate_seq
@@ -63,6 +64,7 @@ __all__ = [
 ]
 
 ALGOS = {0: "GENERATESEQ", 1: "breadth-first"}
+CHAIN_WORK = 10**8  # searches evaluating this many table entries search their repeated blocks once
 
 
 def problem_of(costed) -> Problem:
@@ -75,18 +77,29 @@ def problem_of(costed) -> Problem:
 
     own = [None] * costed.n
     members: dict = {}
+    made: dict = {}  # operators with the same tables (identical layers) share the arrays made of them
+
+    def arrays(t):
+        if id(t) not in made:
+            made[id(t)] = (t, np.ascontiguousarray(t.cost), np.ascontiguousarray(t.kept))
+        return made[id(t)][1:]
+
     for v, tables in enumerate(costed.tables or [()] * costed.n):
         alone = [t for t in tables if OPTIONS[t.name].scope == "operator"]
         if alone:
-            c, m = alone[0].cost, alone[0].kept
-            for t in alone[1:]:  # every combination of values, the first option's slowest
-                c = (c[:, :, None] + t.cost[:, None, :]).reshape(len(c), -1)
-                m = (m[:, :, None] + t.kept[:, None, :]).reshape(len(m), -1)
-            own[v] = (np.ascontiguousarray(c), np.ascontiguousarray(m))
+            key = tuple(id(t) for t in alone)
+            if key not in made:
+                c, m = arrays(alone[0])
+                for t in alone[1:]:  # every combination of values, the first option's slowest
+                    tc, tm = arrays(t)
+                    c = (c[:, :, None] + tc[:, None, :]).reshape(len(c), -1)
+                    m = (m[:, :, None] + tm[:, None, :]).reshape(len(m), -1)
+                made[key] = (alone, np.ascontiguousarray(c), np.ascontiguousarray(m))
+            own[v] = made[key][1:]
         for t in tables:
             if OPTIONS[t.name].scope == "block":
                 block = costed.contexts[v].block
-                members.setdefault((t.name, block), []).append((v, t.cost, t.kept))
+                members.setdefault((t.name, block), []).append((v,) + arrays(t))
     groups = []
     for (name, _), ms in sorted(members.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         opt = OPTIONS[name]
@@ -112,23 +125,58 @@ def choices_of(costed, problem: Problem, choice: Choice) -> dict:
     return out
 
 
-def _solver(costed, algo: int, problem: Problem | None = None, **options):
+def runs_of(costed, problem: Problem | None = None, groups: bool = False) -> list[Run]:
+    """The repeated blocks of ``costed`` (its ``chains``) as runs of the
+    search's variables (with ``groups``: each block's option variables too),
+    those that keep the problem a series (:func:`search.chain.series`)."""
+    runs, first = [], 0
+    where = {}  # global block number -> (run, block)
+    for c in costed.chains:
+        blocks = [list(c.block(k)) for k in range(c.count)]
+        for k in range(c.count):
+            where[first + k] = (len(runs), k)
+        first += c.count
+        runs.append(Run(blocks, tuple(c.boundary(k) for k in range(c.count)), c.entry, c.start, c.stop))
+    if groups and problem is not None:
+        for b, g in enumerate(problem.groups):
+            block = costed.contexts[g.members[0][0]].block
+            j, k = where[block]
+            runs[j].blocks[k].append(costed.n + b)
+    runs = [Run(tuple(tuple(b) for b in r.blocks), r.exits, r.entry, r.start, r.stop) for r in runs]
+    edges = list(costed.edge_costs) + (problem.structure()[len(costed.edge_costs):] if groups and problem else [])
+    good = [r for r in runs if series([r], costed.n, edges)]
+    if series(good, costed.n, edges):
+        return good
+    return max(([r] for r in good), key=lambda rs: len(rs[0].variables), default=[])
+
+
+def _solver(costed, algo: int, problem: Problem | None = None, chained: bool = True, **options):
     """A function solving ``costed``'s edges (and with ``problem``'s block
     variables, when asked) for any node cost vectors, in the order of
-    ``algo`` (the options are :func:`solve`'s)."""
+    ``algo`` (the options are :func:`solve`'s); repeated blocks are searched
+    once (:mod:`search.chain`) unless ``chained`` is false."""
     if algo not in ALGOS:
         raise SettingError("algo", f"must be one of {sorted(ALGOS)}, got {algo!r}")
     g = costed.graph
     names = [g.nodes[v]["op"].name for v in range(costed.n)]
     order_of = generate_seq if algo == 0 else breadth_first
-    orders = {}
+    orders, runs = {}, {}
 
     def run(node_costs, edge_costs=None, groups=False):
         edges = costed.edge_costs if edge_costs is None else edge_costs
         if groups not in orders:
             n = len(node_costs)
             orders[groups] = order_of(n, list(edges))[0]
+            worth = elimination(orders[groups], [len(c) for c in node_costs], list(edges)).work >= CHAIN_WORK
+            runs[groups] = runs_of(costed, problem, groups) if chained and algo == 0 and worth else []
         labels = names + [f"block option {b}" for b in range(len(node_costs) - costed.n)]
+        if runs[groups]:
+            r = solve_chained(node_costs, edges, orders[groups], runs[groups], names=labels,
+                              held_bytes=costed.nbytes, **options)
+            r.stats = replace(r.stats, repeated=tuple(f"{c.count} x block of {c.size} operators"
+                                                      for c in costed.chains if any(x.start == c.start for x in
+                                                                                   runs[groups])))
+            return r
         return solve(node_costs, edges, orders[groups], names=labels, held_bytes=costed.nbytes, **options)
 
     return run
@@ -145,7 +193,7 @@ def _named(result: SearchResult, costed, algo: int, problem: Problem | None = No
 
 
 def search(costed, algo: int = 0, *, prune: bool | str = "auto", memory_limit: int | None = None, progress=None,
-           threads: int | None = None, kernel: str = "auto") -> SearchResult:
+           threads: int | None = None, kernel: str = "auto", chained: bool = True) -> SearchResult:
     """Optimal strategy of a :class:`cost_model.CostedGraph`.
 
     ``algo`` 0 uses GENERATESEQ, 1 the breadth-first order; ``prune``
@@ -157,11 +205,13 @@ def search(costed, algo: int = 0, *, prune: bool | str = "auto", memory_limit: i
     other than the default can be cheaper).  The memory limit covers the
     cost arrays ``costed`` holds too.
     """
-    run = _solver(costed, algo, prune=prune, memory_limit=memory_limit, progress=progress, threads=threads,
-                  kernel=kernel)
     if not costed.searched:
+        run = _solver(costed, algo, chained=chained, prune=prune, memory_limit=memory_limit, progress=progress,
+                      threads=threads, kernel=kernel)
         return _named(run(costed.node_costs), costed, algo)
     problem = problem_of(costed)
+    run = _solver(costed, algo, problem, chained=chained, prune=prune, memory_limit=memory_limit,
+                  progress=progress, threads=threads, kernel=kernel)
     groups = bool(problem.groups) and problem.groups_matter(0.0)
     nodes, edges = problem.at(0.0, groups)
     r = run(nodes, edges, groups)
@@ -175,7 +225,7 @@ def search(costed, algo: int = 0, *, prune: bool | str = "auto", memory_limit: i
 
 def search_within(costed, capacity: float, algo: int = 0, *, prune: bool | str = "auto",
                   memory_limit: int | None = None, progress=None, threads: int | None = None,
-                  kernel: str = "auto", rounds: int = 4) -> Bounded:
+                  kernel: str = "auto", rounds: int = 4, chained: bool = True) -> Bounded:
     """:func:`search.lagrange.relax` for a :class:`cost_model.CostedGraph`:
     the cheapest strategy whose per-device peak memory is at most
     ``capacity`` bytes, with the search order of ``algo``; each search of
@@ -189,9 +239,9 @@ def search_within(costed, capacity: float, algo: int = 0, *, prune: bool | str =
     strategy found until it fits (at most ``rounds`` times); its lower
     bound, for the capacity without a reserve, holds for every strategy
     that fits."""
-    run = _solver(costed, algo, prune=prune, memory_limit=memory_limit, progress=progress, threads=threads,
-                  kernel=kernel)
     problem = problem_of(costed)
+    run = _solver(costed, algo, problem, chained=chained, prune=prune, memory_limit=memory_limit, progress=progress,
+                  threads=threads, kernel=kernel)
     t0 = time.perf_counter()
     reserve, searches, b = 0.0, 0, None
     for _ in range(rounds):

@@ -100,7 +100,7 @@ def record(r: Result) -> dict:
                          "pruned": st.pruned, "largest_K_pruned": st.largest_K_pruned,
                          "configurations": st.configurations, "configurations_kept": st.configurations_kept,
                          "work_unpruned": st.work_unpruned, "prune_seconds": st.prune_seconds,
-                         "kernel": st.kernel}
+                         "kernel": st.kernel, "repeated": list(st.repeated)}
         if r.bound is not None:
             b = r.bound
             rec["search"]["within_memory"] = {"capacity": b.capacity, "status": b.status, "lower_bound": b.lower_bound,

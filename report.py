@@ -219,6 +219,8 @@ def render_text(r: Result, summary: bool = False) -> str:
             lines.append(f"  largest K {st.largest_K} (not pruned: a small search)")
         lines.append(f"  largest dependent set {st.largest_dependent_set}, largest table {st.largest_table:,} "
                      f"entries, {st.work:,} entries evaluated")
+        if st.repeated:
+            lines.append(f"  repeated blocks searched once: {', '.join(st.repeated)}")
         if st.timings:
             t = st.timings
             lines.append(f"Timed {len(t)} searches (after 2 warm-up): mean {fmt_time(sum(t) / len(t))}, "

@@ -101,6 +101,7 @@ class SearchStats:
     prune_seconds: float = 0.0
     kernel: str = "numpy"
     pruned: bool = True
+    repeated: tuple = ()  # the chains of repeated blocks searched once: "80 x block of 14 operators"
 
 
 @dataclass(frozen=True)

@@ -217,8 +217,9 @@ def strategy(g, std: Standard) -> list:
                 raise InputError(f"--plan: {key}: {op.name} cannot split {letter} ({size}) {c} ways")
             cfg.append(c)
         if op.contiguous_only and cfg != [1] * len(cfg):
-            from config_space import contiguous
             import numpy as np
+
+            from config_space import contiguous
 
             if not contiguous(np.asarray([cfg]), op.space)[0]:
                 raise InputError(f"--plan: {op.name} (a reshape) cannot be split {tuple(cfg)}: only from the left")

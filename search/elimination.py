@@ -45,7 +45,7 @@ from search.prune import prune as prune_configurations
 from search.prune import working_bytes
 
 __all__ = ["SearchTooLarge", "Elimination", "elimination", "SearchResult", "solve", "worth_pruning", "check_fits",
-           "cores", "default_memory_limit", "KERNELS"]
+           "cores", "default_memory_limit", "KERNELS", "Reduced", "reduce_problem", "Eliminated", "eliminate"]
 
 KERNELS = ("auto", "numpy", "fused")
 FUSED_WORK = 10**9  # searches evaluating this many table entries load the fused kernel
@@ -258,11 +258,12 @@ def _copies(edge_costs, kept) -> dict:
     return out
 
 
-def _reduce(node_costs, edge_costs, kept, copies):
+def _reduce(node_costs, edge_costs, kept, copies, free=frozenset()):
     """The problem over the kept configurations, with every operator left
-    with one configuration folded into its neighbours' cost vectors.
-    Returns (constant cost, {v: costs}, {(u, v): matrix}) over the others."""
-    fixed = {v: int(k[0]) for v, k in enumerate(kept) if len(k) == 1}
+    with one configuration folded into its neighbours' cost vectors (but
+    those of ``free``).  Returns (constant cost, {v: costs}, {(u, v):
+    matrix}) over the others."""
+    fixed = {v: int(k[0]) for v, k in enumerate(kept) if len(k) == 1 and v not in free}
     constant = 0.0
     nodes = {}
     for v, k in enumerate(kept):
@@ -306,26 +307,39 @@ def worth_pruning(pl: Elimination) -> list[int]:
     return [v for v, s in enumerate(share) if s >= PRUNE_WORTH]
 
 
-def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_limit: int | None = None, names=None,
-          progress=None, threads: int | None = None, kernel: str = "auto", held_bytes: int = 0) -> SearchResult:
-    """Run the dynamic program over ``order``, after dominance pruning.
+@dataclass
+class Reduced:
+    """A problem after pruning: ``kept[v]`` the configurations each operator
+    keeps (ascending positions in the arrays as given), ``sizes`` their
+    counts, ``nodes[v]`` and ``edges[(u, v)]`` the cost vectors and matrices
+    over them of the operators left with several, those left with one
+    folded into their neighbours and ``constant``; ``unpruned`` the
+    elimination over the given order without pruning, and what a search
+    needs to run (memory limit, threads, kernel, names)."""
 
-    ``node_costs[v]``: (K_v,) array; ``edge_costs[(u, v)]``: (K_u, K_v).
-    ``prune`` first drops the configurations :func:`search.prune.prune`
-    proves unnecessary (the optimum is unchanged): ``True`` examines every
-    operator, ``"auto"`` those worth it (:func:`worth_pruning`), ``False``
-    none.  Operators left with one configuration are folded into their
-    neighbours.  The result's ``index`` refers to the arrays as given.
+    kept: list
+    sizes: list
+    nodes: dict
+    edges: dict
+    constant: float
+    unpruned: Elimination
+    examined: bool
+    prune_seconds: float
+    limit: int
+    threads: int
+    kernel: str
+    names: object
+    held_bytes: int
+    t0: float
 
-    Raises :class:`SearchTooLarge` before allocating the tables when they,
-    the pruned arrays and ``held_bytes`` (memory the caller already holds,
-    e.g. the cost arrays) exceed ``memory_limit`` bytes (default:
-    :func:`default_memory_limit`), or when a table would have more axes
-    than numpy allows.  ``kernel``: ``"auto"`` (the fused kernel for
-    searches of at least :data:`FUSED_WORK` entries when numba is
-    installed), ``"numpy"`` or ``"fused"``.  ``progress(done, total)`` is
-    called after each vertex.
-    """
+
+def reduce_problem(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_limit: int | None = None,
+                   names=None, threads: int | None = None, kernel: str = "auto", held_bytes: int = 0,
+                   free=(), alike=()) -> Reduced:
+    """Prune ``node_costs`` and ``edge_costs`` (see :func:`solve`) and fold
+    the operators left with one configuration, except those of ``free``
+    (the boundaries of repeated blocks); operators in a group of ``alike``
+    keep the same configurations (the union of what each keeps)."""
     t0 = time.perf_counter()
     threads = cores() if threads is None else threads
     if kernel not in KERNELS:
@@ -350,22 +364,72 @@ def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_l
         kept = prune_configurations(node_costs, edge_costs, nodes=examine)
     else:
         kept = [np.arange(k) for k in sizes0]
+    for group in alike:  # the same configurations for each: the union of what each keeps
+        union = np.unique(np.concatenate([kept[v] for v in group]))
+        for v in group:
+            kept[v] = union
     prune_seconds = time.perf_counter() - t0
-    sizes = [len(k) for k in kept]
-    free = [v for v in unpruned.order if sizes[v] > 1]
-    free_edges = [(u, v) for u, v in edges0 if sizes[u] > 1 and sizes[v] > 1]
-    pl = unpruned if len(free) == len(sizes) and not examine else _elimination(free, sizes, free_edges)
-    fused = kernel == "fused" or (kernel == "auto" and pl.work >= FUSED_WORK and fused_available())
     copies = _copies(edge_costs, kept)
-    pruned_bytes = _BYTES * (sum(sizes[v] for v in free) + sum(n for _, n in copies.values()))
-    check_fits(pl, limit, names, threads, held_bytes + pruned_bytes + (FUSED_BYTES if fused else 0), fused)
-    constant, nodes, edges = _reduce(node_costs, edge_costs, kept, copies)
+    constant, nodes, edges = _reduce(node_costs, edge_costs, kept, copies, set(free))
+    return Reduced(kept, [len(k) for k in kept], nodes, edges, constant, unpruned, bool(examine), prune_seconds,
+                   limit, threads, kernel, names, held_bytes, t0)
 
+
+@dataclass
+class Eliminated:
+    """What :func:`eliminate` computed: the ``table`` over the kept
+    variables (a number when none are kept), and the steps that recover the
+    eliminated ones (``elimination`` their order and scopes)."""
+
+    table: object
+    elimination: Elimination
+    steps: dict
+    keep: tuple
+    fused: bool
+
+    def recover(self, values: dict) -> dict:
+        """The position (among its kept configurations) of every eliminated
+        variable, given those of the kept ones (``values``), by
+        back-substitution: latest first, each one's dependent set is
+        decided."""
+        local = dict(values)
+        pl = self.elimination
+        for v in reversed(pl.order[:len(pl.order) - len(self.keep)]):
+            row = row_at(self.steps[v], [local[w] for w in pl.scope[v]])
+            local[v] = int(np.argmin(row))
+        return local
+
+
+def eliminate(red: Reduced, order, keep=(), nodes=None, pool=None, progress=None, check: bool = True,
+              held: int = 0) -> Eliminated:
+    """Eliminate the variables of ``order`` from the pruned problem ``red``,
+    keeping those of ``keep`` (eliminated last, not minimised over): the
+    factors are the cost vectors ``nodes`` (variable -> vector over its kept
+    configurations; default: ``red``'s of every variable of ``order`` and
+    ``keep``) and ``red``'s edges among those variables.  With ``check``,
+    raises :class:`SearchTooLarge` first when the tables (and ``held`` bytes
+    more) would not fit the memory limit."""
+    sizes = red.sizes
+    every = list(order) + list(keep)
+    inside = set(every)
+    nodes = {v: red.nodes[v] for v in every} if nodes is None else dict(nodes)
+    for v in every:
+        if v not in nodes:
+            nodes[v] = np.zeros(sizes[v])
+    edges = {e: m for e, m in red.edges.items() if e[0] in inside and e[1] in inside}
+    pl = _elimination(every, sizes, list(edges))
+    kernel = red.kernel
+    fused = kernel == "fused" or (kernel == "auto" and pl.work >= FUSED_WORK and fused_available())
+    if check:
+        check_fits(pl, red.limit, red.names, red.threads, red.held_bytes + held + (FUSED_BYTES if fused else 0),
+                   fused)
     pos = {v: i for i, v in enumerate(pl.order)}
-    tables, steps, total, used_fused = {}, {}, constant, False
-    pool = Workers(threads) if threads > 1 else None
+    tables, steps, total, used_fused = {}, {}, 0.0, False
+    own_pool = pool is None and red.threads > 1
+    pool = Workers(red.threads) if own_pool else pool
+    gone = len(every) - len(keep)
     try:
-        for n_done, v in enumerate(pl.order):
+        for n_done, v in enumerate(pl.order[:gone]):
             full = (v,) + pl.scope[v]
             shape = tuple(sizes[w] for w in full)
             fs = []
@@ -375,28 +439,71 @@ def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_l
             step = steps[v] = prepare(fs, shape)
             use = fused and step.inner is not None and (kernel == "fused" or step.work >= _FUSED_STEP)
             used_fused |= use
-            tables[v] = contract(step, threads=threads, pool=pool, fused=use)
+            tables[v] = contract(step, threads=red.threads, pool=pool, fused=use)
             step.release()
             if not pl.scope[v]:
                 total += float(tables[v])
             if progress is not None:
-                progress(n_done + 1, len(pl.order))
+                progress(n_done + 1, gone)
     finally:
-        if pool is not None:
+        if own_pool and pool is not None:
             pool.close()
+    if not keep:
+        return Eliminated(total, pl, steps, (), used_fused)
+    shape = tuple(sizes[w] for w in keep)
+    table = np.full(shape, total)
+    for v in keep:  # what is left: factors over the kept variables only
+        for f in pl.bucket[v]:
+            if f[0] == "table" and f[1] in keep:  # a kept variable is never eliminated: no table of its own
+                continue
+            a, s = _factor(f, pos, nodes, edges, tables, pl.scope)
+            a = np.asarray(a)
+            axes = [keep.index(w) for w in s]
+            a = np.transpose(a.reshape([sizes[w] for w in s]), np.argsort(axes))
+            table = table + a.reshape([sizes[w] if w in s else 1 for w in keep])
+    return Eliminated(table, pl, steps, tuple(keep), used_fused)
 
-    # Back-substitution: latest first, each vertex's dependent set is decided.
-    local = [0] * len(sizes)
-    for v in reversed(pl.order):
-        row = row_at(steps[v], [local[w] for w in pl.scope[v]])
-        local[v] = int(np.argmin(row))
-    index = [int(k[local[v]]) for v, k in enumerate(kept)]
-    seconds = time.perf_counter() - t0
-    stats = SearchStats(
+
+def _stats(red: Reduced, pl: Elimination, used_fused: bool, seconds: float) -> SearchStats:
+    sizes0 = list(red.unpruned.sizes)
+    return SearchStats(
         algo=None, order="given", seconds=seconds, largest_K=max(sizes0, default=0),
         largest_dependent_set=pl.largest_dependent_set, largest_table=pl.largest_table, work=pl.work,
-        largest_K_pruned=max(sizes, default=0), configurations=sum(sizes0), configurations_kept=sum(sizes),
-        work_unpruned=unpruned.work, prune_seconds=prune_seconds if examine else 0.0,
-        kernel="fused" if used_fused else "numpy", pruned=bool(examine),
+        largest_K_pruned=max(red.sizes, default=0), configurations=sum(sizes0), configurations_kept=sum(red.sizes),
+        work_unpruned=red.unpruned.work, prune_seconds=red.prune_seconds if red.examined else 0.0,
+        kernel="fused" if used_fused else "numpy", pruned=red.examined,
     )
-    return SearchResult(total, index, pl, seconds, stats, kept)
+
+
+def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_limit: int | None = None, names=None,
+          progress=None, threads: int | None = None, kernel: str = "auto", held_bytes: int = 0) -> SearchResult:
+    """Run the dynamic program over ``order``, after dominance pruning.
+
+    ``node_costs[v]``: (K_v,) array; ``edge_costs[(u, v)]``: (K_u, K_v).
+    ``prune`` first drops the configurations :func:`search.prune.prune`
+    proves unnecessary (the optimum is unchanged): ``True`` examines every
+    operator, ``"auto"`` those worth it (:func:`worth_pruning`), ``False``
+    none.  Operators left with one configuration are folded into their
+    neighbours.  The result's ``index`` refers to the arrays as given.
+
+    Raises :class:`SearchTooLarge` before allocating the tables when they,
+    the pruned arrays and ``held_bytes`` (memory the caller already holds,
+    e.g. the cost arrays) exceed ``memory_limit`` bytes (default:
+    :func:`default_memory_limit`), or when a table would have more axes
+    than numpy allows.  ``kernel``: ``"auto"`` (the fused kernel for
+    searches of at least :data:`FUSED_WORK` entries when numba is
+    installed), ``"numpy"`` or ``"fused"``.  ``progress(done, total)`` is
+    called after each vertex.
+    """
+    red = reduce_problem(node_costs, edge_costs, order, prune=prune, memory_limit=memory_limit, names=names,
+                         threads=threads, kernel=kernel, held_bytes=held_bytes)
+    free = [v for v in red.unpruned.order if red.sizes[v] > 1]
+    copies_bytes = sum(m.nbytes for m in {id(m): m for m in red.edges.values()}.values()
+                       if not any(m is e for e in edge_costs.values()))
+    done = eliminate(red, free, (), progress=progress,
+                     held=_BYTES * sum(red.sizes[v] for v in free) + copies_bytes)
+    local = done.recover({})
+    index = [int(k[local.get(v, 0)]) for v, k in enumerate(red.kept)]
+    seconds = time.perf_counter() - red.t0
+    return SearchResult(red.constant + done.table, index, done.elimination, seconds,
+                        _stats(red, done.elimination, done.fused, seconds), red.kept)

@@ -172,47 +172,87 @@ def improve(node_costs, node_memory, edge_costs, index, capacity, max_moves: int
     With ``widths``, operator ``v``'s choices are its configurations times
     ``widths[v]`` values of its own options (``node_costs[v]`` flattened,
     configuration-major); the edges read the configuration,
-    ``index[v] // widths[v]``."""
-    n, width = len(node_costs), max(len(c) for c in node_costs)
+    ``index[v] // widths[v]``.
+
+    Each operator's best move is kept and worked out again only when its
+    choices' costs change (a neighbour moved) or, in the second phase, when
+    the memory left no longer allows it; before stopping, every operator's
+    best move is worked out afresh."""
+    n = len(node_costs)
     widths = [1] * n if widths is None else list(widths)
     index = list(index)
     nbrs = [[] for _ in range(n)]
     for (u, v), m in edge_costs.items():
         nbrs[u].append((v, m, False))  # v's configuration picks a column of m
         nbrs[v].append((u, m, True))  # u's picks a row
-    cost = np.full((n, width), np.inf)  # (n, choices) cost of each choice, neighbours fixed
-    mem = np.full((n, width), np.inf)  # (n, choices) memory of each choice
-    for v in range(n):
-        mem[v, : len(node_memory[v])] = node_memory[v]
+    mem = [np.asarray(m, dtype=float) for m in node_memory]
+    cost = [None] * n  # each operator's cost for each of its choices, its neighbours fixed
 
     def local(v):
         out = np.zeros(len(node_costs[v]) // widths[v])
         for u, m, row in nbrs[v]:
             k = index[u] // widths[u]
             out += m[k, :] if row else m[:, k]
-        cost[v, : len(node_costs[v])] = np.asarray(node_costs[v], dtype=float) + np.repeat(out, widths[v])
+        cost[v] = np.asarray(node_costs[v], dtype=float) + np.repeat(out, widths[v])
 
     for v in range(n):
         local(v)
-    rows = np.arange(n)
-    cur = np.asarray(index)
-    used = math.fsum(float(node_memory[v][index[v]]) for v in range(n))
-    for _ in range(max_moves):
-        d_cost = cost - cost[rows, cur][:, None]  # (n, choices)
-        d_mem = mem - mem[rows, cur][:, None]
+    used = math.fsum(float(mem[v][index[v]]) for v in range(n))
+    best_s = np.full(n, np.inf)  # each operator's best move: its score and choice
+    best_k = np.zeros(n, dtype=np.int64)
+
+    def best(v, slack):
+        d_cost = cost[v] - cost[v][index[v]]
+        d_mem = mem[v] - mem[v][index[v]]
         with np.errstate(invalid="ignore", divide="ignore"):
-            if used > capacity:  # free memory at the least cost per byte
+            if slack is None:  # over the capacity: free memory at the least cost per byte
                 score = np.where(d_mem < 0, d_cost / -d_mem, np.inf)
             else:  # lower the cost, staying within the capacity
-                score = np.where((used + d_mem <= capacity) & (d_cost < 0), d_cost, np.inf)
-        v, k = np.unravel_index(int(np.argmin(score)), score.shape)
-        if not np.isfinite(score[v, k]):
-            break
-        used += float(mem[v, k] - mem[v, cur[v]])
-        moved_config = int(k) // widths[v] != index[v] // widths[v]
-        cur[v] = index[v] = int(k)
+                score = np.where((d_mem <= slack) & (d_cost < 0), d_cost, np.inf)
+        k = int(np.argmin(score))
+        best_s[v], best_k[v] = score[k], k
+
+    def move(v, k):
+        nonlocal used
+        used += float(mem[v][k] - mem[v][index[v]])
+        moved_config = k // widths[v] != index[v] // widths[v]
+        index[v] = k
+        touched = [v]
         if moved_config:
             for u, _, _ in nbrs[v]:
                 local(u)
-    used = math.fsum(float(node_memory[v][index[v]]) for v in range(n))  # without the moves' rounding
+                touched.append(u)
+        return touched
+
+    moves = 0
+    if used > capacity:
+        for v in range(n):
+            best(v, None)
+        while used > capacity and moves < max_moves:
+            v = int(np.argmin(best_s))
+            if not np.isfinite(best_s[v]):
+                return None
+            for u in move(v, int(best_k[v])):
+                best(u, None)
+            moves += 1
+    best_s[:] = np.inf  # the second phase's bests, worked out when first needed
+    fresh = False
+    while moves < max_moves:
+        v = int(np.argmin(best_s))
+        if not np.isfinite(best_s[v]):
+            if fresh:  # every operator's best move was just worked out afresh: none is left
+                break
+            for u in range(n):
+                best(u, capacity - used)
+            fresh = True
+            continue
+        k = int(best_k[v])
+        if float(mem[v][k] - mem[v][index[v]]) > capacity - used:  # no longer fits: work it out again
+            best(v, capacity - used)
+            continue
+        for u in move(v, k):
+            best(u, capacity - used)
+        moves += 1
+        fresh = False
+    used = math.fsum(float(mem[v][index[v]]) for v in range(n))  # without the moves' rounding
     return index if used <= capacity else None

@@ -72,6 +72,7 @@ class Problem:
         self.n = len(self.node_costs)
         self.own = list(own) if own is not None else [None] * self.n
         self.groups = tuple(groups)
+        self._folded = {}
 
     @property
     def plain(self) -> bool:
@@ -79,11 +80,16 @@ class Problem:
 
     # -- the arrays at a multiplier ----------------------------------------------------
     def _own_at(self, v: int, lam: float):
-        """(cost of each configuration at its best own value, that value) at ``lam``."""
+        """(cost of each configuration at its best own value, that value) at
+        ``lam`` (worked out once for operators that share their tables)."""
         c, m = self.own[v]
-        folded = c + lam * m if lam else c  # (K, J)
-        j = np.argmin(folded, axis=1)  # (K,) the first best: the default on ties
-        return folded[np.arange(len(j)), j], j
+        key = (id(c), id(m), lam)
+        if key not in self._folded:
+            folded = c + lam * m if lam else c  # (K, J)
+            j = np.argmin(folded, axis=1)  # (K,) the first best: the default on ties
+            self._folded = {k: x for k, x in self._folded.items() if k[2] == lam}  # one multiplier at a time
+            self._folded[key] = (folded[np.arange(len(j)), j], j)
+        return self._folded[key]
 
     def groups_matter(self, lam: float) -> bool:
         """Whether a block's value can change the optimum at ``lam``: not
@@ -106,11 +112,15 @@ class Problem:
             nodes.append(c)
         edges = dict(self.edge_costs)
         if with_groups:
+            made = {}  # operators with the same tables share one matrix (as the cost arrays share theirs)
             for b, g in enumerate(self.groups):
                 z = self.n + b
                 nodes.append(np.zeros(g.n))
                 for v, c, m in g.members:
-                    edges[(z, v)] = np.ascontiguousarray((c + lam * m if lam else c).T)  # (n, K_v)
+                    key = (id(c), id(m))
+                    if key not in made:
+                        made[key] = np.ascontiguousarray((c + lam * m if lam else c).T)  # (n, K_v)
+                    edges[(z, v)] = made[key]
         else:
             for g in self.groups:
                 for v, c, _ in g.members:

@@ -28,18 +28,22 @@ def adjacency(n: int, edges) -> list[set[int]]:
     return nbrs
 
 
-def generate_seq(n: int, edges) -> tuple[list[int], list[tuple[int, ...]]]:
+def generate_seq(n: int, edges, last=()) -> tuple[list[int], list[tuple[int, ...]]]:
     """GENERATESEQ: the order and each vertex's dependent set.
 
     Start with ``d(v) = neighbours(v)``; repeatedly take the undecided vertex
     with the smallest ``|d(u)|`` (ties: smallest id), record ``D = d(u)``, and
-    for every ``w`` in ``D`` set ``d(w) = (d(w) | D) - {u, w}``.
+    for every ``w`` in ``D`` set ``d(w) = (d(w) | D) - {u, w}``.  The
+    vertices of ``last`` (kept to the end, as the boundaries of a repeated
+    block are) are taken only when nothing else is left.
     """
     d = adjacency(n, edges)
     undecided = set(range(n))
+    last = set(last)
     order, dependent = [], []
     for _ in range(n):
-        u = min(undecided, key=lambda v: (len(d[v]), v))
+        candidates = undecided - last or undecided
+        u = min(candidates, key=lambda v: (len(d[v]), v))
         undecided.remove(u)
         D = d[u]
         order.append(u)

@@ -50,7 +50,7 @@ class TestBuiltinGraphs:
 
 def test_graph_attributes():
     assert built("alexnet").graph == {"name": "alexnet", "batch": 128, "cutoff": 4, "params": {"batch": 128},
-                                      "expert": "one_weird_trick", "model_dims": ""}
+                                      "expert": "one_weird_trick", "model_dims": "", "roles": {}}
     assert built("transformer").graph["cutoff"] == 1
     assert built("rnnlm").graph["width"] == 2048
     assert built("transformer").graph["width"] == 512
