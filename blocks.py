@@ -110,7 +110,7 @@ def _check(g, ins, outs, start: int, size: int, count: int):
         elif here_cross != crossing:
             return None
     sources = {src for src, *_ in crossing}
-    if len(sources) != 1 or [x[1:] for x in first_cross] != [x[1:] for x in crossing]:
+    if len(sources) != 1 or (first_cross and [x[1:] for x in first_cross] != [x[1:] for x in crossing]):
         return None  # the boundary is more than one tensor, or the first block reads differently
     (exit_,) = sources
     if entry is not None and len({o for _, _, o, _ in first_cross}) != 1:

@@ -1,0 +1,180 @@
+"""blocks.py and search/chain.py: repeated blocks found from the structure
+alone, and searched once with exactly the plain search's optimum."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from blocks import find_chains
+from cluster import Cluster
+from conftest import ROOT, built, reference, rel, run_cli
+from cost_model import CostModel, build_costs
+from dp_search import runs_of, search, search_within
+from graph import GraphBuilder, operators
+from models import build_graph
+from search.chain import Run, minplus_vector, series, solve_chained
+from search.order import generate_seq
+
+CONFIGS = ROOT / "tests" / "data" / "configs"
+TWO_LEVEL = CostModel(Cluster(flops=312, bw=300, inter_bw=25, gpus_per_node=8, latency=5, precision="bf16"))
+
+
+def config(name, **params):
+    return build_graph(str(CONFIGS / name / "config.json"), **params)
+
+
+class TestDetection:
+    def test_decoders_repeat_their_layers(self):
+        for name, layers, size in (("llama3-8b", 32, 12), ("gpt2", 12, 10), ("mixtral-8x7b", 32, 16)):
+            g = config(name, batch=8, seq=64)
+            (c,) = find_chains(g)
+            ops = operators(g)
+            assert (c.count, c.size) == (layers, size)
+            assert ops[c.start].name == "layer0/attn/norm" and ops[c.boundary(0)].name == "layer0/mlp/residual"
+            assert ops[c.entry].name in ("embed", "embed/add")
+
+    def test_materialized_attention_makes_larger_blocks(self):
+        (c,) = find_chains(config("llama3-8b", batch=8, seq=64, attention="materialized"))
+        assert (c.count, c.size) == (32, 14)
+
+    def test_the_resnet_stages_and_the_transformer_encoder(self):
+        resnet = find_chains(built("resnet101"))
+        assert [(c.count, c.size) for c in resnet] == [(2, 7), (3, 7), (22, 7), (2, 7)]  # each stage's blocks 2..
+        (enc,) = find_chains(built("transformer"))  # the decoder reads the encoder's output in every layer
+        assert (enc.count, enc.size) == (6, 12) and operators(built("transformer"))[enc.start].name == "enc0/attn/qkv"
+        assert find_chains(built("alexnet")) == ()
+
+    def test_never_by_name(self):
+        """Two identical layers named alike or not are found alike; layers
+        that differ in a size are not."""
+        from kinds.pointwise import Elementwise, Norm
+
+        def graph(names, widths=(16, 16, 16)):
+            B = GraphBuilder("t", cutoff=1)
+            x = B.add("first", Elementwise(), B.data((8, widths[0]), "be"))
+            for i, n in enumerate(names):
+                y = B.add(f"{n}/a", Elementwise(pw=1), x)
+                x = B.add(f"{n}/n", Norm(-1), y)
+            return B.graph
+
+        assert [(c.count, c.size) for c in find_chains(graph(["x", "y", "z"]))] == [(3, 2)]
+        assert [(c.count, c.size) for c in find_chains(graph(["l0", "l1", "l2"]))] == [(3, 2)]
+
+    def test_a_skip_across_blocks_is_no_chain(self):
+        from kinds.pointwise import Elementwise
+
+        B = GraphBuilder("t", cutoff=1)
+        x0 = B.add("in", Elementwise(), B.data((8, 16), "be"))
+        x = x0
+        for i in range(4):
+            x = B.add(f"b{i}", Elementwise(), x, x0)  # every block reads the first output: a wider boundary
+        assert find_chains(B.graph) == ()
+
+
+def random_chain_problem(seed, blocks=4, size=3, K=3):
+    """A chain of identical blocks (a path of ``size`` nodes each, the last
+    one read by the next block) between a prefix node and a suffix node,
+    with random costs: the same arrays in every block."""
+    rng = np.random.default_rng(seed)
+    nodes = [rng.uniform(0, 10, K)]  # 0: the entry
+    block_costs = [rng.uniform(0, 10, K) for _ in range(size)]
+    inner = [rng.uniform(0, 10, (K, K)) for _ in range(size - 1)]
+    into = rng.uniform(0, 10, (K, K))
+    edges = {}
+    runs_blocks, exits = [], []
+    prev = 0
+    for b in range(blocks):
+        ids = list(range(len(nodes), len(nodes) + size))
+        nodes += [c.copy() for c in block_costs]
+        edges[(prev, ids[0])] = into
+        for j in range(size - 1):
+            edges[(ids[j], ids[j + 1])] = inner[j]
+        runs_blocks.append(tuple(ids))
+        exits.append(ids[-1])
+        prev = ids[-1]
+    tail = len(nodes)
+    nodes.append(rng.uniform(0, 10, K))
+    edges[(prev, tail)] = rng.uniform(0, 10, (K, K))
+    run = Run(tuple(runs_blocks), tuple(exits), 0, 1, tail)
+    return nodes, edges, run
+
+
+def brute_force(nodes, edges):
+    import itertools
+
+    best = np.inf
+    for choice in itertools.product(*[range(len(c)) for c in nodes]):
+        cost = sum(c[i] for c, i in zip(nodes, choice)) + sum(m[choice[u], choice[v]] for (u, v), m in edges.items())
+        best = min(best, cost)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_chained_against_brute_force(seed):
+    nodes, edges, run = random_chain_problem(seed, blocks=3, size=2, K=3)
+    order, _ = generate_seq(len(nodes), list(edges))
+    assert series([run], len(nodes), list(edges))
+    r = solve_chained(nodes, edges, order, [run], prune=False, threads=1)
+    want = brute_force(nodes, edges)
+    assert r.cost == pytest.approx(want, rel=1e-12)
+    got = sum(c[i] for c, i in zip(nodes, r.index)) + sum(m[r.index[u], r.index[v]] for (u, v), m in edges.items())
+    assert got == pytest.approx(want, rel=1e-12)  # the recovered plan costs the optimum
+
+
+def test_series_refuses_an_edge_that_bypasses_the_chain():
+    nodes, edges, run = random_chain_problem(0)
+    assert series([run], len(nodes), list(edges))
+    bypass = dict(edges)
+    bypass[(0, len(nodes) - 1)] = np.zeros((3, 3))  # the entry straight to the suffix
+    assert not series([run], len(nodes), list(bypass))
+    skip = dict(edges)
+    skip[(run.blocks[0][0], run.blocks[2][1])] = np.zeros((3, 3))  # across blocks
+    assert not series([run], len(nodes), list(skip))
+
+
+def test_minplus_vector():
+    v = np.array([1.0, 5.0, 0.0])
+    M = np.array([[0.0, 9.0], [0.0, 0.0], [4.0, 0.5]])
+    out, arg = minplus_vector(v, M)
+    assert out.tolist() == [1.0, 0.5] and arg.tolist() == [0, 2]
+
+
+@pytest.mark.parametrize("graph, p, model", [
+    ("transformer", 32, CostModel()), ("transformer", 64, TWO_LEVEL), ("resnet101", 64, CostModel()),
+    ("resnet101", 32, TWO_LEVEL), ("inception3", 32, CostModel()),
+])
+def test_chained_equals_the_plain_search_on_real_graphs(graph, p, model):
+    cg = build_costs(built(graph), p, model)
+    plain, chained = search(cg, chained=False), search(cg, chained=True)
+    assert runs_of(cg)  # chains to use
+    assert chained.cost == plain.cost  # exactly
+    assert rel(cg.cost_at(chained.index), plain.cost) <= 1e-12
+    if model == CostModel():
+        assert rel(chained.cost, reference(graph, p)["optimal_cost"]) <= 1e-9
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "gpt2", "mixtral-8x7b"])
+def test_chained_equals_the_plain_search_on_configs(name):
+    cg = build_costs(config(name, batch=16, seq=512), 32, TWO_LEVEL)
+    assert search(cg, chained=True).cost == search(cg, chained=False).cost
+
+
+def test_chained_with_options_and_within_memory():
+    """With recomputation searched (a variable per block) and ZeRO, within a
+    memory bound: the chained search finds the plain search's answer."""
+    g = config("llama3-8b", batch=8, seq=1024)
+    model = CostModel(Cluster(flops=312, bw=300, inter_bw=25, gpus_per_node=8, latency=5, precision="bf16"),
+                      options=(("recompute", "auto"), ("zero", "auto")))
+    cg = build_costs(g, 16, model)
+    capacity = 0.45 * sum(float(m.max()) for m in cg.memory)
+    a = search_within(cg, capacity, chained=False)
+    b = search_within(cg, capacity, chained=True)
+    assert a.cost == pytest.approx(b.cost, rel=1e-12) and a.status == b.status
+    assert b.memory <= capacity
+
+
+def test_the_report_names_the_repeated_blocks():
+    out = run_cli("-g", CONFIGS / "llama3-8b" / "config.json", "-p", 64, "-b", 64, "--seq", 2048, "-q",
+                  "--attention", "materialized").stdout
+    assert "repeated blocks searched once: 32 x block of 14 operators" in out
