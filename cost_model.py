@@ -27,6 +27,7 @@ from config_space import Decision, configurations, count_configurations, in_spac
 from errors import InputError, SettingError, shown
 from graph import Operator, operators, parameter_count
 from kinds import Extents, need, shard, tensor_splits
+from kinds.base import shard_bytes
 from kinds.base import OVERLAPPED, Comm, Footprint, Work
 from result import Layer, Result, total
 
@@ -84,6 +85,11 @@ class CostModel:
     FLOP at the device's efficiencies, a roofline with the memory traffic,
     collectives at NCCL's bus bandwidth, gradient and weight collectives
     overlapped with computation.  Otherwise the PaSE paper's model.
+
+    ``micro_batches``: the costs are those of a pipeline stage's operators
+    for one of that many micro-batches (:func:`price`): what each
+    micro-batch pays, and the gradients' synchronisation, paid once per
+    step, shared among them.
     """
 
     cluster: Cluster = Cluster()
@@ -92,6 +98,7 @@ class CostModel:
     distinct_rows: int | None = None
     optimizer: str = "adam"
     options: tuple = ()
+    micro_batches: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.cluster, Cluster):
@@ -101,6 +108,9 @@ class CostModel:
                                                  f"got {shown(self.embedding_sync)}")
         if not isinstance(self.embedding_lookup, bool):
             raise SettingError("embedding_lookup", f"must be true or false, got {shown(self.embedding_lookup)}")
+        m = self.micro_batches
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise SettingError("micro_batches", f"must be an integer >= 1, got {shown(m)}")
         u = self.distinct_rows
         if u is not None and (isinstance(u, bool) or not isinstance(u, int) or u < 1):
             raise SettingError("distinct_rows", f"must be an integer >= 1, got {shown(u)}")
@@ -239,6 +249,9 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
     is its own pass: in a stack of equal layers, the layer before it.
     """
     net = model.cluster
+    if model.micro_batches is not None:
+        compute, comm, sync = price_stage(work, C, model, op)
+        return compute, comm + sync / float(model.micro_batches)
     if not net.realistic:
         comm = None
         for c in work.comms:
@@ -272,6 +285,50 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
     K = len(C)
     compute = np.broadcast_to(t_fwd * (1.0 + work.replays) + t_bwd, (K,))
     return compute, np.broadcast_to(blocking + exposed, (K,))
+
+
+def price_stage(work: Work, C: Extents, model: CostModel, op: Operator):
+    """(compute, communication, synchronisation) of a work record in a
+    pipeline stage: the compute and communication one micro-batch pays
+    (:func:`price`'s, the gradients' collectives left out; on a real device
+    the gathered weights still overlapped with their pass), and the
+    gradients' collectives, paid once per step (on a real device their
+    whole time: the step's end overlaps them, see ``pipeline.py``)."""
+    net = model.cluster
+    K = len(C)
+    if not net.realistic:
+        comm = sync = np.zeros(K)
+        for c in work.comms:
+            x = c.count * collective_cost(c, C, net)
+            if c.role == "gradients":
+                sync = sync + x
+            else:
+                comm = comm + x
+        compute = work.compute if not work.replays else work.compute + work.replays * work.forward
+        return np.broadcast_to(compute, (K,)), np.broadcast_to(comm, (K,)), np.broadcast_to(sync, (K,))
+    peak = net.flops * 1e12
+    eff = net.attention_eff if work.kernel == "attention" else net.matmul_eff
+    per_byte = peak / (net.mem_bw * 1e9 * net.memory_eff)
+    fwd_moved, bwd_moved = traffic(op, C, work)
+    b = float(net.word_bytes)
+    t_fwd = np.maximum(2.0 * work.macs / eff, fwd_moved * b * per_byte)
+    t_bwd = np.maximum(2.0 * work.backward_macs / eff, bwd_moved * b * per_byte)
+    blocking = gathers = sync = 0.0
+    bucket = net.bucket_mb * 1e6
+    for c in work.comms:
+        if c.role in OVERLAPPED:
+            scale = np.asarray(c.words if c.words is not None else 0.0) * b / bucket
+            x = c.count * collective_cost(c, C, net, scale)
+            if c.role == "weights":
+                gathers = gathers + x / 2.0
+            else:
+                sync = sync + x
+        else:
+            blocking = blocking + c.count * collective_cost(c, C, net)
+    exposed = np.maximum(gathers - t_bwd, 0.0) + np.maximum(gathers - t_fwd, 0.0)
+    compute = t_fwd * (1.0 + work.replays) + t_bwd
+    return (np.broadcast_to(compute, (K,)), np.broadcast_to(blocking + exposed, (K,)),
+            np.broadcast_to(sync, (K,)))
 
 
 def op_cost_parts(op: Operator, configs, model: CostModel) -> tuple[np.ndarray, np.ndarray]:
@@ -395,6 +452,10 @@ class OptionTable:
         """What each value adds to the memory kept for the step (K, n)."""
         return self.parts.sum(axis=0)
 
+    def kept_with(self, in_flight: float) -> np.ndarray:
+        """The same with the activations of ``in_flight`` micro-batches."""
+        return self.parts[0] + self.parts[1] + self.parts[2] + in_flight * self.parts[3]
+
 
 @dataclass(frozen=True)
 class NodeArrays:
@@ -430,6 +491,10 @@ def footprint(op: Operator, C: Extents, model: CostModel, shared=()) -> Footprin
     w = np.broadcast_to(w, (K,)).astype(float, copy=True)
     a = np.broadcast_to(a, (K,)).astype(float, copy=True)
     wb, gb, ob, ab = model.memory_bytes(w, a)
+    kept = op.kind.saved(op)
+    if any(t.bytes for t in kept):  # a tensor of its own bytes per element (a dropout's mask)
+        b = model.cluster.word_bytes
+        ab = np.broadcast_to(sum((shard_bytes(t, C, b) for t in kept), np.zeros(K)), (K,)).astype(float)
     return Footprint(wb, gb, ob, ab, np.zeros(K))
 
 
@@ -610,6 +675,41 @@ class CostedGraph:
 
     def _blocks(self) -> tuple:
         return tuple(ctx.block for ctx in self.contexts) if self.contexts else ()
+
+    def memory_with(self, in_flight: float) -> list:
+        """Each operator's memory (K,) with the activations of ``in_flight``
+        micro-batches kept (a pipeline stage's)."""
+        if in_flight == 1:
+            return self.memory
+        return [p[0] + p[1] + p[2] + in_flight * p[3] for p in self.parts]
+
+    def restrict(self, nodes) -> "CostedGraph":
+        """The costs of the operators ``nodes`` (ascending ids) alone, as a
+        graph of their own numbered from 0: what a pipeline stage holds.
+        Edges to operators outside are dropped (a stage receives those
+        tensors from another stage)."""
+        from blocks import find_chains
+
+        nodes = list(nodes)
+        new = {v: i for i, v in enumerate(nodes)}
+        g = self.graph
+        sub = g.subgraph(nodes).copy()
+        import networkx as nx
+
+        sub = nx.relabel_nodes(sub, new)
+        for v in sub.nodes:
+            reads = sub.nodes[v].get("reads", ())
+            sub.nodes[v]["reads"] = tuple(new.get(u) if u is not None else None for u in reads)
+        sub.graph["shared"] = [(new[v], i) for v, i in g.graph.get("shared", ()) if v in new]
+
+        def pick(lst):
+            return [lst[v] for v in nodes] if lst else []
+
+        edges = {(new[u], new[v]): m for (u, v), m in self.edge_costs.items() if u in new and v in new}
+        return CostedGraph(sub, self.p, self.model, pick(self.configs), pick(self.compute), pick(self.comm),
+                           pick(self.node_costs), edges, pick(self.weights), pick(self.activations),
+                           pick(self.memory), pick(self.parts), pick(self.transient), pick(self.tables),
+                           pick(self.contexts), find_chains(sub))
 
 
 class CostTablesTooLarge(MemoryError):

@@ -67,7 +67,7 @@ ALGOS = {0: "GENERATESEQ", 1: "breadth-first"}
 CHAIN_WORK = 10**8  # searches evaluating this many table entries search their repeated blocks once
 
 
-def problem_of(costed) -> Problem:
+def problem_of(costed, in_flight: float = 1) -> Problem:
     """The arrays-only :class:`search.options.Problem` of a
     :class:`cost_model.CostedGraph`: its cost and kept memory vectors, the
     options each operator chooses alone combined into one table per
@@ -81,7 +81,8 @@ def problem_of(costed) -> Problem:
 
     def arrays(t):
         if id(t) not in made:
-            made[id(t)] = (t, np.ascontiguousarray(t.cost), np.ascontiguousarray(t.kept))
+            kept = t.kept if in_flight == 1 else t.kept_with(in_flight)
+            made[id(t)] = (t, np.ascontiguousarray(t.cost), np.ascontiguousarray(kept))
         return made[id(t)][1:]
 
     for v, tables in enumerate(costed.tables or [()] * costed.n):
@@ -104,7 +105,7 @@ def problem_of(costed) -> Problem:
     for (name, _), ms in sorted(members.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         opt = OPTIONS[name]
         groups.append(Group(tuple(ms), len(opt.values), opt.values.index(opt.default), name))
-    return Problem(costed.node_costs, costed.memory, costed.edge_costs, own, groups)
+    return Problem(costed.node_costs, costed.memory_with(in_flight), costed.edge_costs, own, groups)
 
 
 def choices_of(costed, problem: Problem, choice: Choice) -> dict:
@@ -225,7 +226,7 @@ def search(costed, algo: int = 0, *, prune: bool | str = "auto", memory_limit: i
 
 def search_within(costed, capacity: float, algo: int = 0, *, prune: bool | str = "auto",
                   memory_limit: int | None = None, progress=None, threads: int | None = None,
-                  kernel: str = "auto", rounds: int = 4, chained: bool = True) -> Bounded:
+                  kernel: str = "auto", rounds: int = 4, chained: bool = True, in_flight: float = 1) -> Bounded:
     """:func:`search.lagrange.relax` for a :class:`cost_model.CostedGraph`:
     the cheapest strategy whose per-device peak memory is at most
     ``capacity`` bytes, with the search order of ``algo``; each search of
@@ -238,8 +239,9 @@ def search_within(costed, capacity: float, algo: int = 0, *, prune: bool | str =
     transient, starting at none and raised to the transient of the best
     strategy found until it fits (at most ``rounds`` times); its lower
     bound, for the capacity without a reserve, holds for every strategy
-    that fits."""
-    problem = problem_of(costed)
+    that fits.  ``in_flight``: a pipeline stage's memory, the activations of
+    that many micro-batches kept."""
+    problem = problem_of(costed, in_flight)
     run = _solver(costed, algo, problem, chained=chained, prune=prune, memory_limit=memory_limit, progress=progress,
                   threads=threads, kernel=kernel)
     t0 = time.perf_counter()

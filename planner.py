@@ -167,17 +167,21 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
     g = build_graph(s.graph, **_model_params(s))
     limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
     profile = None
+    pipelined = s.pp not in (None, 1) or (file is not None and "pipeline" in file.recorded)
     if s.plan is not None:
         if s.evaluate is not None:
             raise InputError("--plan and --evaluate each give the plan to cost: give one")
         from standard import complete, parse, strategy
 
         std = complete(parse(s.plan), s.procs, g.graph["batch"])
-        if std.pp > 1:
-            raise InputError("--plan: pp > 1 (a pipeline) is not supported yet")
-        decisions_ = strategy(g, std)
-        result = make_result(g, evaluate(g, decisions_, model, s.procs), model, s.procs, "evaluate",
-                             label=f"standard configuration {std.describe()}")
+        if std.pp > 1 or std.microbatch * std.dp < g.graph["batch"]:  # stages, or micro-batches accumulated
+            result = _standard_pipeline(s, std, model)
+        else:
+            decisions_ = strategy(g, std)
+            result = make_result(g, evaluate(g, decisions_, model, s.procs), model, s.procs, "evaluate",
+                                 label=f"standard configuration {std.describe()}")
+    elif pipelined:
+        result = _pipeline(s, g, model, limit, file)
     elif file is not None:
         _check_model(g, recorded, s.evaluate)
         try:
@@ -222,6 +226,106 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
     if not math.isfinite(result.total_cost):
         raise InputError("the total cost is not a finite number; choose realistic --flops and --bw")
     return Planned(s, g, result, profile)
+
+
+def _micro_graph(s: Settings, micro: int):
+    """The model's graph at a micro-batch of ``micro`` samples."""
+    from models import build_graph
+
+    return build_graph(s.graph, **{**_model_params(s), "batch": micro})
+
+
+def _standard_pipeline(s: Settings, std, model):
+    """A standard configuration with pipeline stages, costed: Megatron-LM's
+    layout (the blocks split evenly, the embedding in the first stage, the
+    head in the last)."""
+    import pipeline
+    from standard import strategy
+
+    batch = _model_batch(s)
+    micro = std.microbatch * std.dp  # the samples of a micro-batch over the data-parallel groups
+    g = _micro_graph(s, micro)
+    chain = _chain(g)
+    counts = pipeline._even(chain.count, std.pp)
+    if min(counts) < 1:
+        raise InputError(f"--plan: pp={std.pp} is more stages than the {chain.count} blocks")
+    ranges = pipeline.stage_ranges(g.number_of_nodes(), chain, counts)
+    m = batch // micro
+    sched = pipeline.Schedule(std.schedule, std.chunks)
+    if sched.name == "interleaved" and any(c % sched.chunks for c in counts):
+        raise InputError(f"--plan: interleaved:{sched.chunks} needs each stage's blocks ({counts[0]}) to divide "
+                         f"into {sched.chunks} chunks")
+    pipe = pipeline.evaluate(g, model, s.procs, std.pp, m, micro, sched, ranges, strategy(g, std))
+    return pipeline.as_result(g, pipe, model, s.procs, batch, "evaluate",
+                              label=f"standard configuration {std.describe()}")
+
+
+def _model_batch(s: Settings) -> int:
+    """The model's batch (the flag's, else the model's default)."""
+    from models import build_graph
+
+    return s.batch if s.batch is not None else build_graph(s.graph, **_model_params(s)).graph["batch"]
+
+
+def _chain(g):
+    from blocks import find_chains
+
+    chains = find_chains(g)
+    if not chains:
+        raise InputError(f"a pipeline cuts between repeated blocks; {g.graph['name']} has none")
+    return max(chains, key=lambda c: c.count * c.size)
+
+
+def _pipeline(s: Settings, g, model, limit, file):
+    """A pipelined plan: searched (``--pp``, ``--microbatches``,
+    ``--schedule``), or the one a plan file records, costed again."""
+    import pipeline
+
+    batch = g.graph["batch"]
+    if file is not None:  # the stages a plan file records
+        rec = file.recorded["pipeline"]
+        try:
+            pp, m, micro = int(rec["pp"]), int(rec["m"]), int(rec["micro"])
+            sched = pipeline.parse_schedule(rec["schedule"])
+            ranges = [tuple(r) for r in rec["stages"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError(f"--evaluate: {s.evaluate}: the pipeline record is not one this tool wrote ({e})") from None
+        gm = _micro_graph(s, micro)
+        from plan_file import decisions
+
+        try:
+            strategy = decisions(gm, file, s.procs // pp)
+        except InputError as e:
+            raise InputError(f"--evaluate: {e}") from None
+        _check_ranges(ranges, gm.number_of_nodes(), s.evaluate)
+        pipe = pipeline.evaluate(gm, model, s.procs, pp, m, micro, sched, ranges, strategy)
+        return pipeline.as_result(gm, pipe, model, s.procs, batch, "evaluate", source=s.evaluate)
+    if s.procs % (s.pp if isinstance(s.pp, int) else 1):
+        raise InputError(f"--pp {s.pp} does not divide the {s.procs} devices")
+    micro_values = None
+    if isinstance(s.microbatches, int):
+        if batch % s.microbatches:
+            raise InputError(f"--microbatches {s.microbatches} does not divide the batch of {batch}")
+        micro_values = [batch // s.microbatches]
+    schedules = [pipeline.parse_schedule(s.schedule)] if s.schedule is not None else None
+    pipe = pipeline.search(lambda b: _micro_graph(s, b), model, s.procs, batch,
+                           pp_values=[s.pp] if isinstance(s.pp, int) else None, micro_values=micro_values,
+                           schedules=schedules, memory_limit=limit, threads=s.threads)
+    return pipeline.as_result(pipe_graph(s, pipe), pipe, model, s.procs, batch, "search")
+
+
+def pipe_graph(s: Settings, pipe):
+    return _micro_graph(s, pipe.micro)
+
+
+def _check_ranges(ranges, n: int, path: str) -> None:
+    lo = 0
+    for r in ranges:
+        if len(r) != 2 or r[0] != lo or not r[0] < r[1] <= n:
+            raise InputError(f"--evaluate: {path}: the pipeline's stages must cover the operators in order")
+        lo = r[1]
+    if lo != n:
+        raise InputError(f"--evaluate: {path}: the pipeline's stages must cover the {n} operators")
 
 
 def _search(s: Settings, g, model, costed, limit, progress):

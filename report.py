@@ -67,15 +67,45 @@ def _memory_lines(r: Result) -> list[str]:
     return [line, f"  {parts}"]
 
 
+def _pipeline_lines(r: Result) -> list[str]:
+    """The stages of a pipelined plan: what each holds and costs."""
+    pipe, cl = r.pipeline, r.cost_model.cluster
+    lines = [f"Pipeline: {pipe.pp} stages of {pipe.stages[0].devices} devices, {pipe.m} micro-batches of "
+             f"{pipe.micro} sample{'s' * (pipe.micro > 1)}, {pipe.schedule}; bubble {100 * pipe.bubble:.1f}% of "
+             f"the slowest stage's busy time" + (f"; stage plans {pipe.bound}" if pipe.bound else "")]
+    rows = [("stage", "operators", "devices", "per micro-batch", "sends", "in flight", "memory")]
+    names = {layer.id: layer.name for layer in r.layers}
+    for s in pipe.stages:
+        rows.append((str(s.index), f"{names[s.nodes[0]]} .. {names[s.nodes[-1]]} ({len(s.nodes)})",
+                     f"{s.first}-{s.first + s.devices - 1}", fmt_time(cl.seconds(s.time)),
+                     fmt_bytes(s.sends * cl.word_bytes), f"{s.in_flight:g}",
+                     fmt_bytes(s.memory) + ("!" if r.capacity is not None and s.memory > r.capacity else "")))
+    return lines + ["  " + line for line in _align(rows, right={0, 3, 4, 5, 6}, sep="  ")]
+
+
 def _time_lines(r: Result) -> list[str]:
     """The predicted step time and, on a real device, what it means: its
     critical path, the throughput and the FLOP utilisation."""
     cl = r.cost_model.cluster
-    if not r.cost_model.realistic:
+    pipe = r.pipeline
+    if pipe is not None:
+        slow = max(pipe.stages, key=lambda s: s.time)
+        busy = pipe.m * slow.time
+        comp = pipe.m * slow.compute * (slow.result.compute / max(slow.result.compute + slow.result.communication,
+                                                                  1e-300))
+        parts = (f"compute {fmt_time(cl.seconds(comp))}, exposed communication {fmt_time(cl.seconds(busy - comp))}, "
+                 f"bubble {fmt_time(cl.seconds(pipe.step - pipe.sync - busy))}, gradient synchronisation "
+                 f"{fmt_time(cl.seconds(pipe.sync))}")
+        lines = [f"Predicted step time: {fmt_time(r.step_seconds)} on the critical path (the slowest stage): {parts}"]
+        if not r.cost_model.realistic:
+            return lines
+    elif not r.cost_model.realistic:
         return [f"Predicted step time: {fmt_time(r.step_seconds)} (compute {fmt_time(cl.seconds(r.compute))}, "
                 f"communication {fmt_time(cl.seconds(r.communication))})"]
-    lines = [f"Predicted step time: {fmt_time(r.step_seconds)} on the critical path: compute "
-             f"{fmt_time(cl.seconds(r.compute))}, exposed communication {fmt_time(cl.seconds(r.communication))}"]
+    else:
+        lines = [f"Predicted step time: {fmt_time(r.step_seconds)} on the critical path: compute "
+                 f"{fmt_time(cl.seconds(r.compute))}, exposed communication "
+                 f"{fmt_time(cl.seconds(r.communication))}"]
     what, count = ("tokens", r.tokens) if r.tokens else ("samples", r.param("batch"))
     if count and r.step_seconds:
         lines.append(f"  {count / r.step_seconds / r.procs:,.0f} {what}/s per device, {count / r.step_seconds:,.0f} "
@@ -206,9 +236,12 @@ def render_text(r: Result, summary: bool = False) -> str:
             row += (fmt_bytes(layer.saves, compact=True) if layer.saves else "", fmt_options(layer.decision))
         rows.append(row)
     lines = head + [""] + ([] if summary else _align(rows, right={0, 5, 6, 7}) + [""])
-    lines.append(f"Operators: {r.operators_cost:.4e} (compute {r.compute:.4e}, "
+    per = " per micro-batch, every stage" if r.pipeline is not None else ""
+    lines.append(f"Operators{per}: {r.operators_cost:.4e} (compute {r.compute:.4e}, "
                  f"communication {r.operators_comm:.4e})")
-    lines.append(f"Edges (re-distribution): {r.edges_cost:.4e}")
+    lines.append(f"Edges (re-distribution){per}: {r.edges_cost:.4e}")
+    if r.pipeline is not None:
+        lines += _pipeline_lines(r)
     if r.search is not None:
         st = r.search
         lines.append(f"Search: {st.order}, {st.seconds:.3f} s for {len(r.layers)} operators")

@@ -152,6 +152,8 @@ class Result:
     transient: float = 0.0  # the most a device holds on top of what it keeps: one block's transients (bytes)
     model_flops: float | None = None  # FLOP of a step of the whole model, as MFU counts them (a real device)
     recomputed_flops: float = 0.0  # FLOP of the forward passes recomputed, counted alike
+    sync: float = 0.0  # a pipeline stage's: the gradients' synchronisation per step
+    pipeline: object = None  # a pipelined plan (pipeline.Pipeline): its stages, schedule and step
 
     # -- totals -----------------------------------------------------------------------
     @property
@@ -168,12 +170,16 @@ class Result:
 
     @property
     def total_cost(self) -> float:
+        """The cost of a step: the sum of every operator's and edge's (a
+        pipeline: its step, see ``pipeline.py``)."""
+        if self.pipeline is not None:
+            return self.pipeline.step
         return total((layer.compute for layer in self.layers), (layer.communication for layer in self.layers),
                      (c for _, _, c in self.edges))
 
     @property
     def operators_cost(self) -> float:
-        return self.total_cost - self.edges_cost
+        return total((layer.compute for layer in self.layers), (layer.communication for layer in self.layers))
 
     @property
     def communication(self) -> float:
@@ -191,7 +197,13 @@ class Result:
     @property
     def memory(self) -> tuple[float, ...]:
         """Per-device bytes of each of :data:`MEMORY_PARTS`, summed over the
-        layers: an upper bound for every device (see the README)."""
+        layers: an upper bound for every device (see the README); for a
+        pipeline, its peak stage's, with the activations of the
+        micro-batches it keeps."""
+        if self.pipeline is not None:
+            stage = self.pipeline.peak_stage
+            parts = stage.result.memory
+            return parts[:3] + (stage.in_flight * parts[3],)
         return tuple(math.fsum(layer.memory[i] for layer in self.layers) for i in range(len(MEMORY_PARTS)))
 
     @property
@@ -203,6 +215,8 @@ class Result:
     def memory_bytes(self) -> float:
         """The peak of a device: what it keeps, and the most it holds on top
         of that at one time (:attr:`transient`)."""
+        if self.pipeline is not None:
+            return self.pipeline.peak_memory
         return math.fsum([*self.memory, self.transient])
 
     @property

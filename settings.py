@@ -100,6 +100,16 @@ def _cluster_settings() -> tuple[Setting, ...]:
                  for name, d in CLUSTER_FIELDS.items())
 
 
+_PIPELINE = (
+    Setting("pp", ("--pp",), "count_auto", "pipeline stages: 1 (none, the default), a number, or auto (searched "
+            "with the micro-batches, the schedule and each stage's plan)", metavar="N|auto", sweep=True, label="stages",
+            tag="pp"),
+    Setting("microbatches", ("--microbatches",), "count_auto", "micro-batches a pipeline splits the batch into, or "
+            "auto (searched; default)", metavar="M|auto"),
+    Setting("schedule", ("--schedule",), "name", "pipeline schedule: gpipe, 1f1b (default) or interleaved[:V] (V "
+            "chunks per device, default 2)", metavar="NAME"),
+)
+
 _RUN = (
     Setting("optimizer", ("--optimizer",), "name", "sgd, momentum or adam: 0, 1 or 2 extra copies of the weights in "
             "the memory model (default: adam)", metavar="NAME", sweep=True),
@@ -146,7 +156,7 @@ _SWEEPS = (
 )
 
 #: every setting the command line takes, in the order of its help (and of a sweep's axes)
-DECLARED: tuple[Setting, ...] = _MODEL + _cluster_settings() + _option_settings() + _RUN + _SWEEPS
+DECLARED: tuple[Setting, ...] = _MODEL + _cluster_settings() + _option_settings() + _PIPELINE + _RUN + _SWEEPS
 _BY_NAME = {s.name: s for s in DECLARED}
 DEFAULTS = {s.name: s.default for s in DECLARED if s.default is not None}
 #: the settings a comma-separated list sweeps, and their flags, in the sweep's axis order

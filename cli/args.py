@@ -120,6 +120,16 @@ def _models_help(text: str) -> str:
     return text.replace("a built-in model", ", ".join(MODELS))
 
 
+def _count_or_auto(text: str):
+    """A positive integer, or ``auto`` (searched)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    v = _int(text)
+    if not 1 <= v <= 10**6:
+        raise argparse.ArgumentTypeError(f"must be an integer from 1 to 1,000,000 or auto, got {shown(text)}")
+    return v
+
+
 def _network(text: str) -> str:
     """A network preset's name, in the presets' spelling."""
     from cluster.presets import network
@@ -149,7 +159,7 @@ def _cluster_value(name: str, kind: str):
 #: how each kind of declared value is read from its flag
 _TYPES = {"count": _int, "positive": _positive_float, "nonnegative": _nonnegative_float, "device": _device,
           "network": _network, "precision": str, "name": str, "model": str, "path": str, "jobs": _jobs,
-          "option": str, "spec": str}
+          "option": str, "spec": str, "count_auto": _count_or_auto}
 
 
 def build_parser() -> argparse.ArgumentParser:

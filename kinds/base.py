@@ -37,7 +37,8 @@ import numpy as np
 from errors import InputError
 
 __all__ = ["ROLES", "COMM_ROLES", "KINDS", "register", "Tensor", "Operator", "Ref", "Extents", "Comm", "Work",
-           "Footprint", "Kind", "normalize_axis", "shard", "tensor_splits", "gemm", "gemm_extents", "halo", "need"]
+           "Footprint", "Kind", "normalize_axis", "shard", "shard_bytes", "tensor_splits", "gemm", "gemm_extents",
+           "halo", "need"]
 
 ROLES = ("activation", "weight", "data")
 #: what each collective of a :class:`Work` record does
@@ -66,12 +67,14 @@ class Tensor:
     convolution's output, ``("bchw",)`` for the flat side of a reshape, ``""``
     for an axis that is never split.  ``role`` is ``activation`` (written by
     another operator or read by one), ``weight`` (a trained parameter) or
-    ``data`` (fed to the network).
+    ``data`` (fed to the network).  ``bytes``: bytes per element when they
+    are not the training precision's (a dropout's mask: 1).
     """
 
     shape: tuple[int, ...]
     axes: tuple[str, ...]
     role: str = "activation"
+    bytes: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
@@ -227,8 +230,11 @@ class Work:
     ``moved_back``: the elements the forward and the backward pass read
     and write in the device's memory (``None``: what the operator's tensors
     say, see :func:`cost_model.traffic`); ``replays``: how many more times
-    the forward pass runs (a recomputation).  Arrays are (K,) or numbers;
-    nothing here is priced.
+    the forward pass runs (a recomputation); ``shape``: a matrix product's
+    per-device extents ``(batch, M, N, K)``, for the device's tiling;
+    ``epilogue``: the elements of a matrix product's output an activation
+    (its pointwise work) reads and writes in a pass of its own.  Arrays are
+    (K,) or numbers; nothing here is priced.
     """
 
     compute: object
@@ -240,6 +246,8 @@ class Work:
     moved: object = None
     moved_back: object = None
     replays: float = 0.0
+    shape: tuple = ()  # a matrix product's per-device (batch, M, N, K) extents, (K,) each
+    epilogue: object = 0.0  # elements of its output a pointwise pass (an activation) reads and writes again
 
     def __post_init__(self):
         if self.forward is None:
@@ -375,6 +383,12 @@ def shard(t: Tensor, C: Extents) -> np.ndarray:
     return t.size / np.prod(tensor_splits(t, C), axis=-1)
 
 
+def shard_bytes(t: Tensor, C: Extents, word_bytes: int) -> np.ndarray:
+    """Bytes of ``t`` one device holds (its own bytes per element, else
+    ``word_bytes``) under each configuration (K,)."""
+    return shard(t, C) * float(t.bytes or word_bytes)
+
+
 def gemm(D: Extents, C: Extents, batch: str, m: str, n: str, k: str, pw: float = 0, weight_sync=None) -> Work:
     """A GEMM whose batch, M, N and K dimensions are the letters ``batch``,
     ``m``, ``n``, ``k`` of the space: :func:`gemm_extents` at the per-device
@@ -400,7 +414,8 @@ def gemm_extents(bb, mm, nn, kk, m: str, n: str, k: str, pw: float = 0, weight_s
     sync = Comm("gradients", "allreduce", bb * nn * kk, m) if weight_sync is None else weight_sync
     comms = (Comm("partial sums", "allreduce", bb * mm * nn, k), Comm("input gradients", "allreduce", bb * mm * kk, n),
              sync)
-    return Work(bb * comp, bb * fwd, comms, macs=bb * mm * nn * kk)
+    return Work(bb * comp, bb * fwd, comms, macs=bb * mm * nn * kk, shape=(bb, mm, nn, kk),
+                epilogue=bb * mm * nn if pw else 0.0)
 
 
 def halo(image: Tensor, C: Extents, r: float, s: float) -> Comm:

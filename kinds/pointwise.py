@@ -66,6 +66,31 @@ class Elementwise(Kind):
 
 @register
 @dataclass(frozen=True)
+class Dropout(Kind):
+    """Dropout of a fraction ``p`` of the elements (training): the output,
+    and a mask of one byte per element that the backward pass keeps.
+    Space: the input's; cost ``2 e`` (drawing and applying the mask,
+    forward and backward), nothing communicated."""
+
+    p: float = 0.1
+
+    def build(self, name, refs):
+        (x,) = refs
+        if not 0 < self.p < 1:
+            raise InputError(f"{name}: a dropout probability must be between 0 and 1, got {self.p}")
+        dims, space, inputs, outputs = _same(x)
+        return Operator(self, dims, space, inputs, outputs, name), (x.letters,)
+
+    def work(self, op, D, C, rules):
+        return Work(2.0 * (D / C).all)
+
+    def saved(self, op):
+        x = op.inputs[0]
+        return (Tensor(x.shape, x.axes, bytes=1),)
+
+
+@register
+@dataclass(frozen=True)
 class Norm(Kind):
     """Normalisation with statistics along ``axis`` (BatchNorm: axis 0;
     LayerNorm: the last axis) and ``params`` weight vectors (scale, shift)

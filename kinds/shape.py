@@ -1,7 +1,9 @@
 """Kinds that only move data between tensors: concatenation and splitting,
 stacking, reshapes and transposes.  They cost nothing themselves (the
 re-distribution their inputs and outputs need is charged on the edges) and
-keep nothing for the backward pass."""
+keep nothing for the backward pass.  On a real device a split, a reshape
+or a transpose is a view (nothing moved); a concatenation or a stack
+copies its inputs."""
 
 from __future__ import annotations
 
@@ -16,8 +18,12 @@ from kinds.base import Kind, Operator, Tensor, Work, normalize_axis, register
 
 
 class _Free(Kind):
+    #: a view of its input (nothing read or written on a device), or a copy (concatenating, stacking)
+    copies: ClassVar[bool] = False
+
     def work(self, op, D, C, rules):
-        return Work(np.zeros(len(C)))
+        zero = np.zeros(len(C))
+        return Work(zero) if self.copies else Work(zero, moved=zero, moved_back=zero)
 
     def saved(self, op):
         return ()
@@ -30,6 +36,7 @@ class Concat(_Free):
     the axis, which is never split; every input and the output use ``C``."""
 
     axis: int
+    copies: ClassVar[bool] = True
 
     def build(self, name, refs):
         first, r = refs[0].shape, len(refs[0].shape)
@@ -80,6 +87,7 @@ class Stack(_Free):
     is never split.  Inputs: ``C`` without it; output ``C``."""
 
     letter: str = "s"
+    copies: ClassVar[bool] = True
 
     def build(self, name, refs):
         shape, letters = refs[0].shape, refs[0].letters

@@ -86,6 +86,9 @@ class DecoderConfig:
     mlp_bias: bool = False
     experts: int = 0
     top_k: int = 0
+    embd_pdrop: float = 0.0  # dropout of the embeddings' sum, the attention probabilities, each residual branch
+    attn_pdrop: float = 0.0
+    resid_pdrop: float = 0.0
 
     @property
     def gpt2(self) -> bool:
@@ -137,6 +140,14 @@ def read_config(path: str) -> DecoderConfig:
             fail(f"{name} must be true or false, got {shown(v)}")
         return v
 
+    def probability(name, default):
+        v = data.get(name, default)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            fail(f"{name} must be a probability from 0 to below 1, got {shown(v)}")
+        return float(v)
+
     family = data.get("model_type", _MISSING)
     if family is _MISSING:
         fail("missing key 'model_type'")
@@ -152,6 +163,8 @@ def read_config(path: str) -> DecoderConfig:
         positions = integer("n_positions", "n_ctx", "max_position_embeddings")
         tied = flag("tie_word_embeddings", True)
         biases = dict(qkv_bias=True, out_bias=True, mlp_bias=True)
+        drops = dict(embd_pdrop=probability("embd_pdrop", 0.1), attn_pdrop=probability("attn_pdrop", 0.1),
+                     resid_pdrop=probability("resid_pdrop", 0.1))  # GPT2Config's defaults
     else:
         names = {"width": "hidden_size", "heads": "num_attention_heads"}
         width = integer("hidden_size")
@@ -166,6 +179,7 @@ def read_config(path: str) -> DecoderConfig:
         else:
             attn = flag("attention_bias", False)
             biases = dict(qkv_bias=attn, out_bias=attn, mlp_bias=flag("mlp_bias", False))
+        drops = dict(attn_pdrop=probability("attention_dropout", 0.0))
     vocab = integer("vocab_size")
     head_dim = integer("head_dim", default=None)
     if head_dim is None:
@@ -181,7 +195,7 @@ def read_config(path: str) -> DecoderConfig:
         if top_k > experts:
             fail(f"num_experts_per_tok {top_k} is more than num_local_experts {experts}")
     return DecoderConfig(family, width, layers, heads, kv_heads, head_dim, ffn, vocab, positions, tied,
-                         experts=experts, top_k=top_k, **biases)
+                         experts=experts, top_k=top_k, **biases, **drops)
 
 
 def _model_name(path: str, cfg: DecoderConfig) -> str:
@@ -221,7 +235,7 @@ def build_decoder(B, cfg: DecoderConfig, batch: int, seq: int, attention: str = 
     """Add the decoder's operators to the :class:`graph.GraphBuilder` ``B``."""
     from kinds.attention import FusedAttention
     from kinds.gemm import Einsum, Embedding
-    from kinds.pointwise import Elementwise, Norm, RMSNorm, Softmax, SoftmaxCrossEntropy
+    from kinds.pointwise import Dropout, Elementwise, Norm, RMSNorm, Softmax, SoftmaxCrossEntropy
     from kinds.shape import Split, Unstack
 
     e, d, f, v = cfg.width, cfg.head_dim, cfg.ffn, cfg.vocab
@@ -250,9 +264,13 @@ def build_decoder(B, cfg: DecoderConfig, batch: int, seq: int, attention: str = 
         else:
             s = B.add(f"{pre}/scores", Einsum(f"{heads}sd,{kv}->{heads}st", pw=2, unsplit="d"), q, k)
             s = B.add(f"{pre}/softmax", Softmax(-1), s)
+            if cfg.attn_pdrop:
+                s = B.add(f"{pre}/dropout", Dropout(cfg.attn_pdrop), s)
             c = B.add(f"{pre}/context", Einsum(f"{heads}st,{kv}->{heads}sd", unsplit="d"), s, val)
         o = B.add(f"{pre}/out", Einsum(f"{heads}sd,{heads[1:]}de->bse", bias=cfg.out_bias, unsplit="d"), c,
                   B.weight(w_out, heads[1:] + "de"))
+        if cfg.resid_pdrop:
+            o = B.add(f"{pre}/dropout_out", Dropout(cfg.resid_pdrop), o)
         return B.add(f"{pre}/residual", Elementwise(), x, o)
 
     def swiglu(pre, x, lead, w_lead):
@@ -278,6 +296,8 @@ def build_decoder(B, cfg: DecoderConfig, batch: int, seq: int, attention: str = 
             y = experts(pre, n)
         else:
             y = swiglu(pre, n, "bs", "")
+        if cfg.resid_pdrop:
+            y = B.add(f"{pre}/dropout", Dropout(cfg.resid_pdrop), y)
         return B.add(f"{pre}/residual", Elementwise(), x, y)
 
     def experts(pre, n):
@@ -295,6 +315,8 @@ def build_decoder(B, cfg: DecoderConfig, batch: int, seq: int, attention: str = 
     if cfg.gpt2:
         pos = B.add("pos_embed", Embedding(cfg.positions, e, "e"), B.data((batch, seq), "bs"))
         x = B.add("embed/add", Elementwise(), x, pos)
+        if cfg.embd_pdrop:
+            x = B.add("embed/dropout", Dropout(cfg.embd_pdrop), x)
     for i in range(cfg.layers):
         x = mlp(f"layer{i}/mlp", self_attention(f"layer{i}/attn", x))
     x = norm("norm", x)

@@ -18,8 +18,9 @@ class Context:
     ``block`` the block it belongs to (``None``: none), ``outside`` the
     positions of its inputs that come from outside its block (or from the
     network's inputs), what a selective recomputation drops of the tensors
-    it keeps (``drops``: ``("in", i)`` and ``("out", j)``) and whether it
-    re-runs its forward pass then (``replays``), and ``shared``: the
+    it keeps (``drops``: ``("in", i)``, ``("out", j)``, ``("own", None)``)
+    and whether it re-runs its forward pass then (``replays``), and
+    ``shared``: the
     positions of weights another operator holds (a tied embedding)."""
 
     block: int | None = None
@@ -99,8 +100,9 @@ def contexts(g, chains=()) -> list[Context]:
     inputs it reads from outside the block, the weights another operator
     holds, and for a selective recomputation, what the attention core drops
     and re-runs: the output of each Softmax of a block (kept by the softmax
-    and by the operators of the block that read it), re-made by the softmax
-    and the operator of the block that feeds it."""
+    and by the operators of the block that read it, and of a dropout right
+    after it with its mask), re-made by the softmax, that dropout and the
+    operator of the block that feeds the softmax."""
     from blocks import block_of
     from graph import operators
 
@@ -119,12 +121,15 @@ def contexts(g, chains=()) -> list[Context]:
     for v, op in enumerate(ops):
         if block[v] is None or op.kind.name != "Softmax":
             continue
-        drops[v].add(("out", 0))
-        replays.add(v)
+        core = {v} | {w for w in g.successors(v) if block[w] == block[v] and ops[w].kind.name == "Dropout"}
+        for c in core:  # the probabilities, and a dropout's mask of them
+            drops[c] |= {("out", 0), ("own", None)}
+        replays.update(core)
         replays.update(u for u in reads[v] if u is not None and block[u] == block[v])
-        for w in g.successors(v):
-            if block[w] == block[v]:
-                drops[w].update(("in", i) for i, u in enumerate(reads[w]) if u == v)
+        for c in core:
+            for w in g.successors(c):
+                if block[w] == block[v] and w not in core:
+                    drops[w].update(("in", i) for i, u in enumerate(reads[w]) if u == c)
     out = []
     for v in range(n):
         b = block[v]

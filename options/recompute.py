@@ -34,9 +34,12 @@ class Recompute(Option):
 
     def work(self, value, op, C, work, context, rules):
         """The forward pass runs once more: in every operator of the block
-        (``full``), or in those of the attention core (``selective``)."""
+        (``full``), or in those of the attention core (``selective``),
+        with the reductions of its partial sums (a tensor-parallel
+        layer's all-reduces run again)."""
         if value == "full" or value == "selective" and context.replays:
-            return replace(work, replays=work.replays + 1.0)
+            again = tuple(c for c in work.comms if c.role == "partial sums")
+            return replace(work, replays=work.replays + 1.0, comms=work.comms + again)
         return work
 
     def memory(self, value, op, C, footprint, context, rules):
@@ -52,9 +55,9 @@ class Recompute(Option):
             drop = [t for origin, t in kept_tensors(op) if origin in context.drops]
         if not drop:
             return footprint
-        from kinds.base import shard
+        from kinds.base import shard_bytes
 
-        gone = sum(shard(t, C) for t in drop) * float(rules.cluster.word_bytes)  # (K,) bytes
+        gone = sum(shard_bytes(t, C, rules.cluster.word_bytes) for t in drop)  # (K,) bytes
         return replace(footprint, activations=footprint.activations - gone, transient=footprint.transient + gone)
 
 

@@ -24,7 +24,7 @@ from kinds.attention import FusedAttention
 from kinds.conv import Conv, Pooling
 from kinds.gemm import FC, Einsum
 from kinds.moe import TopKGating
-from kinds.pointwise import Elementwise, Norm, ReduceMean, RMSNorm, SoftmaxCrossEntropy
+from kinds.pointwise import Dropout, Elementwise, Norm, ReduceMean, RMSNorm, SoftmaxCrossEntropy
 from kinds.shape import Concat, Split, Transpose
 
 W = 5000.0
@@ -48,7 +48,7 @@ def AR(w, q):
     return W * w / q * 2 * (q - 1)
 
 
-HAND_WORKED = {"Conv", "RMSNorm", "Transpose", "Split", "Elementwise", "TopKGating", "FusedAttention"}
+HAND_WORKED = {"Conv", "RMSNorm", "Transpose", "Split", "Elementwise", "TopKGating", "FusedAttention", "Dropout"}
 
 
 def test_every_kind_is_checked_somewhere():
@@ -281,6 +281,30 @@ class TestTopKGating:
     def test_bad_gating(self):
         with pytest.raises(ValueError, match="top-9 of 8 experts"):
             single(TopKGating(9, 3), (4, 6, 8), letters=["bsx"])
+
+
+class TestDropout:
+    """A dropout of (8, 16, 10): e = 1280 elements."""
+
+    op = single(Dropout(0.1), (8, 16, 10), letters=["bsh"])
+
+    def test_cost_by_hand(self):
+        assert cost(self.op, (1, 1, 1)) == (2 * 1280, 0.0)
+        assert cost(self.op, (2, 4, 1)) == (2 * 1280 / 8, 0.0)
+
+    def test_it_keeps_a_mask_of_one_byte_per_element(self):
+        from cost_model import footprint
+        from kinds.base import Extents
+
+        model = CostModel(Cluster(precision="bf16"))
+        C = Extents(self.op.dims, np.array([[2, 1, 1], [1, 1, 1]], dtype=float))
+        assert list(footprint(self.op, C, model).activations) == [640.0, 1280.0]
+
+    def test_a_probability_outside_0_1_is_refused(self):
+        from errors import InputError
+
+        with pytest.raises(InputError, match="between 0 and 1, got 1.5"):
+            single(Dropout(1.5), (8, 16))
 
 
 class TestFusedAttention:
