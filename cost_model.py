@@ -18,7 +18,7 @@ do not check divisibility themselves (:func:`check_strategy` does).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -208,6 +208,54 @@ def collective_cost(c: Comm, C: Extents, net: Cluster, latency_scale=None):
     return np.minimum(*[collective_cost(o, C, net, latency_scale) for o in c.options])  # the cheapest
 
 
+def _in_grad_precision(c: Comm, net: Cluster) -> Comm:
+    """A gradients' collective with its words counted in the precision the
+    gradients are reduced in (as elements of the training precision)."""
+    r = net.grad_bytes / net.word_bytes
+    if c.role != "gradients" or r == 1.0:
+        return c
+    return replace(c, words=None if c.words is None else np.asarray(c.words) * r,
+                   options=tuple(_in_grad_precision(o, net) for o in c.options))
+
+
+def _exposed(overlapped, window, share: float):
+    """What a collective of ``overlapped`` FLOP-equivalents leaves exposed
+    when the share ``share`` of it may run under ``window`` of computation."""
+    if share == 1.0:
+        return np.maximum(overlapped - window, 0.0)
+    return (1.0 - share) * overlapped + np.maximum(share * overlapped - window, 0.0)
+
+
+TILE = 128  # the output tile of a matrix product, a side (elements)
+
+
+def _wave_share(rows, cols, batch, sms: int):
+    """The share of its multiprocessors' time a matrix product of ``batch``
+    outputs of ``rows x cols`` keeps busy: its ``TILE x TILE`` output tiles
+    run one per multiprocessor in waves, partial tiles and a last partial
+    wave costing whole ones (NVIDIA's "Matrix Multiplication Background"
+    guide: tile and wave quantization).  1 for a product of whole waves."""
+    r, c = np.maximum(rows, 1.0), np.maximum(cols, 1.0)
+    tiles = batch * np.ceil(r / TILE) * np.ceil(c / TILE)
+    waves = np.ceil(tiles / sms)
+    return (r * c * batch) / (waves * sms * TILE * TILE)
+
+
+def _gemm_times(work: Work, net: Cluster, eff: float):
+    """FLOP-equivalents of a work record's matrix products, forward and
+    backward, at the peak times ``eff``, in waves (:func:`_wave_share`)
+    when the record gives their shape and the cluster its multiprocessors:
+    forward the ``M x N`` output, backward the input gradient ``M x K`` and
+    the weight gradient ``K x N`` (half of the backward products each)."""
+    fwd, bwd = 2.0 * work.macs / eff, 2.0 * work.backward_macs / eff
+    if not work.shape or not net.sms:
+        return fwd, bwd
+    bb, mm, nn, kk = work.shape
+    fwd = fwd / _wave_share(mm, nn, bb, net.sms)
+    bwd = bwd / 2.0 * (1.0 / _wave_share(mm, kk, bb, net.sms) + 1.0 / _wave_share(kk, nn, bb, net.sms))
+    return fwd, bwd
+
+
 def traffic(op: Operator, C: Extents, work: Work):
     """Elements the forward and the backward pass of ``op`` read and write
     in the device's memory, per configuration (K,) each: the record's when
@@ -225,6 +273,23 @@ def traffic(op: Operator, C: Extents, work: Work):
     return fwd, outs + kept + grads
 
 
+def _pass_times(op, C: Extents, work: Work, net: Cluster, eff: float, per_byte: float):
+    """FLOP-equivalents of ``op``'s forward and backward pass on a real
+    device: the roofline of its matrix products (in waves) and its memory
+    traffic, and an activation's pass of its own over the product's output
+    (read and written forward; the gradient, the input and the result
+    backward)."""
+    fwd_moved, bwd_moved = traffic(op, C, work)
+    b = float(net.word_bytes)
+    gemm_fwd, gemm_bwd = _gemm_times(work, net, eff)
+    t_fwd = np.maximum(gemm_fwd, fwd_moved * b * per_byte)  # (K,) FLOP-equivalents
+    t_bwd = np.maximum(gemm_bwd, bwd_moved * b * per_byte)  # (K,)
+    if np.any(work.epilogue):
+        t_fwd = t_fwd + 2.0 * work.epilogue * b * per_byte
+        t_bwd = t_bwd + 3.0 * work.epilogue * b * per_byte
+    return t_fwd, t_bwd
+
+
 def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
     """(compute, communication) FLOP of a work record on the model's
     cluster, for each configuration.
@@ -236,11 +301,17 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
     The realistic model (a real device; ``op`` gives the memory traffic),
     in FLOP at the device's peak (a time ``t`` is ``t * flops``):
 
-        t_pass  = max(2 macs / (peak * eff), bytes / (memory bandwidth * memory_eff))   # roofline, per pass
+        t_pass  = max(2 macs / (peak * eff * waves), bytes / (memory bandwidth * memory_eff))   # roofline
+                  + an activation's own pass over a product's output (its bytes)
         compute = t_forward * (1 + replays) + t_backward
         comm    = blocking collectives (partial sums, input gradients, statistics, halo, exchange)
-                + max(0, gradients + gathered weights (backward half) - t_backward)   # overlapped
-                + max(0, gathered weights (forward half) - t_forward)
+                + exposed(gradients + gathered weights (backward half), t_backward)   # overlapped
+                + exposed(gathered weights (forward half), t_forward)
+        exposed(x, t) = (1 - o) x + max(0, o x - t)
+
+    with ``o`` the cluster's ``overlap`` (1: all of it may overlap); the
+    gradients' words count in the precision they are reduced in
+    (``grad_precision``).
 
     ``eff`` is the matrix products' or the fused attention's efficiency;
     vendor FLOP count a multiply-add as two.  Gradient collectives go in
@@ -264,14 +335,13 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
     peak = net.flops * 1e12  # FLOP/s
     eff = net.attention_eff if work.kernel == "attention" else net.matmul_eff
     per_byte = peak / (net.mem_bw * 1e9 * net.memory_eff)  # FLOP-equivalents of one byte moved
-    fwd_moved, bwd_moved = traffic(op, C, work)
+    t_fwd, t_bwd = _pass_times(op, C, work, net, eff, per_byte)
     b = float(net.word_bytes)
-    t_fwd = np.maximum(2.0 * work.macs / eff, fwd_moved * b * per_byte)  # (K,) FLOP-equivalents
-    t_bwd = np.maximum(2.0 * work.backward_macs / eff, bwd_moved * b * per_byte)  # (K,)
     blocking = overlapped_bwd = overlapped_fwd = 0.0
     bucket = net.bucket_mb * 1e6
     for c in work.comms:
         if c.role in OVERLAPPED:
+            c = _in_grad_precision(c, net)
             scale = np.asarray(c.words if c.words is not None else 0.0) * b / bucket  # a bucket's share of latency
             x = c.count * collective_cost(c, C, net, scale)
             if c.role == "weights":  # gathered twice: before the forward and before the backward pass
@@ -281,7 +351,7 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
                 overlapped_bwd = overlapped_bwd + x
         else:
             blocking = blocking + c.count * collective_cost(c, C, net)
-    exposed = np.maximum(overlapped_bwd - t_bwd, 0.0) + np.maximum(overlapped_fwd - t_fwd, 0.0)
+    exposed = _exposed(overlapped_bwd, t_bwd, net.overlap) + _exposed(overlapped_fwd, t_fwd, net.overlap)
     K = len(C)
     compute = np.broadcast_to(t_fwd * (1.0 + work.replays) + t_bwd, (K,))
     return compute, np.broadcast_to(blocking + exposed, (K,))
@@ -309,14 +379,13 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator):
     peak = net.flops * 1e12
     eff = net.attention_eff if work.kernel == "attention" else net.matmul_eff
     per_byte = peak / (net.mem_bw * 1e9 * net.memory_eff)
-    fwd_moved, bwd_moved = traffic(op, C, work)
+    t_fwd, t_bwd = _pass_times(op, C, work, net, eff, per_byte)
     b = float(net.word_bytes)
-    t_fwd = np.maximum(2.0 * work.macs / eff, fwd_moved * b * per_byte)
-    t_bwd = np.maximum(2.0 * work.backward_macs / eff, bwd_moved * b * per_byte)
     blocking = gathers = sync = 0.0
     bucket = net.bucket_mb * 1e6
     for c in work.comms:
         if c.role in OVERLAPPED:
+            c = _in_grad_precision(c, net)
             scale = np.asarray(c.words if c.words is not None else 0.0) * b / bucket
             x = c.count * collective_cost(c, C, net, scale)
             if c.role == "weights":
@@ -325,7 +394,7 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator):
                 sync = sync + x
         else:
             blocking = blocking + c.count * collective_cost(c, C, net)
-    exposed = np.maximum(gathers - t_bwd, 0.0) + np.maximum(gathers - t_fwd, 0.0)
+    exposed = _exposed(gathers, t_bwd, net.overlap) + _exposed(gathers, t_fwd, net.overlap)
     compute = t_fwd * (1.0 + work.replays) + t_bwd
     return (np.broadcast_to(compute, (K,)), np.broadcast_to(blocking + exposed, (K,)),
             np.broadcast_to(sync, (K,)))

@@ -221,6 +221,49 @@ def search(costed, algo: int = 0, *, prune: bool | str = "auto", memory_limit: i
     return _named(r, costed, algo, problem)
 
 
+def stage_costs(costed, *, threads: int | None = None, memory_limit: int | None = None):
+    """The least costs of pipeline stages of ``c`` blocks of ``costed``'s
+    one repeated chain, for every ``c``: ``(first, middle, last, whole)``
+    (see :func:`search.chain.stage_costs`), the options at the values
+    cheapest in time (block options at their default); ``None`` when the
+    graph is not one chain between plain segments.  Worked out on the
+    chain shortened to three blocks (what follows the last one read from
+    the third): the blocks' arrays are the same."""
+    from search.chain import stage_costs as costs
+
+    if len(costed.chains) != 1:
+        return None
+    problem = problem_of(costed) if costed.searched else None
+    nodes, edges = problem.at(0.0, False) if problem else (costed.node_costs, costed.edge_costs)
+    (run,) = runs_of(costed) or (None,)
+    if run is None:
+        return None
+    c = costed.chains[0]
+    keep = min(c.count, 3)
+    cut = (c.count - keep) * c.size  # the nodes of the blocks left out
+    last_block = range(c.start + (c.count - 1) * c.size, c.stop)
+
+    def new(v):
+        if v < c.start + keep * c.size:
+            return v
+        if v in last_block:
+            return v - cut
+        return v - cut if v >= c.stop else None
+
+    short_nodes = [nodes[v] for v in range(len(nodes)) if v < c.start + keep * c.size or v >= c.stop]
+    short_edges = {}
+    for (u, v), m in edges.items():
+        a, b = new(u), new(v)
+        if a is None or b is None:
+            continue
+        short_edges[(a, b)] = m  # the last block's own edges land on the third's: the same arrays
+    short = Run(tuple(tuple(range(c.start + k * c.size, c.start + (k + 1) * c.size)) for k in range(keep)),
+                tuple(c.start + k * c.size + c.exit for k in range(keep)), c.entry, c.start, c.start + keep * c.size)
+    order = generate_seq(len(short_nodes), list(short_edges))[0]
+    return costs(short_nodes, short_edges, order, short, count=c.count, threads=threads,
+                 memory_limit=memory_limit, held_bytes=costed.nbytes)
+
+
 # -- within the device memory ---------------------------------------------------------
 
 

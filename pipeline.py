@@ -63,8 +63,9 @@ from errors import InputError
 __all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "stage_ranges", "evaluate", "search", "SCHEDULES"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
-MICRO_BATCHES = (1, 2, 4, 8)  # the micro-batch sizes (samples) the search tries
 SEARCHED = 4  # pipeline settings searched within the memory, the best ranked first
+DAG_STAGES = 8  # the most stages the search tries on a graph without repeated blocks
+BALANCE = 0.85  # the least share of its busiest stage's time the blocks keep busy (N / (pp ceil(N / pp)))
 
 
 @dataclass(frozen=True)
@@ -248,8 +249,9 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
         stages.append(Stage(i, tuple(range(lo, hi)), q, i * q, t, busy, sends, p2p, r.sync, memory, f, r))
         times.append(t)
     run = schedule.time(times, m)
-    if cluster.realistic:  # the gradients overlap the last micro-batch's backward pass
-        sync = max(max(s.sync - 2.0 * s.time / 3.0, 0.0) for s in stages)
+    if cluster.realistic:  # the gradients overlap the last micro-batch's backward pass (their overlapped share)
+        o = cluster.overlap
+        sync = max((1.0 - o) * s.sync + max(o * s.sync - 2.0 * s.time / 3.0, 0.0) for s in stages)
     else:
         sync = max(s.sync for s in stages)
     return Pipeline(pp, m, micro, schedule, tuple(stages), run + sync, sync, schedule.bubble(times, m), bound)
@@ -289,7 +291,13 @@ def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
     ``decisions`` (for the micro-batch graph ``g``), costed."""
     q = p // pp
     stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m)
-    results = [stage_result(_subgraph(g, lo, hi), decisions[lo:hi], stage_model, q) for lo, hi in ranges]
+    results, done = [], {}  # stages alike with the same decisions cost the same
+    for i, (lo, hi) in enumerate(ranges):
+        ops = tuple((op.kind, op.space) for op in (g.nodes[v]["op"] for v in range(lo, hi)))
+        key = (i == 0, i == pp - 1, ops, tuple(decisions[lo:hi]))
+        if key not in done:
+            done[key] = stage_result(_subgraph(g, lo, hi), decisions[lo:hi], stage_model, q)
+        results.append(done[key])
     return assemble(g, stage_model, p, pp, m, micro, schedule, ranges, results, bound)
 
 
@@ -306,6 +314,69 @@ def _subgraph(g, lo: int, hi: int):
     return sub
 
 
+def micro_candidates(batch: int, p: int, pp: int) -> list[int]:
+    """The micro-batch sizes (samples, over all the data-parallel groups of
+    a stage) the search tries for ``pp`` stages: divisors of ``batch``
+    leaving at least ``pp`` micro-batches, about each power of two from an
+    eighth of a stage's devices to all of them (a stage's devices taking
+    from 8 down to 1 sample each, the rest of the split along other
+    dimensions), the largest divisor at or below each."""
+    q = p // pp
+    divisors = [d for d in range(1, batch // pp + 1) if batch % d == 0]
+    if not divisors:
+        return []
+    out = set()
+    t = max(1, q // 8)
+    while t <= q:
+        below = [d for d in divisors if d <= t]
+        out.add(below[-1] if below else divisors[0])
+        t *= 2
+    return sorted(out)
+
+
+def _kind(i: int, pp: int, count: int, lo: int, hi: int, chain) -> tuple:
+    """Stages alike in what they hold: the first, a middle one of
+    ``count`` blocks, the last (one stage: the whole graph); without
+    repeated blocks, each stage its own."""
+    if chain is None:
+        return (lo, hi)
+    return ("first" if i == 0 else "last" if i == pp - 1 else "middle", count, pp == 1)
+
+
+def _cuts(g, chain, costed, pp: int) -> list:
+    """The cuts the search tries: ``(counts, ranges)`` pairs, ``counts``
+    the blocks of each stage (:func:`partitions`), else (no repeated
+    blocks) one cut of the operator order balancing the operators' least
+    costs (``counts`` then the operators per stage)."""
+    n = g.number_of_nodes()
+    if chain is not None:
+        return [(counts, stage_ranges(n, chain, counts)) for counts in partitions(chain.count, pp) if min(counts) >= 1]
+    ranges = balanced_ranges([float(c.min()) for c in costed.node_costs], pp)
+    return [(tuple(hi - lo for lo, hi in ranges), ranges)]
+
+
+def balanced_ranges(weights, pp: int) -> list[tuple[int, int]]:
+    """``pp`` contiguous non-empty ranges of the items whose ``weights``
+    (in order) sum as evenly as the cuts allow: each cut where the running
+    sum first reaches its share of the total."""
+    n = len(weights)
+    if pp > n:
+        raise InputError(f"{pp} stages need at least {pp} operators; the graph has {n}")
+    total = math.fsum(weights)
+    cuts, acc, k = [], 0.0, 1
+    for v, w in enumerate(weights):
+        acc += w
+        while k < pp and acc >= total * k / pp and len(cuts) < pp - 1:
+            cuts.append(v + 1)
+            k += 1
+    bounds = [0]
+    for j in range(pp - 1):  # every stage non-empty, each cut after the one before and room for the rest
+        c = cuts[j] if j < len(cuts) else n - (pp - 1 - j)
+        bounds.append(min(max(c, bounds[-1] + 1), n - (pp - 1 - j)))
+    bounds.append(n)
+    return [(bounds[j], bounds[j + 1]) for j in range(pp)]
+
+
 def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=None, schedules=None,
            memory_limit=None, threads=None, progress=None) -> Pipeline:
     """The fastest pipeline found (see the module docstring).  ``build(b)``
@@ -313,92 +384,125 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     model (its cluster's capacity bounds every stage)."""
     from blocks import find_chains
     from cost_model import build_costs
-    from dp_search import DoesNotFit, search as plain_search, search_within
+    from dp_search import DoesNotFit, problem_of, search as plain_search, search_within, stage_costs
 
     capacity = model.cluster.capacity
     g1 = build(micro_values[0] if micro_values else 1)
     chains = find_chains(g1)
-    if not chains:
-        raise InputError("a pipeline needs repeated blocks to cut between (a stacked model); this graph has none")
-    chain = max(chains, key=lambda c: c.count * c.size)
-    N = chain.count
-    pps = pp_values or [d for d in range(1, min(N, p) + 1) if p % d == 0]
-    micros = micro_values or [b for b in MICRO_BATCHES if batch % b == 0]
+    chain = max(chains, key=lambda c: c.count * c.size) if chains else None
+    N = chain.count if chain is not None else g1.number_of_nodes()
+    most = N if chain is not None else min(N, DAG_STAGES)
+    pps = pp_values or [d for d in range(1, min(most, p) + 1) if p % d == 0 and N / (d * -(-N // d)) >= BALANCE]
     ranked = []
     costs: dict = {}
-    memo: dict = {}  # a stage's unconstrained optimum, by what it holds
-
-    def stage_cost(costed, key, lo, hi):
-        if key not in memo:
-            memo[key] = plain_search(costed.restrict(range(lo, hi)), threads=threads).cost
-        return memo[key]
-
-    for micro in micros:
-        g = build(micro)
-        m = batch // micro
-        for pp in pps:
-            if m < pp or p % pp:
+    graphs: dict = {}
+    pairs = [(pp, micro) for pp in sorted(pps, reverse=True) if p % pp == 0  # small stages first: quick to cost
+             for micro in (micro_values or micro_candidates(batch, p, pp)) if batch // micro >= pp]
+    bar = progress("ranking pipelines", "settings") if progress is not None else None
+    best_of: dict = {}  # pp -> (micro, its best estimate)
+    for n_done, (pp, micro) in enumerate(pairs):
+        if bar is not None:
+            bar(n_done, len(pairs))
+        last = best_of.get(pp)
+        if last is not None and last[0] != micro and last[1] is None:
+            continue  # a larger micro-batch for this pp after one that ranked worse than the one before it
+        q, m = p // pp, batch // micro
+        if micro not in graphs:
+            graphs[micro] = build(micro)
+        g = graphs[micro]
+        stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m)
+        costed = build_costs(g, q, stage_model, memory_limit=memory_limit)
+        if len(ranked) >= SEARCHED:  # a bound: every stage's operators at their cheapest, edges free
+            floor = m * math.fsum(float(c.min()) for c in costed.node_costs) / pp
+            if floor >= sorted(r[0] for r in ranked)[SEARCHED - 1]:
                 continue
-            q = p // pp
-            stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m)
-            costed = build_costs(g, q, stage_model, memory_limit=memory_limit)
-            costs[(micro, pp)] = (g, costed, stage_model)
-            scheds = [Schedule("1f1b")] if schedules is None else list(schedules)
-            if schedules is None and all(c % 2 == 0 for c in _even(N, pp)) and pp > 1:
-                scheds = scheds + [Schedule("interleaved", 2)]
-            for counts in partitions(N, pp):
-                ranges = stage_ranges(g.number_of_nodes(), chain, counts)
-                times = [stage_cost(costed, (micro, pp, i == 0, i == pp - 1, c), lo, hi)
-                         for i, ((lo, hi), c) in enumerate(zip(ranges, counts))]
-                for sched in scheds:
-                    if sched.name == "interleaved" and any(c % sched.chunks for c in counts):
-                        continue
-                    ranked.append((sched.time(times, m), micro, pp, counts, sched))
+        costs[(micro, pp)] = (g, costed, stage_model)
+        table = stage_costs(costed, threads=threads, memory_limit=memory_limit) if chain is not None else None
+        memo: dict = {}
+        least: dict = {}  # in flight -> each operator's least memory (a lower bound of a stage's)
+
+        def stage_cost(lo, hi, i, c):
+            if table is not None:
+                first, middle, last, whole = table
+                return whole if pp == 1 else (first if i == 0 else last if i == pp - 1 else middle)[c - 1]
+            key = _kind(i, pp, c, lo, hi, chain)
+            if key not in memo:
+                memo[key] = plain_search(costed.restrict(range(lo, hi)), threads=threads).cost
+            return memo[key]
+
+        def too_big(ranges, sched):
+            if capacity is None:
+                return False
+            for i, (lo, hi) in enumerate(ranges):
+                f = sched.in_flight(i, pp, m)
+                if f not in least:
+                    least[f] = problem_of(costed, f).least_by_operator()
+                if math.fsum(least[f][lo:hi]) > capacity:
+                    return True
+            return False
+
+        scheds = [Schedule("1f1b")] if schedules is None else list(schedules)
+        if schedules is None and chain is not None and all(c % 2 == 0 for c in _even(N, pp)) and pp > 1:
+            scheds = scheds + [Schedule("interleaved", 2)]
+        for counts, ranges in _cuts(g, chain, costed, pp):
+            times = [stage_cost(lo, hi, i, c) for i, ((lo, hi), c) in enumerate(zip(ranges, counts))]
+            for sched in scheds:
+                if sched.name == "interleaved" and any(c % sched.chunks for c in counts):
+                    continue
+                if too_big(ranges, sched):
+                    continue
+                ranked.append((sched.time(times, m), micro, pp, counts, sched))
+        mine = min((r[0] for r in ranked if r[1] == micro and r[2] == pp), default=math.inf)
+        if last is not None and mine > last[1]:  # worse than the smaller micro-batch: stop growing it
+            best_of[pp] = (None, None)
+        elif mine < math.inf:
+            best_of[pp] = (micro, mine)
+    if bar is not None:
+        bar.close()
     if not ranked:
+        if capacity is not None and pairs:
+            raise MemoryError(f"no pipeline of up to {max(pps)} stages fits the {capacity / 1e9:.3g} GB of a device")
         raise InputError(f"no pipeline of the batch of {batch} on {p} devices: at least as many micro-batches as "
                          "stages are needed")
-    ranked.sort(key=lambda x: x[0])
+    ranked.sort(key=lambda x: (x[0], x[2], x[1]))
     best, tried = None, 0
     for est, micro, pp, counts, sched in ranked:
-        if tried >= SEARCHED or (best is not None and est >= best.step):
-            continue
+        if best is not None and (tried >= SEARCHED or est >= best.step):
+            break
+        if tried >= 4 * SEARCHED:  # nothing fitted among the most promising: give up
+            break
         tried += 1
         g, costed, stage_model = costs[(micro, pp)]
         m = batch // micro
-        ranges = stage_ranges(g.number_of_nodes(), chain, counts)
-        decisions, ok, bounds = [], True, []
-        for i, (lo, hi) in enumerate(ranges):
-            sub = costed.restrict(range(lo, hi))
-            f = sched.in_flight(i, pp, m)
-            try:
-                if capacity is None:
-                    r = plain_search(sub, threads=threads)
-                else:
-                    b = search_within(sub, capacity, threads=threads, in_flight=f)
-                    r = b.result
-                    bounds.append(b.status if b.status != "bound" else f"within {100 * b.gap:.2f}%")
-            except DoesNotFit:
-                ok = False
-                break
-            decisions += r.strategy
-        if not ok:
+        ranges = dict(_cuts(g, chain, costed, pp))[counts]
+        decisions, bounds, plans = [], [], {}
+        keys = [_kind(i, pp, c, lo, hi, chain) for i, ((lo, hi), c) in enumerate(zip(ranges, counts))]
+        try:
+            for i, (lo, hi) in enumerate(ranges):
+                key = keys[i]
+                if key not in plans:  # the first stage of a kind keeps the most micro-batches: its plan serves all
+                    f = max(sched.in_flight(j, pp, m) for j in range(pp) if keys[j] == key)
+                    sub = costed.restrict(range(lo, hi))
+                    if capacity is None:
+                        plans[key] = plain_search(sub, threads=threads).strategy
+                    else:
+                        b = search_within(sub, capacity, threads=threads, in_flight=f)
+                        plans[key] = b.result.strategy
+                        bounds.append(b.gap if b.status == "bound" else 0.0)
+                decisions += plans[key]
+        except DoesNotFit:
             continue
         pipe = evaluate(g, model, p, pp, m, micro, sched, ranges, decisions)
         if capacity is not None and pipe.peak_memory > capacity * (1 + 1e-12):
             continue
-        worst = max(bounds, key=_bound_order) if bounds else "exact"
-        pipe = replace(pipe, bound=worst)
+        worst = max(bounds, default=0.0)
+        pipe = replace(pipe, bound="exact for its stages" if worst == 0.0 else
+                       f"within {100 * worst:.2f}% of the best for its stages (Lagrangian bound)")
         if best is None or pipe.step < best.step:
             best = pipe
     if best is None:
         raise MemoryError(f"no pipeline of up to {max(pps)} stages fits the {capacity / 1e9:.3g} GB of a device")
     return best
-
-
-def _bound_order(text: str) -> float:
-    if text.startswith("within "):
-        return float(text[7:-1])
-    return 0.0
 
 
 def as_result(g, pipe: Pipeline, model, p: int, batch: int, mode: str, **fields):
@@ -412,7 +516,7 @@ def as_result(g, pipe: Pipeline, model, p: int, batch: int, mode: str, **fields)
     for s in pipe.stages:
         lo = s.nodes[0]
         r = s.result
-        layers += [replace(layer, id=layer.id + lo) for layer in r.layers]
+        layers += [replace(layer, id=layer.id + lo, name=g.nodes[layer.id + lo]["op"].name) for layer in r.layers]
         edges += [(u + lo, v + lo, c) for u, v, c in r.edges]
         words += r.words * pipe.m + 2.0 * pipe.schedule.v * s.sends * pipe.m
     first = pipe.stages[0].result

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from errors import InputError, shown
 from result import MEMORY_PARTS, Result
 
-__all__ = ["READ", "record", "dumps", "PlanFile", "read", "decisions", "MAX_PLAN_BYTES"]
+__all__ = ["READ", "record", "pipeline_record", "dumps", "PlanFile", "read", "decisions", "MAX_PLAN_BYTES"]
 
 MAX_PLAN_BYTES = 64 << 20  # a plan file for any built-in graph at p = 10^6 is far smaller
 
@@ -40,6 +40,7 @@ READ = {
     "embedding_lookup": ((bool,), False),
     "embedding_sync": ((str,), False),
     "model": ((dict,), False),
+    "pipeline": ((dict,), False),  # a pipelined plan: its stages (pp, m, micro, schedule, stages)
 }
 #: per layer: "id" and "config" always, "options" since execution options were planned
 LAYER_READ = {"id": (int,), "config": (list,), "options": (dict,)}
@@ -70,6 +71,17 @@ def model_record(r: Result) -> dict | None:
     return {"name": r.graph, "source": src["file"], "path": src["path"], "sha256": src["sha256"]}
 
 
+def pipeline_record(pipe) -> dict:
+    """A pipeline's stages as a plan file holds them: ``stages`` the node
+    ranges ``[lo, hi)`` that ``--evaluate`` reads, the rest for the reader."""
+    return {"pp": pipe.pp, "m": pipe.m, "micro": pipe.micro, "schedule": str(pipe.schedule),
+            "stages": [[s.nodes[0], s.nodes[-1] + 1] for s in pipe.stages],
+            "step": pipe.step, "sync": pipe.sync, "bubble": pipe.bubble, "bound": pipe.bound or None,
+            "stage_figures": [{"stage": s.index, "first_device": s.first, "devices": s.devices, "time": s.time,
+                               "sends": s.sends, "sync": s.sync, "memory": s.memory, "in_flight": s.in_flight}
+                              for s in pipe.stages]}
+
+
 def record(r: Result) -> dict:
     """The result as the document a plan file holds."""
     from cluster.config import record as cluster_record
@@ -91,6 +103,8 @@ def record(r: Result) -> dict:
         "layers": [_layer_record(layer) for layer in r.layers],
     }
     rec["parameters"] = r.parameters
+    if r.pipeline is not None:  # the layers are the micro-batch's graph, each on its stage's devices
+        rec["pipeline"] = pipeline_record(r.pipeline)
     if r.model_source:  # a model read from a file: which one (--evaluate checks it)
         rec["model"] = model_record(r)
     if r.search is not None:

@@ -167,7 +167,10 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
     g = build_graph(s.graph, **_model_params(s))
     limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
     profile = None
-    pipelined = s.pp not in (None, 1) or (file is not None and "pipeline" in file.recorded)
+    pipelined = s.pp not in (None, 1) or s.microbatches is not None or (file is not None and
+                                                                          "pipeline" in file.recorded)
+    if s.schedule is not None and s.pp in (None, 1) and s.plan is None:
+        raise InputError("--schedule orders a pipeline's stages: give --pp N or --pp auto")
     if s.plan is not None:
         if s.evaluate is not None:
             raise InputError("--plan and --evaluate each give the plan to cost: give one")
@@ -246,12 +249,27 @@ def _standard_pipeline(s: Settings, std, model):
     micro = std.microbatch * std.dp  # the samples of a micro-batch over the data-parallel groups
     g = _micro_graph(s, micro)
     chain = _chain(g)
-    counts = pipeline._even(chain.count, std.pp)
-    if min(counts) < 1:
-        raise InputError(f"--plan: pp={std.pp} is more stages than the {chain.count} blocks")
-    ranges = pipeline.stage_ranges(g.number_of_nodes(), chain, counts)
+    if chain is not None:
+        counts = pipeline._even(chain.count, std.pp)
+        if min(counts) < 1:
+            raise InputError(f"--plan: pp={std.pp} is more stages than the {chain.count} blocks")
+        ranges = pipeline.stage_ranges(g.number_of_nodes(), chain, counts)
+    else:  # no repeated blocks: the operator order cut where the operators' work balances
+        from cost_model import op_costs
+        from graph import operators
+
+        ops = operators(g)
+        work = [float(op_costs(op, [(1,) * len(op.dims)], replace(model, micro_batches=None))[0]) for op in ops]
+        try:
+            ranges = pipeline.balanced_ranges(work, std.pp)
+        except InputError as e:
+            raise InputError(f"--plan: {e}") from None
+        counts = [hi - lo for lo, hi in ranges]
     m = batch // micro
     sched = pipeline.Schedule(std.schedule, std.chunks)
+    if sched.name == "interleaved" and chain is None:
+        raise InputError("--plan: the interleaved schedule splits stages into chunks of blocks; "
+                         f"{g.graph['name']} has no repeated blocks")
     if sched.name == "interleaved" and any(c % sched.chunks for c in counts):
         raise InputError(f"--plan: interleaved:{sched.chunks} needs each stage's blocks ({counts[0]}) to divide "
                          f"into {sched.chunks} chunks")
@@ -268,12 +286,11 @@ def _model_batch(s: Settings) -> int:
 
 
 def _chain(g):
+    """The graph's longest chain of repeated blocks (``None``: none)."""
     from blocks import find_chains
 
     chains = find_chains(g)
-    if not chains:
-        raise InputError(f"a pipeline cuts between repeated blocks; {g.graph['name']} has none")
-    return max(chains, key=lambda c: c.count * c.size)
+    return max(chains, key=lambda c: c.count * c.size) if chains else None
 
 
 def _pipeline(s: Settings, g, model, limit, file):
@@ -309,7 +326,8 @@ def _pipeline(s: Settings, g, model, limit, file):
         micro_values = [batch // s.microbatches]
     schedules = [pipeline.parse_schedule(s.schedule)] if s.schedule is not None else None
     pipe = pipeline.search(lambda b: _micro_graph(s, b), model, s.procs, batch,
-                           pp_values=[s.pp] if isinstance(s.pp, int) else None, micro_values=micro_values,
+                           pp_values=[s.pp] if isinstance(s.pp, int) else [1] if s.pp is None else None,
+                           micro_values=micro_values,
                            schedules=schedules, memory_limit=limit, threads=s.threads)
     return pipeline.as_result(pipe_graph(s, pipe), pipe, model, s.procs, batch, "search")
 

@@ -72,7 +72,7 @@ def _pipeline_lines(r: Result) -> list[str]:
     pipe, cl = r.pipeline, r.cost_model.cluster
     lines = [f"Pipeline: {pipe.pp} stages of {pipe.stages[0].devices} devices, {pipe.m} micro-batches of "
              f"{pipe.micro} sample{'s' * (pipe.micro > 1)}, {pipe.schedule}; bubble {100 * pipe.bubble:.1f}% of "
-             f"the slowest stage's busy time" + (f"; stage plans {pipe.bound}" if pipe.bound else "")]
+             f"the slowest stage's busy time" + (f"; each stage's plan {pipe.bound}" if pipe.bound else "")]
     rows = [("stage", "operators", "devices", "per micro-batch", "sends", "in flight", "memory")]
     names = {layer.id: layer.name for layer in r.layers}
     for s in pipe.stages:

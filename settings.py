@@ -105,8 +105,8 @@ _PIPELINE = (
             "with the micro-batches, the schedule and each stage's plan)", metavar="N|auto", sweep=True, label="stages",
             tag="pp"),
     Setting("microbatches", ("--microbatches",), "count_auto", "micro-batches a pipeline splits the batch into, or "
-            "auto (searched; default)", metavar="M|auto"),
-    Setting("schedule", ("--schedule",), "name", "pipeline schedule: gpipe, 1f1b (default) or interleaved[:V] (V "
+            "auto (searched; default); without --pp, gradient accumulation over that many", metavar="M|auto"),
+    Setting("schedule", ("--schedule",), "schedule", "pipeline schedule: gpipe, 1f1b (default) or interleaved[:V] (V "
             "chunks per device, default 2)", metavar="NAME"),
 )
 

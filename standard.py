@@ -214,7 +214,12 @@ def strategy(g, std: Standard) -> list:
             if size % c:
                 key = {"b": "dp", t: "tp", seq: "cp" if std.cp > 1 and not (t is None and std.sp) else "sp",
                        expert: "ep"}.get(letter, "tp")
-                raise InputError(f"--plan: {key}: {op.name} cannot split {letter} ({size}) {c} ways")
+                hint = ""
+                if letter == "v" and key == "tp":  # the vocabulary
+                    pad = -(-size // (128 * c)) * 128 * c
+                    hint = (f"; Megatron-LM pads the vocabulary to a multiple of 128 x tp: give the model a "
+                            f"vocabulary of {pad}")
+                raise InputError(f"--plan: {key}: {op.name} cannot split {letter} ({size}) {c} ways{hint}")
             cfg.append(c)
         if op.contiguous_only and cfg != [1] * len(cfg):
             import numpy as np

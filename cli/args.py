@@ -130,6 +130,16 @@ def _count_or_auto(text: str):
     return v
 
 
+def _schedule(text: str) -> str:
+    """A pipeline schedule, checked (``pipeline.parse_schedule``)."""
+    from pipeline import parse_schedule
+
+    try:
+        return str(parse_schedule(text))
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _network(text: str) -> str:
     """A network preset's name, in the presets' spelling."""
     from cluster.presets import network
@@ -159,7 +169,7 @@ def _cluster_value(name: str, kind: str):
 #: how each kind of declared value is read from its flag
 _TYPES = {"count": _int, "positive": _positive_float, "nonnegative": _nonnegative_float, "device": _device,
           "network": _network, "precision": str, "name": str, "model": str, "path": str, "jobs": _jobs,
-          "option": str, "spec": str, "count_auto": _count_or_auto}
+          "option": str, "spec": str, "count_auto": _count_or_auto, "schedule": _schedule}
 
 
 def build_parser() -> argparse.ArgumentParser:

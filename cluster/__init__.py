@@ -64,7 +64,8 @@ def shown_number(x: float) -> str:
 
 #: per kind of numeric field: (smallest, whether the smallest is allowed, default largest, what it is)
 _BOUNDS = {"positive": (0.0, False, 1e12, "a number"), "nonnegative": (0.0, True, 1e6, "a number"),
-           "fraction": (0.0, False, 1.0, "a number"), "count": (1, True, 10**6, "an integer")}
+           "fraction": (0.0, False, 1.0, "a number"), "share": (0.0, True, 1.0, "a number"),
+           "count": (1, True, 10**6, "an integer")}
 
 
 def check_value(name: str, value):
@@ -157,6 +158,10 @@ class Cluster:
     attention_eff: float = _field(1.0, "--attention-eff", "fraction", "share of the peak a fused attention kernel "
                                   "reaches (realistic model; default: the --device's)", metavar="F",
                                   label="attention efficiency", tag="att")
+    sms: int | None = _field(None, "--sms", "count", "streaming multiprocessors of a device: a matrix product runs "
+                             "in waves of 128 x 128 output tiles, one per multiprocessor, a last partial wave costing "
+                             "a whole one (realistic model; default: the --device's)", metavar="N",
+                             label="multiprocessors", tag="sms", high=10**4)
     memory_eff: float = _field(1.0, "--memory-eff", "fraction", "share of the memory bandwidth memory-bound kernels "
                                "reach (realistic model; default: the --device's)", metavar="F",
                                label="memory-bound efficiency", tag="mem_eff")
@@ -172,6 +177,13 @@ class Cluster:
     bucket_mb: float = _field(25.0, "--bucket-mb", "positive", "size of the gradient buckets synchronised together "
                               "(realistic model: a bucket pays one collective's latency; default: 25, PyTorch DDP's)",
                               metavar="MB", label="gradient bucket (MB)", tag="bucket", high=1e6)
+    overlap: float = _field(1.0, "--overlap", "share", "share of the gradients' reduction and ZeRO's weight gathers "
+                            "that overlaps computation (realistic model): 1 (default) as PyTorch DDP, FSDP and "
+                            "Megatron-LM with --overlap-grad-reduce run them, 0 after the backward pass",
+                            metavar="F", label="overlapped share", tag="ovl")
+    grad_precision: str = _field("", "--grad-precision", "precision", "precision the gradients are reduced in "
+                                 "(realistic model; default: fp32 under 16-bit training, as Megatron-LM and "
+                                 "torchtitan reduce them, else the training precision)", metavar="P", sweep=False)
     headroom: float | None = _field(None, "--headroom", "nonnegative", "memory of a device the plan leaves free for "
                                     "the framework, the CUDA context, workspaces and fragmentation, in GB (default: "
                                     "the --device's)", metavar="GB", label="memory headroom (GB)", tag="free")
@@ -184,8 +196,10 @@ class Cluster:
         if self.headroom is not None and self.device_memory is not None and self.headroom >= self.device_memory:
             raise SettingError("headroom", f"({self.headroom:g} GB) must be less than the device memory "
                                            f"({self.device_memory:g} GB)")
-        if self.precision not in PRECISIONS:
-            raise SettingError("precision", f"must be one of {', '.join(PRECISIONS)}, got {shown(self.precision)}")
+        for name in ("precision", "grad_precision"):
+            value = getattr(self, name)
+            if value not in PRECISIONS and (name == "precision" or value != ""):
+                raise SettingError(name, f"must be one of {', '.join(PRECISIONS)}, got {shown(value)}")
         checks = (("flops and bw", self.bw, self.word), ("flops and inter_bw", self.inter_bw, self.inter_word))
         for name, bw, w in checks:
             if bw is not None and not MIN_WORD_COST <= w <= MAX_WORD_COST:
@@ -196,6 +210,13 @@ class Cluster:
     @property
     def word_bytes(self) -> int:
         return PRECISIONS[self.precision]
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes of one gradient element reduced (see ``grad_precision``)."""
+        if self.grad_precision:
+            return PRECISIONS[self.grad_precision]
+        return max(self.word_bytes, 4) if self.realistic else self.word_bytes
 
     @property
     def realistic(self) -> bool:

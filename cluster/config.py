@@ -27,7 +27,8 @@ __all__ = ["check_fields", "read_cluster_file", "record", "resolve"]
 
 MAX_FILE_BYTES = 1 << 20
 #: what each kind of declared field holds, as a file's value
-_TYPES = {"positive": "a number", "nonnegative": "a number", "fraction": "a number", "count": "an integer",
+_TYPES = {"positive": "a number", "nonnegative": "a number", "fraction": "a number", "share": "a number",
+          "count": "an integer",
           "device": "a string", "precision": "a string", "network": "a string"}
 
 
@@ -57,6 +58,8 @@ def check_fields(fields: dict, where: str) -> dict:
                 known(value)
             elif key == "network":
                 network(value)
+            elif kind == "precision" and value not in PRECISIONS and (key == "precision" or value != ""):
+                raise SettingError(key, f"must be one of {', '.join(PRECISIONS)}, got {shown(value)}")
             elif kind in _BOUNDS:
                 value = check_value(key, value)
         except SettingError as e:
@@ -92,7 +95,7 @@ def record(c: Cluster) -> dict:
 #: the figures of a device (a preset sets them all): a plan file's record of them is used again only for
 #: the device and precision it was made for
 DEVICE_FIGURES = ("flops", "bw", "device_memory", "mem_bw", "matmul_eff", "attention_eff", "memory_eff",
-                  "link_eff", "latency", "headroom")
+                  "link_eff", "latency", "headroom", "sms")
 #: the figures of a network between nodes (a network preset sets them)
 NETWORK_FIGURES = ("inter_bw", "net_eff", "inter_latency")
 

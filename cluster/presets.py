@@ -84,6 +84,7 @@ class Device:
     memory_eff: float = 1.0
     link_eff: float = 1.0
     latency: float = 0.0  # microseconds per ring step inside a node
+    sms: int | None = None  # streaming multiprocessors: a matrix product runs in waves of tiles over them
 
 
 @dataclass(frozen=True)
@@ -99,13 +100,13 @@ _REAL = dict(gpus_per_node=8, memory_eff=0.8, link_eff=0.8, latency=1.0)
 
 DEVICES = {d.name: d for d in (
     Device("v100", {"fp64": 7.8, "fp32": 15.7, "fp16": 125.0}, 32.0, 150.0, 900.0, "fp16", "ib-edr",
-           headroom=2.0, matmul_eff=0.8, attention_eff=0.5, **_REAL),
+           headroom=2.0, matmul_eff=0.8, attention_eff=0.5, sms=80, **_REAL),
     Device("a100-40gb", {"fp64": 19.5, "fp32": 19.5, "bf16": 312.0, "fp16": 312.0}, 40.0, 300.0, 1555.0, "bf16",
-           "ib-hdr", headroom=2.0, matmul_eff=0.8, attention_eff=0.55, **_REAL),
+           "ib-hdr", headroom=2.0, matmul_eff=0.8, attention_eff=0.55, sms=108, **_REAL),
     Device("a100-80gb", {"fp64": 19.5, "fp32": 19.5, "bf16": 312.0, "fp16": 312.0}, 80.0, 300.0, 2039.0, "bf16",
-           "ib-hdr", headroom=3.0, matmul_eff=0.8, attention_eff=0.55, **_REAL),
+           "ib-hdr", headroom=3.0, matmul_eff=0.8, attention_eff=0.55, sms=108, **_REAL),
     Device("h100", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 80.0, 450.0, 3350.0, "bf16",
-           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, **_REAL),
+           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, **_REAL),
     Device("paper", {"fp64": 10.0, "fp32": 10.0, "bf16": 10.0, "fp16": 10.0}, None, 16.0),
 )}
 
@@ -144,7 +145,7 @@ def device(name: str, precision: str) -> dict:
     if d.mem_bw is not None:
         fields.update(mem_bw=d.mem_bw, matmul_eff=d.matmul_eff, attention_eff=d.attention_eff,
                       memory_eff=d.memory_eff, link_eff=d.link_eff, latency=d.latency,
-                      gpus_per_node=d.gpus_per_node, headroom=d.headroom)
+                      gpus_per_node=d.gpus_per_node, headroom=d.headroom, sms=d.sms)
         fields.update(network_fields(d.network))
     return fields
 

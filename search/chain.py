@@ -43,7 +43,7 @@ import numpy as np
 
 from search.elimination import SearchResult, Workers, _stats, eliminate, reduce_problem
 
-__all__ = ["Run", "series", "solve_chained", "minplus_vector", "chain_costs"]
+__all__ = ["Run", "series", "solve_chained", "minplus_vector", "chain_costs", "stage_costs"]
 
 _PRODUCT_ROWS = 1 << 22  # entries of a (min, +) vector product worked out at once
 
@@ -181,25 +181,83 @@ class _Blocks:
         return self.cache[rep] + (rep,)
 
 
-def solve_chained(node_costs, edge_costs, order, runs, **options) -> SearchResult:
-    """The plain search's optimum of ``node_costs`` and ``edge_costs`` (see
-    :func:`search.elimination.solve`, whose options it takes) with the
-    ``runs`` of identical blocks searched once each (see the module
-    docstring).  The problem must be a :func:`series`."""
-    progress = options.pop("progress", None)
+def _reduced(node_costs, edge_costs, order, runs, fold: bool = True, **options):
+    """The pruned problem, every block's operators keeping what any block
+    keeps at their position, and what touches a boundary kept whole (with
+    ``fold`` false, every operator: nothing in the constant)."""
+    if not fold:
+        alike = [[b[i] for b in r.blocks] for r in runs for i in range(len(r.blocks[0]))]
+        return reduce_problem(node_costs, edge_costs, order, free=range(len(node_costs)), alike=alike, **options)
     boundaries = {r.entry for r in runs if r.entry is not None} | {e for r in runs for e in r.exits}
     near = set(boundaries)  # never folded: what touches a boundary must cost alike in every block
     for u, v in edge_costs:
         if u in boundaries or v in boundaries:
             near |= {u, v}
     alike = [[b[i] for b in r.blocks] for r in runs for i in range(len(r.blocks[0]))]
-    red = reduce_problem(node_costs, edge_costs, order, free=near, alike=alike, **options)
+    return reduce_problem(node_costs, edge_costs, order, free=near, alike=alike, **options)
+
+
+def _segments(red, runs) -> list:
+    """The variables before, between and after the runs, each in the plain
+    order."""
     in_run = {v for r in runs for v in r.variables}
     starts = [r.start for r in runs]
     segments = [[] for _ in range(len(runs) + 1)]
-    for v in red.unpruned.order:  # the plain order, restricted to each segment
+    for v in red.unpruned.order:
         if v not in in_run and v in red.nodes:
             segments[sum(1 for s in starts if s < v)].append(v)
+    return segments
+
+
+def stage_costs(node_costs, edge_costs, order, run: Run, count: int | None = None, **options):
+    """The least costs of a pipeline's stages cut between the blocks of the
+    problem's one ``run``: ``(first, middle, last, whole)``: vectors whose
+    entry ``c - 1`` is what a stage of ``c`` blocks costs, the first with
+    what precedes the run, a middle one alone, the last with what follows
+    it (a stage's input from the stage before costs nothing here: it
+    arrives point to point), and what all ``count`` blocks (default: the
+    run's) cost with both.  Blocks are taken as identical (the second
+    block's matrix), so the run may be a short one standing for ``count``
+    blocks: figures to rank cuts by, four eliminations in all."""
+    pool = options.pop("pool", None)
+    red = _reduced(node_costs, edge_costs, order, [run], fold=False, **options)
+    before, after = _segments(red, [run])
+    blocks = _Blocks(red, run, pool)
+    entry = run.entry
+    count = len(run.blocks) if count is None else count
+    if entry is None:
+        head = np.zeros(1)
+    else:
+        done = eliminate(red, _order(red, [v for v in before if v != entry], (entry,)), (entry,),
+                         nodes={v: red.nodes[v] for v in before}, pool=pool)
+        head = np.asarray(done.table, dtype=float)
+    exit_ = run.exits[-1]
+    done = eliminate(red, _order(red, after, (exit_,)), (exit_,),
+                     nodes={**{v: red.nodes[v] for v in after}, exit_: np.zeros(red.sizes[exit_])}, pool=pool)
+    tail = np.asarray(done.table, dtype=float)
+    M0 = blocks.matrix(0)[0]
+    M = blocks.matrix(1)[0] if len(run.blocks) > 1 else M0  # one block: no stage but the whole
+    first, middle, last = [], [], []
+    f, _ = minplus_vector(head, M0)
+    mid = np.zeros(M.shape[0])
+    for c in range(count):
+        if c:
+            f, _ = minplus_vector(f, M)
+        mid, _ = minplus_vector(mid, M)
+        first.append(float(f.min()))
+        middle.append(float(mid.min()))
+        last.append(float((mid + tail).min()))
+    return np.asarray(first), np.asarray(middle), np.asarray(last), float((f + tail).min())
+
+
+def solve_chained(node_costs, edge_costs, order, runs, **options) -> SearchResult:
+    """The plain search's optimum of ``node_costs`` and ``edge_costs`` (see
+    :func:`search.elimination.solve`, whose options it takes) with the
+    ``runs`` of identical blocks searched once each (see the module
+    docstring).  The problem must be a :func:`series`."""
+    progress = options.pop("progress", None)
+    red = _reduced(node_costs, edge_costs, order, runs, **options)
+    segments = _segments(red, runs)
     n = len(node_costs)
     pool = Workers(red.threads) if red.threads > 1 else None
     work, fused, steps, largest, widest = 0, False, 0, 1, 0

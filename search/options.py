@@ -169,14 +169,22 @@ class Problem:
         """The smallest memory of any solution: each operator its smallest
         (every block at its most memory-saving value for that operator: a
         lower bound)."""
+        return math.fsum(self.least_by_operator())
+
+    def least_by_operator(self) -> list[float]:
+        """Each operator's smallest memory over its configurations and
+        options (see :attr:`least_memory`)."""
+        extra = [0.0] * self.n
+        for g in self.groups:
+            for u, _, gm in g.members:
+                extra[u] = extra[u] + gm.min(axis=1)
         least = []
         for v in range(self.n):
             m = np.asarray(self.node_memory[v], float)
             if self.own[v] is not None:
                 m = m + self.own[v][1].min(axis=1)
-            extra = sum((gm.min(axis=1) for g in self.groups for u, _, gm in g.members if u == v), 0.0)
-            least.append(float((m + extra).min()))
-        return math.fsum(least)
+            least.append(float((m + extra[v]).min()))
+        return least
 
     def flat(self, s: Choice):
         """Per operator, its cost and memory for every (configuration, own
