@@ -839,12 +839,13 @@ def estimate_costs(g, p: int, model: CostModel = CostModel()) -> CostEstimate:
 
 
 def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | None = None,
-                progress=None) -> CostedGraph:
+                progress=None, edges: bool = True) -> CostedGraph:
     """Enumerate and cost every configuration and edge of ``g`` for ``p`` devices.
 
     With ``memory_limit`` (bytes), raise :class:`CostTablesTooLarge` before
     enumerating anything when :func:`estimate_costs` exceeds it.  ``progress(done,
-    total)`` is called as the edge matrices are built.
+    total)`` is called as the edge matrices are built.  Without ``edges``,
+    the operators' arrays only (:func:`with_edges` adds the edges later).
     """
     from blocks import find_chains
     from options import contexts
@@ -882,12 +883,21 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
             seen[key] = {**arrays, "tables": na.tables}
         for k, lst in lists.items():
             lst.append(seen[key][k])
+    costed = CostedGraph(g, p, model, lists["configs"], lists["compute"], lists["comm"], lists["node_costs"], {},
+                         lists["weights"], lists["activations"], lists["memory"], lists["parts"], lists["transient"],
+                         lists["tables"], ctx, chains)
+    return with_edges(costed, progress) if edges else costed
+
+
+def with_edges(costed: CostedGraph, progress=None) -> CostedGraph:
+    """``costed`` with every edge's re-distribution matrix (edges between
+    identical operators share one)."""
+    g, model, configs = costed.graph, costed.model, costed.configs
+    ops = operators(g)
     graph_edges = sorted(g.edges(data=True))
-    keys = {(u, v): (ops[u], d["out"], ops[v], d["inp"]) for u, v, d in graph_edges}
-    configs = lists["configs"]
     edges, seen_e = {}, {}
     for step, (u, v, d) in enumerate(graph_edges):
-        key = keys[(u, v)]
+        key = (ops[u], d["out"], ops[v], d["inp"])
         if key not in seen_e:
             m = edge_costs(ops[u], d["out"], ops[v], d["inp"], configs[u], configs[v], model)
             m.flags.writeable = False
@@ -895,9 +905,7 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
         edges[(u, v)] = seen_e[key]
         if progress is not None:
             progress(step + 1, len(graph_edges))
-    return CostedGraph(g, p, model, configs, lists["compute"], lists["comm"], lists["node_costs"], edges,
-                       lists["weights"], lists["activations"], lists["memory"], lists["parts"], lists["transient"],
-                       lists["tables"], ctx, chains)
+    return replace(costed, edge_costs=edges)
 
 
 # -- strategies ----------------------------------------------------------------------

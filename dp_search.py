@@ -130,19 +130,19 @@ def runs_of(costed, problem: Problem | None = None, groups: bool = False) -> lis
     """The repeated blocks of ``costed`` (its ``chains``) as runs of the
     search's variables (with ``groups``: each block's option variables too),
     those that keep the problem a series (:func:`search.chain.series`)."""
-    runs, first = [], 0
-    where = {}  # global block number -> (run, block)
+    runs = []
     for c in costed.chains:
         blocks = [list(c.block(k)) for k in range(c.count)]
-        for k in range(c.count):
-            where[first + k] = (len(runs), k)
-        first += c.count
         runs.append(Run(blocks, tuple(c.boundary(k) for k in range(c.count)), c.entry, c.start, c.stop))
     if groups and problem is not None:
         for b, g in enumerate(problem.groups):
-            block = costed.contexts[g.members[0][0]].block
-            j, k = where[block]
-            runs[j].blocks[k].append(costed.n + b)
+            v = g.members[0][0]  # the block of its operators
+            for j, c in enumerate(costed.chains):
+                if c.start <= v < c.stop:
+                    runs[j].blocks[(v - c.start) // c.size].append(costed.n + b)
+                    break
+            else:  # a block outside every chain: no run can hold it
+                runs = []
     runs = [Run(tuple(tuple(b) for b in r.blocks), r.exits, r.entry, r.start, r.stop) for r in runs]
     edges = list(costed.edge_costs) + (problem.structure()[len(costed.edge_costs):] if groups and problem else [])
     good = [r for r in runs if series([r], costed.n, edges)]

@@ -39,18 +39,31 @@ as Megatron-LM schedules it, ``2 (pp - i - 1) + (v - 1) pp + 1`` chunks of
 ``1 / v`` of the stage (at most ``m v``).
 
 **Search** (:func:`search`): over ``pp`` (the divisors of ``p`` up to the
-number of blocks), the micro-batch size (1, 2, 4, 8 samples, dividing the
-batch, with at least ``pp`` micro-batches), the schedule (1F1B, and
-interleaved with 2 chunks when a stage holds an even number of blocks; GPipe
-runs as fast as 1F1B with more memory, so only when asked), and the cuts
-(blocks shared evenly, the first and the last stage taking up to two fewer
-or one more: Alpa's stage DP restricted to partitions of identical blocks).
-Every setting is ranked first by its stages' unconstrained optima (exact
-per stage), then the best few are searched within the memory, each stage's
-plan by the exact search with its Lagrangian bound.  So each stage's plan is
-exact (or within its stated bound) for its cut, micro-batch and schedule;
-the choice of ``pp``, micro-batch, schedule and cuts is over the candidates
-above, bounded, not exhaustive.
+number of blocks whose blocks share out evenly enough, ``N / (pp
+ceil(N / pp)) >= 0.85``), the micro-batch size (for each ``pp``, about each
+power of two from an eighth of a stage's devices to all of them, dividing
+the batch, with at least ``pp`` micro-batches, tried from the smallest up
+while the ranking improves), the schedule (1F1B, and interleaved with 2
+chunks when every stage holds an even number of blocks; GPipe runs as fast
+as 1F1B with more memory, so only when asked), and the cuts (blocks shared
+evenly, the first and the last stage taking up to two fewer or one more:
+Alpa's stage DP restricted to partitions of identical blocks).  Every
+setting is ranked by its stages' unconstrained optima: for a stacked model
+each stage length's optimum comes from one short chain (three blocks'
+matrices, :func:`search.chain.stage_costs`); settings with a stage that
+cannot fit (each operator at its least memory) are dropped, and so are
+those whose operators at their cheapest already cost more than the
+ranking's best few.  The best few (``SEARCHED``) are then searched within
+the memory: each kind of stage (the first, the middle ones of a length,
+the last) once, by the exact search with its Lagrangian bound, for the
+most micro-batches in flight among the stages of that kind (its plan
+serves them all).  So each stage's plan is exact (or within its stated
+bound) for its cut, micro-batch and schedule; the choice of ``pp``,
+micro-batch, schedule and cuts is over the candidates above, bounded, not
+exhaustive.  A graph without repeated blocks is cut once per ``pp`` (up to
+8 stages) where the running sum of its operators' least costs reaches each
+stage's share, every stage searched on its own.  Zero-bubble schedules
+(ZB-H1) are not modelled.
 """
 
 from __future__ import annotations
@@ -64,6 +77,7 @@ __all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "stage_ranges", "e
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 SEARCHED = 4  # pipeline settings searched within the memory, the best ranked first
+ABANDON = 1.02  # a candidate whose stage's bound times m passes the best step by this much is dropped
 DAG_STAGES = 8  # the most stages the search tries on a graph without repeated blocks
 BALANCE = 0.85  # the least share of its busiest stage's time the blocks keep busy (N / (pp ceil(N / pp)))
 
@@ -334,6 +348,10 @@ def micro_candidates(batch: int, p: int, pp: int) -> list[int]:
     return sorted(out)
 
 
+class _Slower(Exception):
+    """A candidate the search drops: one stage shows it slower than the best."""
+
+
 def _kind(i: int, pp: int, count: int, lo: int, hi: int, chain) -> tuple:
     """Stages alike in what they hold: the first, a middle one of
     ``count`` blocks, the last (one stage: the whole graph); without
@@ -383,7 +401,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     makes the graph at a micro-batch of ``b`` samples; ``model`` the cost
     model (its cluster's capacity bounds every stage)."""
     from blocks import find_chains
-    from cost_model import build_costs
+    from cost_model import build_costs, with_edges
     from dp_search import DoesNotFit, problem_of, search as plain_search, search_within, stage_costs
 
     capacity = model.cluster.capacity
@@ -411,11 +429,12 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             graphs[micro] = build(micro)
         g = graphs[micro]
         stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m)
-        costed = build_costs(g, q, stage_model, memory_limit=memory_limit)
+        costed = build_costs(g, q, stage_model, memory_limit=memory_limit, edges=False)
         if len(ranked) >= SEARCHED:  # a bound: every stage's operators at their cheapest, edges free
             floor = m * math.fsum(float(c.min()) for c in costed.node_costs) / pp
             if floor >= sorted(r[0] for r in ranked)[SEARCHED - 1]:
                 continue
+        costed = with_edges(costed)
         costs[(micro, pp)] = (g, costed, stage_model)
         table = stage_costs(costed, threads=threads, memory_limit=memory_limit) if chain is not None else None
         memo: dict = {}
@@ -465,36 +484,45 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         raise InputError(f"no pipeline of the batch of {batch} on {p} devices: at least as many micro-batches as "
                          "stages are needed")
     ranked.sort(key=lambda x: (x[0], x[2], x[1]))
-    best, tried = None, 0
+    best, tried, fitted = None, 0, 0
     for est, micro, pp, counts, sched in ranked:
-        if best is not None and (tried >= SEARCHED or est >= best.step):
+        if best is not None and (fitted >= SEARCHED or est >= best.step):
             break
-        if tried >= 4 * SEARCHED:  # nothing fitted among the most promising: give up
+        if tried >= 4 * SEARCHED and best is not None:  # enough tried beyond what fits
             break
         tried += 1
         g, costed, stage_model = costs[(micro, pp)]
         m = batch // micro
         ranges = dict(_cuts(g, chain, costed, pp))[counts]
-        decisions, bounds, plans = [], [], {}
+        bounds, plans = [], {}
         keys = [_kind(i, pp, c, lo, hi, chain) for i, ((lo, hi), c) in enumerate(zip(ranges, counts))]
+        # each kind of stage once, the middle ones first (the most of them, likeliest to be the slowest); the
+        # first of a kind keeps the most micro-batches, so its plan serves every stage of its kind
+        order = sorted(range(pp), key=lambda i: (keys[i][0] != "middle" if chain is not None else False, i))
         try:
-            for i, (lo, hi) in enumerate(ranges):
+            for i in order:
                 key = keys[i]
-                if key not in plans:  # the first stage of a kind keeps the most micro-batches: its plan serves all
-                    f = max(sched.in_flight(j, pp, m) for j in range(pp) if keys[j] == key)
-                    sub = costed.restrict(range(lo, hi))
-                    if capacity is None:
-                        plans[key] = plain_search(sub, threads=threads).strategy
-                    else:
-                        b = search_within(sub, capacity, threads=threads, in_flight=f)
-                        plans[key] = b.result.strategy
-                        bounds.append(b.gap if b.status == "bound" else 0.0)
-                decisions += plans[key]
-        except DoesNotFit:
+                if key in plans:
+                    continue
+                lo, hi = ranges[i]
+                f = max(sched.in_flight(j, pp, m) for j in range(pp) if keys[j] == key)
+                sub = costed.restrict(range(lo, hi))
+                if capacity is None:
+                    r = plain_search(sub, threads=threads)
+                    plans[key], floor = r.strategy, r.cost
+                else:
+                    b = search_within(sub, capacity, threads=threads, in_flight=f)
+                    plans[key], floor = b.result.strategy, b.lower_bound
+                    bounds.append(b.gap if b.status == "bound" else 0.0)
+                if best is not None and m * floor >= ABANDON * best.step:
+                    raise _Slower  # this stage alone makes it slower than the best
+        except (DoesNotFit, _Slower):
             continue
+        decisions = [d for key in keys for d in plans[key]]
         pipe = evaluate(g, model, p, pp, m, micro, sched, ranges, decisions)
         if capacity is not None and pipe.peak_memory > capacity * (1 + 1e-12):
             continue
+        fitted += 1
         worst = max(bounds, default=0.0)
         pipe = replace(pipe, bound="exact for its stages" if worst == 0.0 else
                        f"within {100 * worst:.2f}% of the best for its stages (Lagrangian bound)")

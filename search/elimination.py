@@ -245,15 +245,17 @@ def _factor(kind_arg, pos, node_costs, edge_costs, tables, scope):
     return tables[arg], scope[arg]
 
 
-def _copies(edge_costs, kept) -> dict:
+def _copies(edge_costs, kept, free=frozenset()) -> dict:
     """The pruned edge matrices to make: key -> (edge, entries).  Edges
-    between two operators left with one configuration need none, nor do
-    edges whose two ends kept everything (used as they are), and identical
-    layers with identical kept configurations share one copy."""
+    with an end left with one configuration need none (it is folded into
+    the other end, unless ``free``), nor do edges whose two ends kept
+    everything (used as they are), and identical layers with identical
+    kept configurations share one copy."""
     out = {}
     for (u, v), m in edge_costs.items():
         ku, kv = kept[u], kept[v]
-        if len(ku) > 1 and len(kv) > 1 and (len(ku), len(kv)) != m.shape:
+        folded = (len(ku) == 1 and u not in free) or (len(kv) == 1 and v not in free)
+        if not folded and (len(ku), len(kv)) != m.shape:
             out.setdefault((id(m), ku.tobytes(), kv.tobytes()), ((u, v), len(ku) * len(kv)))
     return out
 
@@ -369,8 +371,9 @@ def reduce_problem(node_costs, edge_costs, order, *, prune: bool | str = "auto",
         for v in group:
             kept[v] = union
     prune_seconds = time.perf_counter() - t0
-    copies = _copies(edge_costs, kept)
-    constant, nodes, edges = _reduce(node_costs, edge_costs, kept, copies, set(free))
+    free = set(free)
+    copies = _copies(edge_costs, kept, free)
+    constant, nodes, edges = _reduce(node_costs, edge_costs, kept, copies, free)
     return Reduced(kept, [len(k) for k in kept], nodes, edges, constant, unpruned, bool(examine), prune_seconds,
                    limit, threads, kernel, names, held_bytes, t0)
 

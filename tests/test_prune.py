@@ -167,3 +167,18 @@ def test_pruned_search_equals_the_unpruned_one_in_random_settings(seed):
     full = solve(cg.node_costs, cg.edge_costs, order, prune=False)
     assert rel(pruned.cost, full.cost) <= 1e-12
     assert rel(cg.cost_at(pruned.index), full.cost) <= 1e-12
+
+
+def test_an_operator_kept_whole_with_one_configuration_has_its_edges_cut_to_it():
+    """A variable the reduction keeps (a chain's boundary, ``free``) though
+    pruning left it one configuration: its edges are cut to that one (they
+    were used unpruned, and a later elimination read a 3 x 2 matrix as 1 x 2)."""
+    from search.elimination import eliminate, reduce_problem
+
+    nodes = [np.array([0.0, 5.0, 5.0]), np.array([0.0, 0.0]), np.array([0.0, 0.0])]
+    edges = {(0, 1): np.array([[0.0, 1.0]] * 3), (1, 2): np.array([[0.0, 3.0], [3.0, 0.0]])}
+    order = generate_seq(3, list(edges))[0]
+    red = reduce_problem(nodes, edges, order, prune=True, free={0})
+    assert red.sizes == [1, 2, 2] and red.edges[(0, 1)].shape == (1, 2)
+    done = eliminate(red, [1, 2], (0,))
+    assert float(np.asarray(done.table).min()) == 0.0
