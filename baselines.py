@@ -27,6 +27,10 @@ space holds it.
   servers (only the rows the device's tokens touch) instead of a dense
   all-reduce; dense variables keep the all-reduce.  Without embeddings it is
   data parallelism.
+* **FSDP** (fully sharded data parallel, ZeRO stage 3; Rajbhandari et al.
+  2020): data parallel, with each weight, its gradient and its optimizer
+  state sharded over the devices; the weights are gathered for the forward
+  and again for the backward pass, the gradients reduce-scattered.
 """
 
 from __future__ import annotations
@@ -41,9 +45,9 @@ from cost_model import CostModel, evaluate, make_result
 from graph import Operator, operators
 from result import Result
 
-__all__ = ["BASELINES", "fit", "data_parallel", "expert", "parallax", "compare"]
+__all__ = ["BASELINES", "fit", "data_parallel", "fsdp", "expert", "parallax", "compare"]
 
-BASELINES = ("data_parallel", "expert", "parallax")
+BASELINES = ("data_parallel", "fsdp", "expert", "parallax")
 
 
 def fit(size: int, want: int) -> int:
@@ -72,6 +76,17 @@ def _split(op: Operator, want: dict[str, int]) -> Decision:
 def data_parallel(g, p: int) -> list[Decision]:
     """Every operator splits its batch dimension ``b`` by p."""
     return [_split(op, {"b": p}) for op in operators(g)]
+
+
+def fsdp(g, p: int) -> list[Decision]:
+    """Data parallelism with ZeRO stage 3 on every operator that holds a weight."""
+    from blocks import find_chains
+    from options import OPTIONS, contexts
+
+    ctx = contexts(g, find_chains(g))
+    zero = OPTIONS["zero"]
+    return [d.with_options(zero=3) if zero.applies(op, ctx[v]) else d
+            for v, (op, d) in enumerate(zip(operators(g), data_parallel(g, p)))]
 
 
 def _one_weird_trick(g, p):
@@ -143,6 +158,8 @@ def compare(g, p: int, model: CostModel, keys=BASELINES) -> tuple[Result, ...]:
     wanted = []
     if "data_parallel" in keys:
         wanted.append(("data_parallel", "data parallel", "data parallel", data_parallel(g, p), base, ""))
+    if "fsdp" in keys:
+        wanted.append(("fsdp", "FSDP", "FSDP (data parallel, ZeRO-3)", fsdp(g, p), base, ""))
     if "expert" in keys:
         ex, ex_label = expert(g, p, base)
         wanted.append(("expert", "expert", f"expert ({ex_label})", ex, base, ""))

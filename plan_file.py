@@ -98,7 +98,8 @@ def record(r: Result) -> dict:
         "compute": r.compute, "communication": r.communication, "edges_cost": r.edges_cost,
         "operators_cost": r.operators_cost, "comm_bytes_per_device": r.comm_bytes_per_device,
         "step_seconds": r.step_seconds, "cluster": cluster_record(cl), "optimizer": cm.optimizer,
-        "memory": {**{k.replace(" ", "_"): x for k, x in zip(MEMORY_PARTS, r.memory)}, "total": r.memory_bytes,
+        "memory": {**{k.replace(" ", "_"): x for k, x in zip(MEMORY_PARTS, r.memory)}, "transient": r.transient,
+                   "total": r.memory_bytes,
                    "capacity": r.capacity, "fits": r.fits},
         "layers": [_layer_record(layer) for layer in r.layers],
     }

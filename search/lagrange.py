@@ -23,7 +23,7 @@ from result import total
 from search.elimination import SearchResult
 from search.options import Choice, Problem
 
-__all__ = ["DoesNotFit", "Bounded", "within_memory", "relax", "repair", "improve", "objective"]
+__all__ = ["DoesNotFit", "Bounded", "within_memory", "relax", "repair", "polish", "block_moves", "improve", "objective"]
 
 
 class DoesNotFit(MemoryError):
@@ -137,6 +137,11 @@ def relax(problem: Problem, capacity: float, solve, *, max_searches: int = 8, rt
         else:
             hi = (r, s, c, m)
     r, s, c, m = best
+    if problem.groups and c > bound * (1 + rtol):  # blocks' values too, then operators again
+        polished = polish(problem, s, capacity)
+        c2 = problem.cost(polished)
+        if c2 < c:
+            s, c, m = polished, c2, problem.memory(polished)
     status = "optimal" if c <= bound * (1 + rtol) else "bound"
     return Bounded(result(r, s, c), c, m, min(bound, c), status, lam_best, searches, least)
 
@@ -153,6 +158,59 @@ def _leanest(problem: Problem, capacity: float):
     pos = [int(np.lexsort((c, m))[0]) for c, m in zip(costs, mems)]
     s = problem.unflat(pos, widths, s)
     return s if problem.memory(s) <= capacity else repair(problem, s, capacity)
+
+
+def polish(problem: Problem, s: Choice, capacity: float, rounds: int = 4) -> Choice:
+    """Lower the cost of ``s``, which fits, by moves of one block's value
+    (:func:`block_moves`) and then of one operator's (:func:`repair`), in
+    turn, while either gains."""
+    for _ in range(rounds):
+        moved = block_moves(problem, s, capacity)
+        if moved is None:
+            break
+        fixed = repair(problem, moved, capacity)
+        s = moved if fixed is None or problem.cost(fixed) > problem.cost(moved) else fixed
+    return s
+
+
+def block_moves(problem: Problem, s: Choice, capacity: float):
+    """From ``s`` (which fits), moves of one block's value, the operators'
+    choices kept: first those that lower the cost and free memory, then the
+    one that lowers the cost the most per byte it adds, while the memory
+    allows; ``None`` when no move lowers the cost."""
+    values = list(s.groups)
+    used = problem.memory(s)
+    moved = False
+    while True:
+        best = None  # (score, group, value, memory added)
+        for b, g in enumerate(problem.groups):
+            j = values[b]
+            dc = np.zeros(g.n)
+            dm = np.zeros(g.n)
+            for v, c, m in g.members:
+                k = s.index[v]
+                dc += c[k] - c[k, j]
+                dm += m[k] - m[k, j]
+            ok = (dc < 0) & (dm <= capacity - used)
+            if not ok.any():
+                continue
+            with np.errstate(divide="ignore", invalid="ignore"):
+                score = np.where(dm > 0, dc / np.where(dm > 0, dm, 1.0), -np.inf)  # cost per byte added
+            score = np.where(ok, score, np.inf)
+            k = int(np.lexsort((dc, score))[0])  # free moves first, the largest gain among them
+            key = (score[k], dc[k])
+            if best is None or key < best[0]:
+                best = (key, b, k, float(dm[k]))
+        if best is None:
+            break
+        _, b, k, dm = best
+        values[b] = k
+        used += dm
+        moved = True
+    if not moved:
+        return None
+    out = Choice(s.index, s.own, tuple(values))
+    return out if problem.memory(out) <= capacity else None
 
 
 def repair(problem: Problem, s: Choice, capacity: float, max_moves: int = 100000):

@@ -199,7 +199,7 @@ def test_compare_report_and_json(tmp_path):
     assert "Parallax is 4.4% cheaper than PaSE" in out and "--sparse-embeddings" in out
     assert out.rstrip().splitlines()[-1].startswith("Total cost: ")
     data = json.loads(path.read_text())
-    assert set(data["baselines"]) == {"data_parallel", "expert", "parallax"}
+    assert set(data["baselines"]) == {"data_parallel", "fsdp", "expert", "parallax"}
     for key, b in data["baselines"].items():
         assert [layer["id"] for layer in b["layers"]] == list(range(204))
         single = tmp_path / f"{key}.json"
@@ -255,4 +255,4 @@ def test_baselines_keep_a_reshape_contiguous():
     dp = data_parallel(g, 8)
     assert dp[1].config == (4, 2, 1) and dp[2].config == (8, 1)  # the ravel of (s, b, e): s whole, then b
     check_strategy(g, dp)
-    assert {b.key for b in compare(g, 8, CostModel())} == {"data_parallel", "expert", "parallax"}
+    assert {b.key for b in compare(g, 8, CostModel())} == {"data_parallel", "fsdp", "expert", "parallax"}
