@@ -8,23 +8,37 @@ import json
 
 from errors import InputError
 
-__all__ = ["read_text", "read_json"]
+__all__ = ["read_bytes", "read_text", "read_json"]
 
 
-def read_text(path: str, limit: int, what: str) -> str:
-    """The UTF-8 text of ``path``, refused beyond ``limit`` bytes (``what``
-    names the kind of file in the message)."""
+def read_bytes(path: str, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, refused beyond ``limit`` bytes (``what`` names
+    the kind of file in the message): a regular file by its size, before
+    reading it; anything else (a device, a pipe) after ``limit + 1`` bytes."""
+    import os
+    import stat
+
     try:
         with open(path, "rb") as f:
-            raw = f.read(limit + 1)
+            info = os.fstat(f.fileno())
+            raw = None if stat.S_ISREG(info.st_mode) and info.st_size > limit else f.read(limit + 1)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"{path} is a directory") from None
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror}") from None
-    if len(raw) > limit:
+    except MemoryError:
+        raw = None
+    if raw is None or len(raw) > limit:
         raise InputError(f"{path} is larger than {limit / 2**20:g} MB: not a {what}")
+    return raw
+
+
+def read_text(path: str, limit: int, what: str) -> str:
+    """The UTF-8 text of ``path``, refused beyond ``limit`` bytes (``what``
+    names the kind of file in the message)."""
+    raw = read_bytes(path, limit, what)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:

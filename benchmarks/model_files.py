@@ -8,6 +8,8 @@ process (best of --repeat runs), against the target for that model:
 
 * every ONNX model-zoo graph the onnx package ships (weights stripped), p = 64:
   at most 3 s;
+* PyTorch's exports of small GPT-2 and Llama (tests/data/onnx/), p = 64,
+  --seq 128: 3 s;
 * GPT-2 and Llama-3-8B from their config.json, p = 64, --seq 2048: 10 s;
 * Mixtral-8x7B, p = 64, --seq 2048: 30 s.
 
@@ -42,6 +44,7 @@ def cases(p: int) -> list[tuple[str, str, dict, float]]:
 
     light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
     out = [(f.stem.removeprefix("light_"), str(f), {}, 3.0) for f in sorted(light.glob("*.onnx"))]
+    out += [(f.stem, str(f), {"seq": 128}, 3.0) for f in sorted((ROOT / "tests" / "data" / "onnx").glob("hf-*.onnx"))]
     for name, target in (("gpt2", 10.0), ("llama3-8b", 10.0), ("mixtral-8x7b", 30.0)):
         out.append((name, str(CONFIGS / name / "config.json"), {"seq": 2048}, target))
     return out

@@ -14,11 +14,15 @@ class ModelFileError(InputError):
     """A model file that cannot be read or planned: one line naming the file."""
 
 
-def file_identity(path: str) -> dict:
-    """The file name, absolute path and SHA-256 of a model file."""
+def file_identity(path: str, data: bytes | None = None) -> dict:
+    """The file name, absolute path and SHA-256 of a model file (of
+    ``data``, its contents, when they were read already)."""
     import hashlib  # only a model read from a file needs it
 
     digest = hashlib.sha256()
+    if data is not None:
+        digest.update(data)
+        return {"file": os.path.basename(path), "path": os.path.abspath(path), "sha256": digest.hexdigest()}
     try:
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):

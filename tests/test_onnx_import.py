@@ -286,7 +286,9 @@ def attention_block(path, opset=17):
 
 @pytest.fixture(scope="module")
 def block(tmp_path_factory):
-    return build_graph(attention_block(tmp_path_factory.mktemp("att") / "block.onnx", opset=20), batch=8, seq=16)
+    """The block with its attention as the file writes it: scores, softmax, context."""
+    return build_graph(attention_block(tmp_path_factory.mktemp("att") / "block.onnx", opset=20), batch=8, seq=16,
+                       attention="materialized")
 
 
 class TestAttention:
@@ -312,6 +314,21 @@ class TestAttention:
         r = search(build_costs(g, 8))
         assert r.cost == pytest.approx(evaluate(g, r.strategy).total, rel=1e-12)
         assert r.cost <= evaluate(g, data_parallel(g, 8)).total
+
+    def test_fused_by_default(self, tmp_path, g):
+        """Scores, scaling, softmax and context: one FusedAttention (no mask:
+        not causal), the keys transposed back to ``(b, heads, t, d)``."""
+        fused = build_graph(attention_block(tmp_path / "block.onnx", opset=20), batch=8, seq=16)
+        ops = by_name(fused)
+        assert "scores" not in ops and "softmax" not in ops and "scale" not in ops
+        att = ops["context"]
+        assert att.kind.name == "FusedAttention" and not att.kind.causal
+        assert att.space == (8, 4, 16, 8, 16) and [t.shape for t in att.inputs] == [(8, 4, 16, 8)] * 3
+        assert ops["context/keys"].kind.name == "Transpose"
+        assert fused.graph["params"] == {"batch": 8, "seq": 16}
+        assert parameter_count(fused) == parameter_count(g)
+        r = search(build_costs(fused, 8))
+        assert r.cost == pytest.approx(evaluate(fused, r.strategy).total, rel=1e-12)
 
     def test_slices_and_gathers_of_activations_are_splits(self, tmp_path):
         nodes = [H("Gather", ["wte", "ids"], ["x"]),
@@ -343,7 +360,7 @@ class TestInputs:
 
     def test_parameters_a_model_does_not_take(self, tmp_path):
         path = conv_net(tmp_path / "m.onnx", H("Relu", ["c"], ["y"]))
-        with pytest.raises(ValueError, match=r"seq is not a parameter of m \(it takes batch\)"):
+        with pytest.raises(ValueError, match=r"seq is not a parameter of m \(it takes batch, attention\)"):
             build_graph(path, seq=16)
         with pytest.raises(ValueError, match="batch must be an integer from 1"):
             build_graph(path, batch=0)
@@ -364,11 +381,12 @@ class TestInputs:
         assert operators(build_graph(path, batch=8))[0].space[0] == 8
 
     def test_a_huge_dimension_plans(self, tmp_path):
-        """Splits of a dimension of 3 * 2**61 are looked for up to p only (not
-        by 2**31 trial divisions), in the search and in the baselines."""
+        """Splits of a dimension of 3 * 2**28, near the bound the flags have
+        (1e9; beyond it a file is refused), are looked for up to p only, in the
+        search and in the baselines."""
         nodes = [H("MatMul", ["x", "w"], ["y"], name="fc")]
-        path = model(tmp_path / "m.onnx", nodes, [("x", ["N", 3 * 2**61])], [("y", None)], [("w", (3 * 2**61, 4))])
-        assert by_name(build_graph(path, batch=8))["fc"].space == (8, 4, 3 * 2**61)
+        path = model(tmp_path / "m.onnx", nodes, [("x", ["N", 3 * 2**28])], [("y", None)], [("w", (3 * 2**28, 4))])
+        assert by_name(build_graph(path, batch=8))["fc"].space == (8, 4, 3 * 2**28)
         out = run_cli("-g", path, "-p", 4, "-q", "--compare", timeout=120).stdout
         assert out.splitlines()[-1].startswith("Total cost: ")
 
@@ -412,6 +430,23 @@ class TestBadFiles:
         path = conv_net(tmp_path / "m.onnx", H("Add", ["c", "odd"], ["y"]), inits=[("odd", (5, 7))])
         with pytest.raises(ValueError, match="shape inference fails: "):
             build_graph(path)
+
+    def test_an_endless_file_is_refused(self, tmp_path):
+        """A link to /dev/zero named like a model: at most 2 GB is read (a
+        protobuf holds no more), then one line and a non-zero exit."""
+        os.symlink("/dev/zero", tmp_path / "x.onnx")
+        proc = run_cli("-g", tmp_path / "x.onnx", "-p", 4, ok=False, timeout=120)
+        assert proc.returncode != 0 and proc.stdout == "" and "Traceback" not in proc.stderr
+        assert proc.stderr.count("\n") == 1 and "x.onnx is larger than 2048 MB: not a protobuf ONNX model" in proc.stderr
+
+    def test_a_file_over_2_gb_is_refused_unread(self, tmp_path):
+        """A regular file is refused by its size (sparse here: nothing is on
+        the disk, and nothing is read)."""
+        path = tmp_path / "big.onnx"
+        with open(path, "wb") as f:
+            f.truncate((2 << 30) + 1)
+        with pytest.raises(ValueError, match=r"big.onnx is larger than 2048 MB: not a protobuf ONNX model \(one"):
+            build_graph(str(path))
 
     def test_external_weights_are_not_read(self, tmp_path):
         nodes = [H("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3]), H("Relu", ["c"], ["y"])]

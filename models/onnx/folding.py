@@ -11,6 +11,7 @@ from models.onnx.values import (
     ACTIVATIONS,
     ARITHMETIC,
     NUMPY,
+    PREDICATES,
     RESHAPES,
     SMALL,
     VANISH,
@@ -100,6 +101,8 @@ class Folding:
             for j, axis in enumerate(axes):
                 shape[_axis(axis, len(shape))] += pads[j] + pads[j + len(pads) // 2]
             return tuple(shape), bax
+        if op in PREDICATES or op == "Trilu":
+            return tuple(x.shape), bax
         if op in ACTIVATIONS or op in ARITHMETIC:
             shape = _broadcast(*[h.shape for h in present])
             lead = next((h for h in present if h.data and h.bax is not None), None)
@@ -125,6 +128,11 @@ class Folding:
             for axis, start, end in self._slices(a, ins):
                 shape[axis] = end - start
             return tuple(shape), bax
+        if op == "GatherND" and len(present) == 2 and len(ins[1].shape) >= 1:
+            index, rank = tuple(ins[1].shape), a.get("batch_dims", 0)
+            shape = index[:-1] + tuple(x.shape[rank + index[-1]:])
+            lead = bax == 0 and not ins[1].data and index and index[0] == x.shape[0]  # sample i picked by sample i
+            return shape, 0 if lead or ins[1].data and ins[1].bax == 0 else None
         if op == "Gather" and isinstance(ins[1], Val) and not ins[1].data:
             axis = _axis(a.get("axis", 0), len(x.shape))
             shape = x.shape[:axis] + tuple(ins[1].shape) + x.shape[axis + 1:]

@@ -13,6 +13,7 @@ from models.onnx.elementwise import Elementwise
 from models.onnx.folding import Folding
 from models.onnx.matmul import Products
 from models.onnx.norms import Normalisations
+from models.onnx.patterns import Lazy, Patterns
 from models.onnx.shapes import Shapes
 from models.onnx.values import (
     _CONTRIB,
@@ -36,13 +37,16 @@ from models.onnx.values import (
 )
 
 
-class Importer(Elementwise, Convolutions, Normalisations, Products, Shapes, Folding):
+class Importer(Elementwise, Convolutions, Normalisations, Products, Shapes, Folding, Patterns):
     """Reads the nodes in order and plans the operators (see
     ``models/onnx/__init__.py``); ``pending`` are added to a graph at the
     end, so that folding an activation into its producer is a change of a
-    planned kind."""
+    planned kind.  ``order``: the ``(position, node)`` pairs it will read;
+    ``attention``: ``fused`` (attention patterns become FusedAttention) or
+    ``materialized``."""
 
-    def __init__(self, path: str, model, inferred: dict, batch: int, exported_batch: int | None, live: set):
+    def __init__(self, path: str, model, inferred: dict, batch: int, exported_batch: int | None, live: set,
+                 order=(), attention: str = "fused"):
         self.path = path
         self.model = model
         self.inferred = inferred  # tensor -> shape by ONNX's inference of the file as it is
@@ -57,6 +61,22 @@ class Importer(Elementwise, Convolutions, Normalisations, Products, Shapes, Fold
         self.unsupported: dict[str, list[str]] = {}
         self.softmax_axis: dict[int, int] = {}  # a planned Softmax's index -> its axis
         self.current = None  # the node being mapped
+        self.fused = attention == "fused"
+        self.initializers = {t.name for t in model.graph.initializer}
+        self.producer = {t: i for i, n in enumerate(model.graph.node) for t in n.output if t}
+        self.users: dict[str, list] = {}  # tensor -> the nodes read that read it
+        self.users_at: dict[str, list[int]] = {}  # tensor -> their positions in the file
+        for i, n in order:
+            for t in dict.fromkeys(n.input):
+                if t:
+                    self.users.setdefault(t, []).append(n)
+                    self.users_at.setdefault(t, []).append(i)
+        self.outputs = {o.name for o in model.graph.output}
+        self.holders: dict[object, list[str]] = {}  # a Lazy -> the tensors holding it (or a test of it)
+        self.index = None  # the position of the node being read
+        self.made: dict[Lazy, object] = {}  # a pattern's node mapped on its own, once
+        self.probed: dict[str, object] = {}  # a mask tensor computed on a small input (or None)
+        self._probe_shapes = None  # the tensors' shapes at the probe's input sizes
 
     def add(self, name: str, kind, *inputs: Ref, weights=()) -> tuple[Ref, ...]:
         """Plan an operator; ``weights``: ``(position, key)`` of the weights
@@ -68,10 +88,15 @@ class Importer(Elementwise, Convolutions, Normalisations, Products, Shapes, Fold
             name, k = f"{base}_{k}", k + 1
         self.names.add(name)
         v = len(self.pending)
+        for i, ref in enumerate(inputs):
+            self._check_sizes(name, f"input {i}", ref.shape)
         try:
             op, out_letters = kind.build(name, tuple(inputs))
         except ValueError as e:
             raise ModelFileError(f"{self.path}: {e}") from None
+        for i, t in enumerate(op.outputs):
+            self._check_sizes(name, f"output {i}", t.shape)
+        self._check_sizes(name, "iteration space", op.space)
         for ref, t in zip(inputs, op.inputs):
             if ref.shape != t.shape:
                 raise ModelFileError(f"{self.path}: {name}: input shape {ref.shape} is not the {t.shape} it needs")
@@ -80,11 +105,25 @@ class Importer(Elementwise, Convolutions, Normalisations, Products, Shapes, Fold
         self.pending.append(_Pending(name, kind, tuple(inputs), shared))
         return tuple(Ref(v, i, t.shape, letters) for i, (t, letters) in enumerate(zip(op.outputs, out_letters)))
 
+    def _check_sizes(self, name: str, what: str, shape) -> None:
+        """Refuse an operator's tensor with an empty dimension, or one beyond
+        the bound the flags have (:data:`models.registry.MAX_SIZE`)."""
+        from models.registry import MAX_SIZE
+
+        for s in shape:
+            if s < 1:
+                raise ModelFileError(f"{self.path}: node {name!r}: {what} {tuple(shape)} has a dimension of size {s}")
+            if s > MAX_SIZE:
+                raise ModelFileError(f"{self.path}: node {name!r}: {what} has a dimension of {s:,}; the tool plans "
+                                     f"at most {MAX_SIZE:,}")
+
     def ref(self, h) -> Ref:
         """What an operator reads: an activation, or a graph input (data, or
         a weight for a constant)."""
         if isinstance(h, Act):
             return h.ref
+        if h.tests is not None:
+            raise Unsupported("reading a test of an activation")
         return Ref(None, 0, tuple(h.shape), _data_letters(h), "data" if h.data else "weight")
 
     def _field(self, v: int, name: str) -> bool:
@@ -119,6 +158,7 @@ class Importer(Elementwise, Convolutions, Normalisations, Products, Shapes, Fold
         """Map every ``(position, node)``; unsupported ones are collected."""
         for index, node in nodes:
             name = node.name or f"{node.op_type}_{index}"
+            self.index = index
             ins = [self.env[i] if i else None for i in node.input]
             if any(h is POISON for h in ins):  # after an unsupported node: only an unknown op type is reported
                 if node.op_type not in SUPPORTED | FOLDED or node.domain not in _DEFAULT_DOMAINS:
@@ -126,13 +166,19 @@ class Importer(Elementwise, Convolutions, Normalisations, Products, Shapes, Fold
                 results = [POISON] * len(node.output)
             else:
                 try:
-                    results = self.node(node, name, ins)
+                    results = self.match(node, node.op_type, name, ins) if any(
+                        isinstance(h, (Act, Lazy)) or isinstance(h, Val) and h.tests is not None for h in ins) else None
+                    if results is None:
+                        results = self.node(node, name, [self.materialize(h) for h in ins])
                 except Unsupported as e:
                     self._unsupported(node, name, e)
                     results = [POISON] * len(node.output)
             for tensor, h in zip(node.output, results):
                 if tensor:
                     self.env[tensor] = h
+                    held = h if isinstance(h, Lazy) else h.tests if isinstance(h, Val) else None
+                    if isinstance(held, Lazy):
+                        self.holders.setdefault(held, []).append(tensor)
 
     def _unsupported(self, node, name: str, e: Unsupported) -> None:
         label = node.op_type if node.domain in _DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
@@ -147,6 +193,8 @@ class Importer(Elementwise, Convolutions, Normalisations, Products, Shapes, Fold
             return [self.constant(node, a)]
         if op in ("Shape", "Size"):
             return [self.shape_of(op, a, ins[0])]
+        if op == "Gather" and self.position_rows(a, ins):
+            return self.positions(name, *ins)
         if not any(isinstance(h, Act) for h in present):
             reads_input = any(h.data for h in present)
             if op in COMPUTE and reads_input or op == "Gather" and not ins[0].data and ins[1].data:

@@ -105,6 +105,34 @@ class Products:
         new = ",".join("".join(rename[c] for c in s) for s in subs) + "->" + "".join(rename[c] for c in rhs)
         return [self.einsum(name, new, *ins)]
 
+    def position_rows(self, a, ins) -> bool:
+        """Whether a Gather reads rows ``i, i + 1, ...`` of a weight (an
+        initializer of two axes) at indices ``(1, s)`` that do not depend
+        on the input: a learned position embedding read at the positions of
+        one sample, broadcast over the batch."""
+        if len(ins) != 2 or not all(isinstance(h, Val) and not h.data and h.tests is None for h in ins):
+            return False
+        table, ids = ins
+        if table.key not in self.initializers or len(table.shape) != 2 or _axis(a.get("axis", 0), 2) != 0:
+            return False
+        if not ids.known() or len(ids.shape) != 2 or ids.shape[0] != 1 or ids.shape[1] < 1:
+            return False
+        index = np.asarray(ids.value).reshape(-1)
+        rows = np.arange(index[0], index[0] + len(index)) if np.issubdtype(index.dtype, np.integer) else None
+        return rows is not None and np.array_equal(index, rows)
+
+    def positions(self, name, table, ids):
+        """The position embedding of :meth:`position_rows`: an Embedding of
+        the table read at the positions of every sample, as the built-in
+        decoders read their position tables."""
+        from graph import Ref
+        from kinds.gemm import Embedding
+
+        r = Ref(None, 0, (self.batch, ids.shape[1]), "bs", "data")
+        (out,) = self.add(name, Embedding(table.shape[0], table.shape[1], _fresh({"b", "s", "v"})), r,
+                          weights=[(1, table.key)])
+        return [Act(out)]
+
     def _Gather(self, a, name, ins):
         from kinds.gemm import Embedding
 

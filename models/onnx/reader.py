@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 
 from models.files import ModelFileError
+from models.registry import MAX_SIZE
 
 
 def _parse(path: str, data: bytes):
@@ -82,7 +83,16 @@ def _data_inputs(path, graph):
             continue
         if not inp.type.HasField("tensor_type") or not inp.type.tensor_type.HasField("shape"):
             raise ModelFileError(f"{path}: input {inp.name!r} is not a tensor of known rank")
-        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
-                for d in inp.type.tensor_type.shape.dim]
+        dims = []
+        for axis, d in enumerate(inp.type.tensor_type.shape.dim):
+            if not d.HasField("dim_value"):
+                dims.append(d.dim_param or "?")
+            elif d.dim_value < 1:  # an empty tensor: nothing to plan
+                raise ModelFileError(f"{path}: input {inp.name!r} has a dimension of size {d.dim_value} (axis {axis})")
+            elif d.dim_value > MAX_SIZE:  # the bound the flags have
+                raise ModelFileError(f"{path}: input {inp.name!r} has a dimension of {d.dim_value:,} (axis {axis}); "
+                                     f"the tool plans at most {MAX_SIZE:,}")
+            else:
+                dims.append(d.dim_value)
         out.append((inp.name, dims))
     return out

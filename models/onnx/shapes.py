@@ -7,6 +7,15 @@ import math
 from models.onnx.values import Act, Unsupported, Val, _axis, _reshape_letters
 
 
+def _expanded(shape: tuple, target) -> tuple[int, ...]:
+    """The shape ``Expand`` gives ``shape`` (numpy's broadcasting, both ways)."""
+    r = max(len(shape), len(target))
+    a, b = (1,) * (r - len(shape)) + shape, (1,) * (r - len(target)) + tuple(target)
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        raise Unsupported(f"of {shape} to {tuple(target)}")
+    return tuple(max(x, y) for x, y in zip(a, b))
+
+
 class Shapes:
     """Mixin of :class:`models.onnx.importer.Importer` (see the module docstring)."""
 
@@ -75,6 +84,23 @@ class Shapes:
         x = ins[0]
         for i, (axis, start, end) in enumerate(self._slices(a, ins)):
             x = self.slice(name if i == 0 else f"{name}/{i}", x, axis, start, end)
+        return [x]
+
+    def _Expand(self, a, name, ins):
+        """An activation broadcast to a larger shape (grouped-query attention's
+        keys and values repeated for each query head of their group): a copy,
+        a Concat of as many copies as each size-1 axis grows to."""
+        from kinds.shape import Concat
+
+        x = ins[0]
+        shape = _expanded(tuple(x.shape), self.values(ins[1], "shape"))
+        if len(shape) > len(x.shape):
+            x = self.reshape(f"{name}/axes", x, (1,) * (len(shape) - len(x.shape)) + tuple(x.shape))
+        for axis, (have, want) in enumerate(zip(x.shape, shape)):
+            if have != want:
+                (out,) = self.add(name if tuple(x.shape[axis + 1:]) == shape[axis + 1:] else f"{name}/{axis}",
+                                  Concat(axis), *[self.ref(x)] * want)
+                x = Act(out)
         return [x]
 
     def _Transpose(self, a, name, ins):

@@ -19,20 +19,22 @@ CUTOFF = 4
 ACTIVATIONS = {"Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Gelu", "FastGelu", "QuickGelu", "BiasGelu",
                "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Silu", "Mish", "Tanh", "Erf", "Softplus", "Softsign",
                "Clip", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Sin", "Cos", "Floor", "Ceil", "Round",
-               "Sign", "Not", "ThresholdedRelu", "Shrink"}
+               "Sign", "Not", "ThresholdedRelu", "Shrink", "RotaryEmbedding"}
 ARITHMETIC = {"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Mean", "Pow", "Where", "Mod", "Equal", "Less",
               "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"}
 PRODUCTS = {"Mul", "Div", "Pow", "Max", "Min", "Where"}  # whose gradient needs their inputs
 VANISH = {"Identity", "Dropout", "Cast", "CastLike"}
+PREDICATES = {"IsNaN", "IsInf"}  # tests of elements: conditions
 RESHAPES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
 REDUCTIONS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
               "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
 POOLS = {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}
 NORMS = {"BatchNormalization", "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization", "LRN"}
 COMPUTE = {"Conv", "Gemm", "MatMul", "Einsum", "Softmax", "LogSoftmax"} | NORMS | POOLS | REDUCTIONS
-LAYERS = COMPUTE | {"Gather", "Concat", "Split", "Slice", "Transpose"} | RESHAPES
-SUPPORTED = LAYERS | ACTIVATIONS | ARITHMETIC | VANISH
-FOLDED = {"Constant", "ConstantOfShape", "Shape", "Size", "Range", "Expand"}  # on constants (and any op there)
+LAYERS = COMPUTE | {"Gather", "Concat", "Split", "Slice", "Transpose", "Attention", "Expand"} | RESHAPES
+SUPPORTED = LAYERS | ACTIVATIONS | ARITHMETIC | VANISH | PREDICATES
+FOLDED = {"Constant", "ConstantOfShape", "Shape", "Size", "Range", "Expand", "GatherND", "Trilu"}  # on constants
+# (and any op there) or on the network's inputs alone
 SMALL = 1 << 16  # constants computed in full up to this many elements (shapes, indices, masks)
 _LETTERS = "cdefghijklmnopqrstuwxyza"  # fresh letters ('b' is the sample, 'v' an embedding's vocabulary)
 _DATA_LETTERS = {1: "b", 2: "bs", 3: "bse", 4: "bchw"}
@@ -49,7 +51,7 @@ NUMPY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": _div, "Eq
          "Greater": np.greater, "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal,
          "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor, "Not": np.logical_not,
          "Neg": np.negative, "Abs": np.abs, "Sqrt": np.sqrt, "Floor": np.floor, "Ceil": np.ceil,
-         "Max": np.maximum, "Min": np.minimum, "Sum": np.add, "Where": np.where}
+         "Max": np.maximum, "Min": np.minimum, "Sum": np.add, "Where": np.where, "IsNaN": np.isnan}
 
 
 @dataclass(frozen=True, eq=False)  # no ==: it would compare the elements, arrays
@@ -64,6 +66,7 @@ class Val:
     data: bool = False
     key: str = ""
     bax: int | None = None
+    tests: object = None  # the activation an IsNaN or IsInf tests: a condition, never differentiated
 
     def known(self) -> bool:
         return self.value is not None
