@@ -168,6 +168,8 @@ def _comparison(r: Result) -> list[str]:
         elif b.key == "expert":
             notes.append(f"  {b.label}")
         cheaper = b.total_cost < mine * (1 - 1e-12)
+        if b.key == "parallax" and not b.total_cost < dp.total_cost * (1 - 1e-12):
+            continue  # no sparse exchange that pays (no embeddings): data parallel's own line says the rest
         if cheaper and b.key == "parallax" and r.cost_model.original:
             notes.append(f"  Parallax is {_pct(b.total_cost, mine)} cheaper than {mine_label}: it exchanges embedding")
             notes.append("  gradients sparsely, which the default cost model (the original PaSE one) does")

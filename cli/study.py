@@ -30,9 +30,42 @@ class SweepInterrupted(KeyboardInterrupt):
     """Ctrl-C during a sweep: the finished rows were written."""
 
 
+def _model_name(value) -> str:
+    """A model's name: a built-in one's own, a model file's without its
+    extension, and for a Hugging Face ``.../NAME/config.json`` (or the
+    directory holding it) the directory's, ``NAME``."""
+    from errors import printable
+
+    text = os.path.normpath(str(value))
+    base = os.path.basename(text)
+    if base.lower() == "config.json":
+        base = os.path.basename(os.path.dirname(os.path.abspath(text)))
+    elif not os.path.isdir(text):
+        base = os.path.splitext(base)[0]
+    return printable(base) or "model"
+
+
+def model_names(values) -> dict:
+    """Each model of a sweep by its name (:func:`_model_name`), made
+    distinct: a second model of the same name (another directory's
+    ``gpt2/config.json``) gets ``-2``, a third ``-3``..., in order."""
+    out, taken = {}, set()
+    for v in values:
+        if v in out:
+            continue
+        stem = name = _model_name(v)
+        n = 1
+        while name.lower() in taken:  # case-insensitive file systems too
+            n += 1
+            name = f"{stem}-{n}"
+        taken.add(name.lower())
+        out[v] = name
+    return out
+
+
 def _name(axis: str, value) -> str:
     if axis == "graph":
-        return os.path.splitext(os.path.basename(os.path.normpath(str(value))))[0] or "model"
+        return _model_name(value)
     return f"{_TAGS.get(axis, '')}{value:.15g}" if isinstance(value, float) else f"{_TAGS.get(axis, '')}{value}"
 
 
@@ -165,7 +198,9 @@ def sweep(s: Settings, progress=None, keep_plans: bool = False) -> Sweep:
         share = (default_memory_limit() / 1e9 if s.mem_limit_gb is None else s.mem_limit_gb) / jobs
         threads = max(1, cores() // jobs)
         points = [replace(pt, mem_limit_gb=share, threads=threads) for pt in points]
-    work = [(pt, {a: getattr(pt, a) for a in axes}, keep_plans or s.plans is not None, s.breakdown) for pt in points]
+    models = model_names([pt.graph for pt in points])  # a model file by its name, as the plans' files are
+    work = [(pt, {a: models[pt.graph] if a == "graph" else getattr(pt, a) for a in axes},
+             keep_plans or s.plans is not None, s.breakdown) for pt in points]
     outcomes, interrupted = run_sweep(work, _work, jobs, progress, on_row=_partial_table(s.output))
     return Sweep(frame([o[0] if o is not None else None for o in outcomes]), outcomes, points, axes, interrupted)
 

@@ -129,7 +129,8 @@ class Cluster:
                           label="peak TFLOPS per device", tag="flops")
     bw: float = _field(16.0, "--bw", "positive", "peak interconnect bandwidth in GB/s, inside a node "
                        "(default: 16.0, or the --device's)", label="bandwidth (GB/s)", tag="bw")
-    inter_bw: float | None = _field(None, "--inter-bw", "positive", "bandwidth between nodes (default: --bw)",
+    inter_bw: float | None = _field(None, "--inter-bw", "positive", "bandwidth between nodes (default: --bw; "
+                                    "needs --gpus-per-node)",
                                     metavar="GB/s", label="bandwidth between nodes (GB/s)", tag="ibw")
     gpus_per_node: int | None = _field(None, "--gpus-per-node", "count", "devices per node, numbered node-major "
                                        "(default: one node holds them all)", metavar="G", label="devices per node",

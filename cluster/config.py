@@ -106,13 +106,17 @@ def resolve(settings: dict, *, device: str | None = None, file_fields: dict | No
     the presets describe.  One rule, field by field: an explicit setting
     (``settings``; ``None`` values ignored) beats the cluster file's
     (``file_fields``), which beats the plan file's record (``recorded``),
-    which beats the presets (the device's, at the precision; the
+    which beats the presets (the device's, at the precision in force; the
     network's); the paper's 10 TFLOPS and 16 GB/s fill what nothing sets.
-    Two refinements: a device or a precision given explicitly or by the
-    cluster file brings its preset's device figures (:data:`DEVICE_FIGURES`:
-    peak, bandwidths, memory, efficiencies), the record's being those of
-    another device or precision; a network given so brings its preset's
-    figures (:data:`NETWORK_FIGURES`) likewise."""
+    The device and the precision in force follow the same order (the
+    precision last from the device's own).  Three refinements: a record
+    made for another device keeps none of its device figures
+    (:data:`DEVICE_FIGURES`: they describe that device); a record made at
+    another precision keeps its peak only when it is not the device's
+    table figure at that precision (a peak given by hand), so the peak is
+    looked up again at the precision in force; a network given by the
+    settings or the cluster file brings its preset's figures
+    (:data:`NETWORK_FIGURES`) over the record's."""
     from cluster.presets import default_precision, network_fields
 
     file_fields = file_fields or {}
@@ -128,9 +132,12 @@ def resolve(settings: dict, *, device: str | None = None, file_fields: dict | No
     if precision not in PRECISIONS:
         raise SettingError("precision", f"must be one of {', '.join(PRECISIONS)}, got {shown(precision)}")
     keep = dict(recorded)
-    if "device" in given or "precision" in given:  # another device or precision: its own figures
+    if name != recorded.get("device"):  # another device: the record's figures are the other one's
         for k in DEVICE_FIGURES:
             keep.pop(k, None)
+    elif name is not None and precision != recorded.get("precision", precision) and "flops" in keep:
+        if keep["flops"] == known(name).tflops.get(recorded["precision"]):  # the table's peak, not one by hand
+            del keep["flops"]
     if "network" in given:
         for k in NETWORK_FIGURES:
             keep.pop(k, None)

@@ -47,7 +47,8 @@ expert parallelism is a split of ``x``.  Sliding-window attention (Mistral)
 is costed as full causal attention.  The weights are those of the model:
 the parameter count equals the published one.  The sequence length defaults
 to 2048, or the config's limit when smaller; a longer one is planned as
-asked (a learned position table keeps its rows, read by position ids).
+asked (a learned position table keeps its rows, read by position ids), with
+a note in the graph's ``notes`` that the report prints.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ import os
 from dataclasses import dataclass
 
 from errors import SettingError, printable, shown
-from models.registry import ATTENTION_KINDS, BATCH, MAX_LAYERS, check_choice, check_int
+from models.registry import ATTENTION_KINDS, BATCH, MAX_LAYERS, MAX_SIZE, check_choice, check_int
 from models.files import ModelFileError, file_identity
 
 __all__ = ["FAMILIES", "DecoderConfig", "read_config", "load_config", "DEFAULT_SEQ"]
@@ -89,6 +90,7 @@ class DecoderConfig:
     embd_pdrop: float = 0.0  # dropout of the embeddings' sum, the attention probabilities, each residual branch
     attn_pdrop: float = 0.0
     resid_pdrop: float = 0.0
+    positions_key: str = ""  # the config's key that gave ``positions``
 
     @property
     def gpt2(self) -> bool:
@@ -117,16 +119,16 @@ def read_config(path: str) -> DecoderConfig:
     def fail(problem: str):
         raise ModelFileError(f"{path}: {problem}")
 
-    def integer(*names, default=_MISSING, most=None, what=""):
-        """The first of ``names`` the config sets; with ``most``, at most
-        that many ``what``."""
+    def integer(*names, default=_MISSING, most=MAX_SIZE, what=""):
+        """The first of ``names`` the config sets, at most ``most`` (the
+        bound of the flags that set such a size) ``what``."""
         for name in names:
             if data.get(name) is not None:
                 v = data[name]
-                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10**12:
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                     fail(f"{name} must be a positive integer, got {shown(v)}")
-                if most is not None and v > most:
-                    fail(f"{name} is {v:,}; the tool plans at most {most:,} {what}")
+                if v > most:
+                    fail(f"{name} is {v:,}; the tool plans at most {most:,}{' ' + what if what else ''}")
                 return v
         if default is _MISSING:
             fail(f"missing key {names[0]!r}")
@@ -194,8 +196,11 @@ def read_config(path: str) -> DecoderConfig:
         top_k = integer("num_experts_per_tok")
         if top_k > experts:
             fail(f"num_experts_per_tok {top_k} is more than num_local_experts {experts}")
+    position_keys = ("n_positions", "n_ctx", "max_position_embeddings") if family == "gpt2" else \
+        ("max_position_embeddings",)
+    positions_key = next((k for k in position_keys if data.get(k) is not None), "")
     return DecoderConfig(family, width, layers, heads, kv_heads, head_dim, ffn, vocab, positions, tied,
-                         experts=experts, top_k=top_k, **biases, **drops)
+                         experts=experts, top_k=top_k, **biases, **drops, positions_key=positions_key)
 
 
 def _model_name(path: str, cfg: DecoderConfig) -> str:
@@ -228,6 +233,9 @@ def load_config(path: str, **params):
                      batch=values["batch"], source=file_identity(path), defaults={"attention": "fused"},
                      roles={"seq": "s", "tensor": "ghfv", "expert": "x"})
     build_decoder(B, cfg, **values)
+    if cfg.positions is not None and values["seq"] > cfg.positions:  # planned as asked, but worth saying
+        B.graph.graph["notes"] = (f"The sequence of {values['seq']:,} tokens exceeds the {cfg.positions:,} "
+                                  f"positions {name} has ({cfg.positions_key}); planned as asked.",)
     return B.graph
 
 

@@ -39,7 +39,8 @@ def expand(settings, values: dict) -> list:
 def row(result, swept: dict, error: str | None = None) -> dict:
     """One row of the table: the swept values, then the figures of
     ``result`` (a :class:`result.Result` with at least the data-parallel
-    baseline), or the ``error``."""
+    baseline), or the ``error``.  Within a device's memory, ``KEY_fits``
+    says whether each baseline fits it."""
     out = dict(swept)
     if error is not None:
         out["error"] = error
@@ -52,6 +53,9 @@ def row(result, swept: dict, error: str | None = None) -> dict:
                 out[f"{b.key}_speedup"] = r.speedup(b)
         for b in r.baselines:
             out[f"{b.key}_inside"] = b.in_search_space
+    if r.capacity is not None:  # within a device's memory: whether each baseline fits it (a speedup it cannot run)
+        for b in r.baselines:
+            out[f"{b.key}_fits"] = b.fits
     out.update(compute=r.compute, communication=r.communication, memory_gb=r.memory_bytes / 1e9)
     if r.search is not None:
         out.update(search_seconds=r.search.seconds, largest_K=r.search.largest_K)

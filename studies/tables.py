@@ -53,15 +53,41 @@ def _formatters(df: pd.DataFrame) -> dict:
     return out
 
 
+def _no_fit(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The speedups over baselines that do not fit the device memory
+    (``KEY_fits`` false) marked, the ``KEY_fits`` columns folded into them,
+    and the lines that say what the marks mean: a baseline's own speedup
+    reads ``no-fit``; the speedup over a data-parallel plan that does not
+    fit carries a ``!``."""
+    fits = [c for c in df.columns if c.endswith("_fits")]
+    out, marks = df.drop(columns=fits), set()
+    for col in fits:
+        key = col.removesuffix("_fits")
+        target = "speedup" if key == "data_parallel" else f"{key}_speedup"
+        bad = [not (x is None or pd.isna(x) or bool(x)) for x in df[col]]  # a failed setting's: missing
+        if target not in out or not any(bad):
+            continue
+        text = _formatters(df)[target]
+        if key == "data_parallel":
+            out[target] = [text(x) + ("!" if b else "") for x, b in zip(df[target], bad)]
+        else:
+            out[target] = ["no-fit" if b else text(x) for x, b in zip(df[target], bad)]
+        marks.add(key == "data_parallel")
+    notes = {True: "! over a data-parallel plan that does not fit the device memory",
+             False: "no-fit: the baseline does not fit the device memory (the --output file keeps its speedup)"}
+    return out, [notes[m] for m in (True, False) if m in marks]
+
+
 def render(df: pd.DataFrame) -> str:
-    """The table for the terminal: one line per setting."""
+    """The table for the terminal: one line per setting, and what its marks
+    mean (baselines that do not fit the device memory)."""
     if df.empty:
         return "(no setting finished)"
-    shown = df.rename(columns={"step_seconds": "step time", "memory_gb": "memory GB",
-                               "search_seconds": "search s"})
-    fmt = {{"step_seconds": "step time", "memory_gb": "memory GB", "search_seconds": "search s"}.get(k, k): f
-           for k, f in _formatters(df).items()}
-    return shown.to_string(index=False, formatters=fmt, na_rep="-")
+    marked, notes = _no_fit(df)
+    names = {"step_seconds": "step time", "memory_gb": "memory GB", "search_seconds": "search s"}
+    shown = marked.rename(columns=names)
+    fmt = {names.get(k, k): f for k, f in _formatters(df).items() if k in marked and marked[k].dtype == df[k].dtype}
+    return "\n".join([shown.to_string(index=False, formatters=fmt, na_rep="-")] + notes)
 
 
 def render_file(df: pd.DataFrame, path: str) -> str:
