@@ -13,16 +13,28 @@ strategy and the data-parallel baseline), on p virtual CPU devices:
 3. time: compile time at full size and step time at the shrunk size
    (informative only: the virtual devices share the machine's cores).
 
+The plans run as ``scheduler.py --export jax`` writes them: each plan's
+shardings are made by the exporter (``exports/frameworks/jax_mesh.py``)
+and read back by its loader (``exports/jax_loader.py``).  ``--sharding
+FILE`` runs such a file itself, for any model the tool reads (a Hugging
+Face ``config.json`` too): the JAX model is then built from the graph
+(``jax/graph_model.py``), at the sizes the file was written for, and the
+collectives of each matrix-product layer must be those the cost model
+charges (their kinds, groups and counts).
+
     pip install -r benchmarks/jax/requirements.txt
     python benchmarks/jax_validate.py                       # AlexNet and Transformer, p = 8
     python benchmarks/jax_validate.py -g transformer --plan plan.json --plan dp.json
     python benchmarks/jax_validate.py --quick               # small sizes only (the test)
+    python scheduler.py -g config.json -p 8 -b 16 --seq 64 --plan tp=2 --export jax:tp2.json
+    python benchmarks/jax_validate.py --sharding tp2.json   # an exported plan of any model
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import math
 import os
 import re
@@ -168,6 +180,15 @@ def layer_of(op_name: str, names: list[str]) -> str:
 
 
 # -- plans ------------------------------------------------------------------------------
+
+
+def mesh_plan(g, strategy, p: int):
+    """The shardings of ``strategy`` as ``--export jax`` writes them (the
+    exporter's document), read back by the export's loader."""
+    from exports.frameworks.jax_mesh import document
+    from exports.jax_loader import from_document
+
+    return from_document(json.loads(json.dumps(document(g, strategy, p))))
 
 
 def plans_for(graph: str, p: int, files: list[str], with_expert: bool = False):
@@ -424,6 +445,189 @@ def communication(graph, g, mp, mesh, p, strategy, small, per_node):
             "kinds": kinds, "locality": locality, "predicted_locality": predicted_locality(g, strategy, per_node)}
 
 
+# -- exported plans of any model (--sharding) -------------------------------------------
+
+#: the collective each pattern of the cost model's records is in XLA's programs
+_HLO_KIND = {"allreduce": "all-reduce", "allgather": "all-gather", "reducescatter": "reduce-scatter",
+             "send": "send", "cheapest": "cheapest"}
+#: the layers whose collectives must be the cost model's: its matrix products
+MATMUL_KINDS = ("Einsum", "FC", "Embedding")
+
+
+def exported(path: str):
+    """(document, graph, strategy) of a ``--export jax`` file: the graph is
+    built again from the model and parameters the file names, and must be
+    the one the file's operators describe."""
+    from config_space import Decision
+    from graph import operators
+    from models import build_graph
+
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    if "graph" not in doc or "params" not in doc:
+        raise SystemExit(f"jax_validate.py: {path} names no model (written by scheduler.py --export jax?)")
+    g = build_graph(doc["graph"], **doc["params"])
+    ops = operators(g)
+    if [(op.name, list(op.space)) for op in ops] != [(o["name"], o["space"]) for o in doc["operators"]]:
+        raise SystemExit(f"jax_validate.py: {path} does not describe the operators of {doc['graph']}")
+    strategy = [Decision(op.dims, tuple(o["config"]), tuple(o.get("options", {}).items()))
+                for op, o in zip(ops, doc["operators"])]
+    return doc, g, strategy
+
+
+def charged(g, strategy, model=None) -> dict:
+    """Per layer, the collectives the cost model charges for ``strategy``,
+    as XLA names them: a Counter of (kind, devices in the group).  A layer's
+    weight gradients are reduced one weight tensor at a time (as XLA does),
+    so a gradient collective the model charges once (a matrix product's,
+    whose bias it does not price) stands for one per weight tensor."""
+    from collections import Counter
+
+    import numpy as np
+
+    from blocks import find_chains
+    from cost_model import CostModel, _with_options
+    from graph import operators
+    from options import contexts
+
+    model = CostModel() if model is None else model
+    ctx = contexts(g, find_chains(g))
+    out = {}
+    for v, (op, d) in enumerate(zip(operators(g), strategy)):
+        C, work, _ = _with_options(op, [d.config], model, ctx[v], dict(d.options))
+        weights = sum(t.role == "weight" for t in op.inputs)
+        counts = Counter()
+        for c in work.comms:
+            group = int(round(float(np.ravel(C[c.letters])[0])))
+            words = 1.0 if c.words is None else float(np.ravel(c.words)[0])
+            if group > 1 and words > 0:
+                times = max(int(round(c.count)), weights if c.role == "gradients" else 0)
+                counts[(_HLO_KIND[c.pattern], group)] += times
+        out[op.name] = counts
+    return out
+
+
+def measured_collectives(hlo: str, p: int, names) -> dict:
+    """Per layer, the collectives of a compiled program: a Counter of (kind, group)."""
+    from collections import Counter
+
+    out = {}
+    longest = sorted(names, key=len, reverse=True)
+    for c in collectives(hlo, p):
+        out.setdefault(layer_of(c.op_name, longest), Counter())[(c.kind, c.group)] += 1
+    return out
+
+
+def _graph_reference64(gm, params, data):
+    """The unsharded step of a graph's model in float64 on one device."""
+    import jax
+    import jax.numpy as jnp
+    import jax_models as jm
+    import numpy as np
+
+    params = jax.tree.map(np.asarray, params)
+    data = [np.asarray(a) for a in data]
+    jax.config.update("jax_enable_x64", True)
+    try:
+        p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+        d64 = [jnp.asarray(a, jnp.float64) if a.dtype == np.float32 else jnp.asarray(a) for a in data]
+        out = jax.jit(_graph_step(gm, jm.Ctx()))(p64, *d64)
+        return jax.tree.map(np.asarray, out)
+    finally:
+        jax.config.update("jax_enable_x64", False)
+
+
+def _graph_step(gm, ctx):
+    import jax
+
+    def step(params, *data):
+        return jax.value_and_grad(lambda prm: gm.loss(prm, *data, ctx=ctx))(params)
+
+    return step
+
+
+def check_export(path: str, per_node: int, markdown: bool) -> int:
+    """Run an exported plan (see the module docstring); the failures found."""
+    from collections import Counter
+
+    import jax
+    import jax_models as jm
+    from graph_model import GraphModel
+    from jax.sharding import NamedSharding
+
+    from exports.jax_loader import load
+    from table import render
+
+    doc, g, strategy = exported(path)
+    mp = load(path)
+    print(f"\n== {path}: {doc.get('model')}, p = {doc['procs']}: {doc.get('plan', '')} ==", flush=True)
+    if len(mp.stages) > 1:
+        print(f"a pipeline of {len(mp.stages)} stages: each stage is its own program; not run here")
+        return 1
+    mesh = mp.mesh()
+    gm = GraphModel(g)
+    params = gm.params(jax.random.PRNGKey(0))
+    data = gm.data(jax.random.PRNGKey(1))
+    p_sh = {gm.key(v, i): mp.sharding(mesh, gm.ops[v].name, "inputs", i) for v, i in gm.weights}
+    d_sh = [mp.sharding(mesh, gm.ops[v].name, "inputs", i) for v, i in gm.data_inputs]
+    d_sh.append(NamedSharding(mesh, mp.spec(mp.layers[gm.ops[gm.loss_node].name].inputs[0][:-1])))  # the labels
+    fn = jax.jit(_graph_step(gm, jm.Ctx(mp, mesh)), in_shardings=(p_sh, *d_sh), out_shardings=(None, p_sh))
+    t0 = time.perf_counter()
+    compiled = fn.lower(params, *data).compile()  # once: run, and read its collectives
+    got = jax.block_until_ready(compiled(params, *data))
+    first = time.perf_counter() - t0
+    err, where, n = _max_error(_graph_reference64(gm, params, data), got)
+    ok = err <= TOLERANCE
+    print(f"numerics: {'PASS' if ok else 'FAIL'}: {n} tensors (loss and gradients) of the sharded float32 step "
+          f"against the unsharded step in float64: max relative error {err:.1e} ({where}; tolerance "
+          f"{TOLERANCE:.0e}); compiled and run in {first:.1f} s")
+    failures = not ok
+    hlo = compiled.as_text()
+    names = [op.name for op in gm.ops]
+    got_c = measured_collectives(hlo, doc["procs"], names)
+    want_c = charged(g, strategy)
+    from cost_model import CostModel, evaluate
+
+    moved = {v: c for v, c in evaluate(g, strategy, CostModel()).edges.items() if c > 0}
+    touched = {gm.ops[x].name for edge in moved for x in edge}  # XLA names a re-distribution after either end
+    rows, wrong = [], []
+    kinds = {op.name: op.kind.name for op in gm.ops}
+
+    def shown(counter):
+        return ", ".join(f"{n} {k} of {grp}" for (k, grp), n in sorted(counter.items())) or "-"
+
+    for name in names + ["(other)"]:
+        w, m = want_c.get(name, Counter()), got_c.get(name, Counter())
+        if not w and not m:
+            continue
+        checked = kinds.get(name) in MATMUL_KINDS and name not in touched
+        same = w == m
+        if checked and not same:
+            wrong.append(name)
+        verdict = ("yes" if same else "NO") if checked else ("yes" if same else "differs") + \
+            (" (re-distributed)" if name in touched else "")
+        rows.append([name, kinds.get(name, ""), shown(w), shown(m), verdict])
+    checked = sum(kinds[n] in MATMUL_KINDS and n not in touched for n in names)
+    print(f"collectives per layer (kind of collective, devices in its group), the cost model's own and XLA's; "
+          f"the {checked} matrix-product layers no re-distribution touches must agree: "
+          f"{'all do' if not wrong else f'{len(wrong)} do not'}")
+    print(render(["layer", "kind", "cost model", "XLA", "same"], rows, markdown))
+    failures += bool(wrong)
+    edges = sum(moved.values())
+    moves = Counter(k for layer in got_c.values() for (k, _), n in layer.items() for _ in range(n)
+                    if k != "all-reduce")
+    if edges == 0:
+        verdict = "PASS" if not moves else "FAIL"
+        failures += bool(moves)
+        print(f"re-distribution: {verdict}: the cost model charges none between layers; XLA's program moves "
+              f"{'nothing else' if not moves else dict(moves)}")
+    else:
+        print(f"re-distribution: the cost model charges {edges:.3g} FLOP between layers; XLA's program has "
+              f"{dict(moves) or 'no'} collectives other than all-reduces")
+    del per_node
+    return failures
+
+
 # -- report -----------------------------------------------------------------------------
 
 
@@ -477,6 +681,9 @@ def main(argv=None) -> int:
     ap.add_argument("-p", "--procs", type=int, default=8)
     ap.add_argument("--plan", action="append", default=[], metavar="JSON",
                     help="a plan written by scheduler.py --output (repeatable; default: PaSE and data parallel)")
+    ap.add_argument("--sharding", action="append", default=[], metavar="JSON",
+                    help="a plan written by scheduler.py --export jax (repeatable): run it on the model it names, "
+                    "at its sizes, instead of -g")
     ap.add_argument("--expert", action="store_true", help="also run the expert baseline of scheduler.py --compare")
     ap.add_argument("--quick", action="store_true", help="small sizes only, also for the communication check")
     ap.add_argument("--gpus-per-node", type=int, default=None, metavar="G",
@@ -491,6 +698,15 @@ def main(argv=None) -> int:
     spec = importlib.util.find_spec("jax")  # without importing it; benchmarks/jax alone is a mere directory
     if spec is None or spec.origin is None:
         raise SystemExit("jax_validate.py: jax is not installed: pip install -r benchmarks/jax/requirements.txt")
+    if args.sharding:  # the devices the exported plans ask for
+        procs = []
+        for path in args.sharding:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    procs.append(int(json.load(f)["procs"]))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise SystemExit(f"jax_validate.py: {path}: not a --export jax file ({e})") from None
+        args.procs = max(procs)
     flags = f"--xla_force_host_platform_device_count={args.procs}"
     if not args.xla_cpu_defaults:
         flags += f" {NO_YNN}"
@@ -500,12 +716,17 @@ def main(argv=None) -> int:
     import jax
 
     jax.config.update("jax_default_matmul_precision", "highest")
-    from plan_sharding import PlanNotExpressible, assign
+    from exports.frameworks.jax_mesh import PlanNotExpressible
 
     print(f"XLA_FLAGS={os.environ['XLA_FLAGS']}; jax {jax.__version__}, {len(jax.devices())} CPU devices")
     per_node = args.gpus_per_node or max(1, args.procs // 2)
     t_all = time.perf_counter()
     failures = 0
+    if args.sharding:
+        for path in args.sharding:
+            failures += check_export(path, per_node, args.markdown)
+        print(f"\nwhole validation: {time.perf_counter() - t_all:.0f} s")
+        return 1 if failures else 0
     for graph in args.graph:
         g, plans = plans_for(graph, args.procs, args.plan if len(args.graph) == 1 else [], args.expert)
         _, small_shapes = model_shapes(graph, small=True)
@@ -513,7 +734,7 @@ def main(argv=None) -> int:
         for label, strategy in plans:
             print(f"\n== {graph}, p = {args.procs}: {label} ==", flush=True)
             try:
-                mp = assign(g, strategy, args.procs)
+                mp = mesh_plan(g, strategy, args.procs)
             except PlanNotExpressible as e:
                 print(f"cannot run this plan: {e}")
                 failures += 1

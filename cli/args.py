@@ -169,7 +169,7 @@ def _cluster_value(name: str, kind: str):
 #: how each kind of declared value is read from its flag
 _TYPES = {"count": _int, "positive": _positive_float, "nonnegative": _nonnegative_float, "device": _device,
           "network": _network, "precision": str, "name": str, "model": str, "path": str, "jobs": _jobs,
-          "option": str, "spec": str, "count_auto": _count_or_auto, "schedule": _schedule}
+          "option": str, "spec": str, "count_auto": _count_or_auto, "schedule": _schedule, "export": str}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -196,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
             elif s.choices:
                 how["choices"] = s.choices
             how["type"] = _listed(convert) if s.sweep else convert
+            if s.kind == "export":  # repeatable: a tuple of the values given
+                how["action"] = "append"
             if s.metavar:
                 how["metavar"] = s.metavar
         if s.flags[-1].lstrip("-").replace("-", "_") != s.name:
@@ -228,7 +230,7 @@ def parse_args(argv=None) -> Settings:
     argv = sys.argv[1:] if argv is None else list(argv)
     ns = parser.parse_args(_values_first(parser, argv))
     given = {k for k, v in vars(ns).items() if v is not None and v is not False}
-    values = {k: v for k, v in vars(ns).items() if v is not None}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(ns).items() if v is not None}
     sweep = tuple((k, values[k]) for k in SWEEPABLE if k in values and len(values[k]) > 1)
     values.update({k: values[k][0] for k in SWEEPABLE if k in values})  # a sweep's first setting, until expanded
     return Settings(**values, sweep=sweep, explicit=frozenset(given))

@@ -10,7 +10,9 @@ path's suffix (:func:`for_path`); the formats are:
 * ``dot`` (``.dot``): the graph in Graphviz format (``-d``).
 
 Sweeps write their tables with ``studies.tables`` (``.csv``, ``.json``,
-``.md``): tables of many results, not one.
+``.md``): tables of many results, not one.  What a training framework
+reads (``--export``: torchtitan, Megatron-LM, JAX, DTensor) is
+:mod:`exports.frameworks`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""benchmarks/jax: plans to mesh axes, the HLO collective parser, the JAX
-models' shapes against graph.py, and the validation itself on small sizes."""
+"""benchmarks/jax: plans to mesh axes (the jax export's, which the
+benchmark runs), the HLO collective parser, the JAX models' shapes against
+graph.py, and the validation itself on small sizes."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from baselines import data_parallel, mesh_tensorflow  # noqa: E402
 from dp_search import search  # noqa: E402
 from graph import operators  # noqa: E402
-from plan_sharding import PlanNotExpressible, assign, prime_factors  # noqa: E402
+from exports.frameworks.jax_mesh import PlanNotExpressible, assign, prime_factors  # noqa: E402
 
 needs_jax = pytest.mark.skipif(not HAVE_JAX, reason="jax is not installed (pip install -r benchmarks/jax/requirements.txt)")
 
@@ -28,6 +29,7 @@ needs_jax = pytest.mark.skipif(not HAVE_JAX, reason="jax is not installed (pip i
 class TestMeshAssignment:
     def test_prime_factors(self):
         assert prime_factors(8) == [2, 2, 2] and prime_factors(12) == [2, 2, 3] and prime_factors(1) == []
+        assert prime_factors(7) == [7] and prime_factors(49) == [7, 7] and prime_factors(90) == [2, 3, 3, 5]
 
     def test_data_parallel_uses_the_whole_mesh_for_b(self):
         g = built("alexnet")

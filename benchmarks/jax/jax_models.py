@@ -19,7 +19,8 @@ import jax.numpy as jnp
 
 
 class Ctx:
-    """Applies a :class:`plan_sharding.MeshPlan` (or nothing) and records shapes."""
+    """Applies a plan's shardings (an :class:`exports.frameworks.jax_mesh.MeshPlan`,
+    as the jax export's loader reads it; or nothing) and records shapes."""
 
     def __init__(self, plan=None, mesh=None):
         self.plan, self.mesh = plan, mesh

@@ -1,0 +1,60 @@
+"""What the standard-configuration exports share: the checks and the
+figures they all need."""
+
+from __future__ import annotations
+
+from errors import InputError
+
+__all__ = ["standard_for", "layer_parts", "header_lines"]
+
+
+def standard_for(plan, fmt: str, needs_roles: bool = True):
+    """The plan's standard configuration for ``fmt``; with ``needs_roles``
+    the model must name its transformer roles (a sequence, tensor-parallel
+    letters): what the framework trains."""
+    if needs_roles and not plan.graph.graph.get("roles"):
+        raise InputError(f"--export {fmt}: {plan.model_name} is not a transformer (it names no sequence or "
+                         f"tensor-parallel dimensions); {fmt} trains transformers: export it with --export jax")
+    return plan.standard(fmt)
+
+
+def layer_parts(plan, std, fmt: str) -> list[int]:
+    """Layers (blocks) of each model part of a pipeline, in model order: one
+    part per stage, or with ``chunks`` per device (interleaved), part ``k``
+    on device ``k mod pp``, each stage's blocks split evenly into its
+    chunks."""
+    if plan.chain is None:
+        raise InputError(f"--export {fmt}: {plan.model_name} has no repeated layers to split into stages")
+    counts = plan.stage_blocks()
+    v = std.chunks if std.schedule == "interleaved" else 1
+    return [counts[k % std.pp] // v for k in range(std.pp * v)]
+
+
+def header_lines(plan, std, follows: str) -> list[str]:
+    """The comment lines every export of a standard configuration starts
+    with (without the comment marker)."""
+    from report import fmt_time
+
+    r = plan.result
+    lines = [f"{plan.model_name} on {plan.procs} devices: standard configuration {std.describe()}",
+             f"written by PaSE (scheduler.py); predicted step time {fmt_time(r.step_seconds)} "
+             f"(cost {r.total_cost:.6g} FLOP at {r.cost_model.cluster.flops:g} TFLOPS per device)",
+             f"names follow {follows}"]
+    if plan.precision == "fp64":
+        lines.append("costed in fp64 (the original PaSE word): no training precision is set here")
+    return lines
+
+
+def json_text(doc: dict) -> str:
+    """``doc`` as JSON, one line per top-level key and one per entry of a
+    list of records (an operator, a parameter): readable and diffable."""
+    import json
+
+    lines = []
+    for key, value in doc.items():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            body = ",\n".join("  " + json.dumps(v) for v in value)
+            lines.append(f" {json.dumps(key)}: [\n{body}\n ]")
+        else:
+            lines.append(f" {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"

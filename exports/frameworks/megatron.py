@@ -1,0 +1,102 @@
+"""The ``megatron`` export: a standard configuration as Megatron-LM's
+command-line arguments, written as a bash array to add to a
+``pretrain_gpt.py`` command line.
+
+The argument names follow Megatron-LM's ``megatron/training/arguments.py``
+of Megatron Core r0.15: ``--tensor-model-parallel-size``,
+``--pipeline-model-parallel-size``, ``--context-parallel-size``,
+``--expert-model-parallel-size``, ``--sequence-parallel``,
+``--micro-batch-size``, ``--global-batch-size``, ``--seq-length``,
+``--recompute-granularity full|selective`` (full with ``--recompute-method
+uniform --recompute-num-layers 1``: every layer recomputed),
+``--use-distributed-optimizer``, ``--num-layers-per-virtual-pipeline-stage``,
+``--pipeline-model-parallel-layout``, ``--bf16``, ``--fp16``, and
+Megatron-FSDP's ``--use-megatron-fsdp --data-parallel-sharding-strategy``
+(releases before it named the switch ``--use-custom-fsdp``).
+
+The ZeRO stages: 1 is the distributed optimizer; 2 and 3 are Megatron-FSDP
+with the sharding strategies ``optim_grads`` and ``optim_grads_params``
+(with the flags its guide requires: ``--use-distributed-optimizer``,
+``--no-gradient-accumulation-fusion``, ``--ckpt-format fsdp_dtensor``).
+Megatron derives the data-parallel degree from the world size.  Layers
+split unevenly over the stages are written as a pipeline layout (``E`` the
+embedding, ``t`` a layer, ``L`` the head, ``|`` between stages).
+
+Refused, in one line: the GPipe schedule (Megatron-LM's pipelines are
+1F1B, interleaved or not); Megatron-FSDP (zero 2 and 3) with pipeline
+stages; tensor and expert parallelism without sequence parallelism (which
+Megatron-LM requires together); plans that are no standard configuration.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from errors import InputError
+
+FOLLOWS = "Megatron-LM, Megatron Core r0.15 (megatron/training/arguments.py)"
+
+
+def arguments(plan) -> tuple[list[str], list[str]]:
+    """The arguments (one per line: a flag and its value) and the notes."""
+    from exports.frameworks.common import layer_parts, standard_for
+
+    std = standard_for(plan, "megatron")
+    fail = "--export megatron: "
+    if std.pp > 1 and std.schedule == "gpipe":
+        raise InputError(fail + "Megatron-LM runs pipelines 1F1B (interleaved or not), not GPipe: give "
+                         "schedule=1f1b or schedule=interleaved")
+    if std.zero in (2, 3) and std.pp > 1:
+        raise InputError(fail + f"zero={std.zero} is Megatron-FSDP, which does not run with pipeline stages "
+                         f"(pp={std.pp})")
+    if std.ep > 1 and std.tp > 1 and not std.sp:
+        raise InputError(fail + "Megatron-LM requires sequence parallelism with tensor and expert parallelism: "
+                         "give sp=1")
+    args = [f"--tensor-model-parallel-size {std.tp}", f"--pipeline-model-parallel-size {std.pp}",
+            f"--context-parallel-size {std.cp}", f"--expert-model-parallel-size {std.ep}"]
+    if std.sp:
+        args.append("--sequence-parallel")
+    args += [f"--micro-batch-size {std.microbatch}", f"--global-batch-size {plan.batch}"]
+    if plan.seq is not None:
+        args.append(f"--seq-length {plan.seq}")
+    if std.pp > 1:
+        parts = layer_parts(plan, std, "megatron")
+        if std.schedule == "interleaved":
+            if len(set(parts)) > 1:
+                raise InputError(fail + f"the interleaved schedule's model chunks hold {sorted(set(parts))} layers; "
+                                 "Megatron-LM's virtual stages hold the same number")
+            args.append(f"--num-layers-per-virtual-pipeline-stage {parts[0]}")
+        elif len(set(parts)) > 1:
+            stages = ["t" * n for n in parts]
+            stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+            args.append(f"--pipeline-model-parallel-layout {'|'.join(stages)}")
+    if std.recompute == "full":
+        args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    elif std.recompute == "selective":
+        args.append("--recompute-granularity selective")
+    if std.zero == 1:
+        args.append("--use-distributed-optimizer")
+    elif std.zero in (2, 3):
+        args += ["--use-megatron-fsdp",
+                 f"--data-parallel-sharding-strategy {'optim_grads' if std.zero == 2 else 'optim_grads_params'}",
+                 "--use-distributed-optimizer", "--no-gradient-accumulation-fusion", "--ckpt-format fsdp_dtensor"]
+    if plan.precision in ("bf16", "fp16"):
+        args.append(f"--{plan.precision}")
+    notes = [f"the data-parallel degree, {std.dp}, is what the world size of {plan.procs} leaves: "
+             f"{plan.procs} / (tp x pp x cp)"]
+    if std.pp == 1 and std.microbatch * std.dp < plan.batch:
+        notes.append(f"{plan.batch // (std.microbatch * std.dp)} micro-batches accumulate into one step")
+    notes.append("the model's own arguments (--num-layers, --hidden-size, ...) are not written here")
+    return args, notes
+
+
+def render(plan) -> str:
+    from exports.frameworks.common import header_lines
+
+    args, notes = arguments(plan)
+    std = plan.standard("megatron")
+    head = header_lines(plan, std, FOLLOWS)
+    words = [" ".join(shlex.quote(w) for w in a.split(" ", 1)) for a in args]  # a layout's '|' quoted
+    lines = [f"# Megatron-LM arguments: {head[0]}", *[f"# {line}" for line in head[1:] + notes],
+             "PASE_PARALLEL_ARGS=(", *[f"    {w}" for w in words], ")"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,466 @@
+"""--export FORMAT[:PATH]: plans a framework can run.
+
+The text formats' content for known standard configurations (torchtitan's
+TOML, Megatron-LM's arguments, DTensor placements, the JAX shardings), the
+standard configuration recognised in searched and evaluated plans, what
+each format refuses, the command line (stdout, files, refusals that leave
+existing files alone), and, with jax installed, the exported JAX shardings
+run on XLA's CPU partitioner with 8 devices: numerics against the
+unsharded model and the collectives the cost model charges."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import tomllib
+from functools import lru_cache
+
+import pytest
+
+from conftest import ROOT, modules_loaded_by_a_plain_run, outputs_under_hash_seeds, run_cli
+
+LLAMA = str(ROOT / "tests" / "data" / "configs" / "llama3-8b" / "config.json")
+MIXTRAL = str(ROOT / "tests" / "data" / "configs" / "mixtral-8x7b" / "config.json")
+HAVE_JAX = importlib.util.find_spec("jax") is not None
+
+
+@lru_cache(maxsize=None)
+def planned(graph: str, procs: int, **kw):
+    from exports.frameworks.plans import PlanView
+    from planner import plan
+    from settings import Settings
+
+    p = plan(Settings(graph=graph, procs=procs, **kw))
+    return PlanView(p.settings, p.graph, p.result)
+
+
+def render(fmt: str, graph: str, procs: int, **kw) -> str:
+    from exports.frameworks import FRAMEWORKS
+
+    return FRAMEWORKS[fmt].render(planned(graph, procs, **kw))
+
+
+def refused(fmt: str, graph: str, procs: int, **kw) -> str:
+    from errors import InputError
+
+    with pytest.raises(InputError) as e:
+        render(fmt, graph, procs, **kw)
+    text = str(e.value)
+    assert "\n" not in text and text.startswith(f"--export {fmt}: ")
+    return text
+
+
+def megatron_args(text: str) -> list[str]:
+    """The arguments of the bash array, as bash itself reads them."""
+    assert shutil.which("bash")
+    proc = subprocess.run(["bash", "-c", text + '\nprintf "%s\\n" "${PASE_PARALLEL_ARGS[@]}"'],
+                          capture_output=True, text=True, check=True)
+    return proc.stdout.split("\n")[:-1]
+
+
+def flag_value(args: list[str], flag: str):
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+# -- torchtitan ------------------------------------------------------------------------
+
+
+class TestTorchtitan:
+    def test_llama3_8b_tp8_fsdp8_full_recompute(self):
+        text = render("torchtitan", LLAMA, 64, plan="tp=8,dp=8,recompute=full,zero=3", seq=4096, batch=256)
+        assert "torchtitan v0.2" in text.splitlines()[2]  # the version whose keys it follows, in the header
+        cfg = tomllib.loads(text)
+        par = cfg["parallelism"]
+        assert par["tensor_parallel_degree"] == 8
+        assert par["data_parallel_shard_degree"] == 8 and par["data_parallel_replicate_degree"] == 1
+        assert par["context_parallel_degree"] == 1 and par["pipeline_parallel_degree"] == 1
+        assert par["expert_parallel_degree"] == 1 and par["enable_async_tensor_parallel"] is False
+        assert cfg["activation_checkpoint"] == {"mode": "full"}
+        assert cfg["training"] == {"local_batch_size": 32, "global_batch_size": 256, "seq_len": 4096}
+        assert "sp=0" in text  # torchtitan's tensor parallelism is sequence-parallel: said in a comment
+
+    def test_zero_0_replicates_and_precision(self):
+        cfg = tomllib.loads(render("torchtitan", LLAMA, 64, plan="tp=4,dp=16,sp=1,recompute=selective",
+                                   precision="bf16"))
+        assert cfg["parallelism"]["data_parallel_replicate_degree"] == 16
+        assert cfg["parallelism"]["data_parallel_shard_degree"] == 1
+        assert cfg["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+        assert cfg["training"]["mixed_precision_param"] == "bfloat16"
+
+    def test_interleaved_pipeline_model_parts(self):
+        cfg = tomllib.loads(render("torchtitan", LLAMA, 64, plan="tp=8,dp=4,pp=2,microbatch=2,schedule=interleaved",
+                                   batch=512))
+        par = cfg["parallelism"]
+        assert par["pipeline_parallel_degree"] == 2 and par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+        assert par["pipeline_parallel_microbatch_size"] == 2
+        assert cfg["training"]["local_batch_size"] == 512 // 4  # per data-parallel rank, every micro-batch
+        parts = par["module_fqns_per_model_part"]
+        assert len(parts) == 4  # 2 stages x 2 chunks
+        flat = [m for part in parts for m in part]
+        assert flat == ["tok_embeddings"] + [f"layers.{i}" for i in range(32)] + ["norm", "output"]
+        assert [sum(m.startswith("layers.") for m in part) for part in parts] == [8, 8, 8, 8]
+
+    def test_expert_parallelism_is_dp2ep(self):
+        cfg = tomllib.loads(render("torchtitan", MIXTRAL, 64, plan="tp=2,ep=8,zero=3,sp=1", batch=256))
+        par = cfg["parallelism"]
+        assert par["expert_parallel_degree"] == 8 and par["expert_tensor_parallel_degree"] == 2
+        assert par["data_parallel_shard_degree"] == 32
+
+    @pytest.mark.parametrize("kw, words", [
+        (dict(plan="tp=8,dp=8,zero=1"), "zero=1 shards the optimizer state"),
+        (dict(plan="tp=8,dp=8,zero=2"), "zero=2 shards the optimizer state and gradients"),
+        (dict(plan="tp=8,dp=8", precision="fp16"), "fp16"),
+    ])
+    def test_refusals(self, kw, words):
+        assert words in refused("torchtitan", LLAMA, 64, **kw)
+
+    def test_refuses_expert_parallelism_without_fsdp(self):
+        assert "give zero=3" in refused("torchtitan", MIXTRAL, 64, plan="tp=2,ep=8,sp=1", batch=256)
+
+    def test_refuses_a_model_that_is_not_a_transformer(self):
+        assert "alexnet is not a transformer" in refused("torchtitan", "alexnet", 8, plan="tp=2")
+
+
+# -- Megatron-LM -----------------------------------------------------------------------
+
+
+class TestMegatron:
+    def test_llama3_8b_tp8_distributed_optimizer(self):
+        text = render("megatron", LLAMA, 64, plan="tp=8,dp=8,recompute=full,zero=1", seq=4096, batch=512,
+                      precision="bf16")
+        assert "Megatron Core r0.15" in text
+        args = megatron_args(text)
+        assert flag_value(args, "--tensor-model-parallel-size") == "8"
+        assert flag_value(args, "--pipeline-model-parallel-size") == "1"
+        assert flag_value(args, "--context-parallel-size") == "1"
+        assert flag_value(args, "--micro-batch-size") == "64" and flag_value(args, "--global-batch-size") == "512"
+        assert flag_value(args, "--seq-length") == "4096"
+        assert flag_value(args, "--recompute-granularity") == "full"
+        assert flag_value(args, "--recompute-method") == "uniform" and flag_value(args, "--recompute-num-layers") == "1"
+        assert "--use-distributed-optimizer" in args and "--bf16" in args
+        assert "--sequence-parallel" not in args and "--use-megatron-fsdp" not in args
+
+    def test_fsdp_is_megatron_fsdp(self):
+        args = megatron_args(render("megatron", LLAMA, 64, plan="tp=8,dp=8,zero=3,sp=1"))
+        assert "--use-megatron-fsdp" in args and "--sequence-parallel" in args
+        assert flag_value(args, "--data-parallel-sharding-strategy") == "optim_grads_params"
+        args = megatron_args(render("megatron", LLAMA, 64, plan="tp=8,dp=8,zero=2"))
+        assert flag_value(args, "--data-parallel-sharding-strategy") == "optim_grads"
+
+    def test_interleaved_and_uneven_pipelines(self):
+        args = megatron_args(render("megatron", LLAMA, 64, plan="tp=8,dp=4,pp=2,schedule=interleaved",
+                                    batch=512, precision="fp16"))
+        assert flag_value(args, "--num-layers-per-virtual-pipeline-stage") == "8" and "--fp16" in args
+        args = megatron_args(render("megatron", LLAMA, 48, plan="tp=8,dp=2,pp=3", batch=96))
+        layout = flag_value(args, "--pipeline-model-parallel-layout")
+        assert [s.count("t") for s in layout.split("|")] == [11, 11, 10]  # 32 layers as the cost model split them
+        assert layout.startswith("E") and layout.endswith("L")
+        assert "--pipeline-model-parallel-layout" not in megatron_args(render("megatron", LLAMA, 64,
+                                                                             plan="tp=8,dp=4,pp=2"))
+
+    @pytest.mark.parametrize("graph, kw, words", [
+        (LLAMA, dict(plan="tp=8,dp=4,pp=2,schedule=gpipe"), "not GPipe"),
+        (LLAMA, dict(plan="tp=8,dp=4,pp=2,zero=3"), "does not run with pipeline stages"),
+        (MIXTRAL, dict(plan="tp=2,ep=8", batch=256), "give sp=1"),
+    ])
+    def test_refusals(self, graph, kw, words):
+        assert words in refused("megatron", graph, 64, **kw)
+
+
+# -- DTensor ---------------------------------------------------------------------------
+
+
+class TestDTensor:
+    def test_llama3_8b_placements(self):
+        doc = json.loads(render("dtensor", LLAMA, 64, plan="tp=8,dp=8,zero=3", seq=4096))
+        assert "PyTorch 2.6" in doc["api"]
+        assert doc["mesh"]["dim_names"] == ["dp_shard", "tp"] and doc["mesh"]["shape"] == [8, 8]
+        assert doc["mesh"]["init"] == 'init_device_mesh("cuda", (8, 8), mesh_dim_names=("dp_shard", "tp"))'
+        params = {p["name"]: p for p in doc["parameters"]}
+        qkv = params["layer0/attn/qkv.weight"]  # (e, g, u, d): column-parallel over the key/value groups
+        assert qkv["shape"] == [4096, 8, 6, 128]
+        assert qkv["placements"] == ["Replicate()", "Shard(1)"] and qkv["stored"] == ["Shard(0)", "Shard(1)"]
+        assert params["embed.weight"]["placements"] == ["Replicate()", "Shard(0)"]  # vocabulary-parallel
+        assert params["layer0/attn/norm.weight"]["placements"] == ["Replicate()", "Replicate()"]
+        acts = {a["name"]: a for a in doc["activations"]}
+        out = acts["layer0/attn/out"]  # row-parallel: partial sums over tp, all-reduced
+        assert out["placements"] == ["Shard(0)", "Replicate()"] and out["computed"] == ["Shard(0)", "Partial()"]
+        assert "computed" not in acts["layer0/attn/qkv"]
+        assert doc["data"][0]["placements"] == ["Shard(0)", "Replicate()"]
+        assert len(doc["parameters"]) == 1 + 32 * 6 + 2  # every weight: embedding, 32 layers, norm, head
+
+    def test_sequence_parallel_and_experts(self):
+        doc = json.loads(render("dtensor", MIXTRAL, 64, plan="tp=2,ep=8,zero=3,sp=1", batch=256))
+        assert doc["mesh"]["dim_names"] == ["dp_shard", "ep", "tp"] and doc["mesh"]["shape"] == [4, 8, 2]
+        acts = {a["name"]: a for a in doc["activations"]}
+        assert acts["layer0/attn/norm"]["placements"] == ["Shard(0)", "Shard(0)", "Shard(1)"]  # (b, s, e)
+        params = {p["name"]: p for p in doc["parameters"]}
+        experts = params["layer0/mlp/gate_up.weight"]  # (j, x, e, f): experts over ep, f over tp
+        assert experts["placements"] == ["Replicate()", "Shard(1)", "Shard(3)"]
+        assert params["layer0/attn/norm.weight"]["stored"] == ["Shard(0)", "Shard(0)", "Replicate()"]
+
+    def test_refuses_zero_1(self):
+        assert "zero=1" in refused("dtensor", LLAMA, 64, plan="tp=8,dp=8,zero=1")
+
+
+# -- JAX ------------------------------------------------------------------------------
+
+
+class TestJaxDocument:
+    def test_every_tensor_spec_realises_its_split(self):
+        from graph import operators
+
+        view = planned(LLAMA, 64, plan="tp=8,dp=8,zero=3", seq=4096)
+        doc = json.loads(render("jax", LLAMA, 64, plan="tp=8,dp=8,zero=3", seq=4096))
+        assert doc["mesh"] == {"axes": ["m0", "m1", "m2", "m3", "m4", "m5"], "shape": [2] * 6, "devices": 64}
+        assert doc["graph"] == LLAMA and doc["params"]["seq"] == 4096
+        ops = operators(view.graph)
+        assert [o["name"] for o in doc["operators"]] == [op.name for op in ops]
+        for op, o, d in zip(ops, doc["operators"], view.decisions):
+            assert o["config"] == list(d.config) and o["options"] == dict(d.options)
+            for t, entry in zip(op.inputs + op.outputs, o["inputs"] + o["outputs"]):
+                assert entry["shape"] == list(t.shape) and len(entry["spec"]) == len(t.shape)
+                for group, axes in zip(t.axes, entry["spec"]):
+                    split = 1
+                    for letter in group:
+                        split *= d[letter]
+                    names = [] if axes is None else [axes] if isinstance(axes, str) else axes
+                    assert 2 ** len(names) == split, (op.name, t.axes, entry["spec"])
+        qkv = next(o for o in doc["operators"] if o["name"] == "layer0/attn/qkv")
+        assert [i["role"] for i in qkv["inputs"]] == ["activation", "weight"]
+        assert qkv["inputs"][1]["spec"] == [None, ["m3", "m4", "m5"], None, None]
+        assert qkv["options"] == {"zero": 3}
+
+    def test_a_per_layer_plan_and_a_pipeline(self):
+        doc = json.loads(render("jax", "alexnet", 8))  # the searched plan: no standard configuration
+        assert doc["plan"] == "the plan found by the search"
+        fc6 = next(o for o in doc["operators"] if o["name"] == "fc6")
+        assert fc6["config"] == [1, 2, 4] and fc6["inputs"][1]["spec"] == [["m1", "m2"], "m0"]  # (k, n)
+        doc = json.loads(render("jax", LLAMA, 64, plan="tp=8,dp=4,pp=2", batch=512))
+        assert doc["stages"] == [{"first_device": 0, "devices": 32}, {"first_device": 32, "devices": 32}]
+        stages = [o["stage"] for o in doc["operators"]]
+        assert stages == sorted(stages) and stages[0] == 0 and stages[-1] == 1
+        assert doc["params"]["batch"] == 4  # one micro-batch of the data-parallel groups
+
+    def test_the_loader_reads_it_back(self):
+        from exports.frameworks.jax_mesh import assign
+        from exports.jax_loader import load
+
+        view = planned("alexnet", 8)
+        mp = load(render("jax", "alexnet", 8))
+        direct = assign(view.graph, view.decisions, 8)
+        assert mp.axes == direct.axes == (("m0", 2), ("m1", 2), ("m2", 2))
+        assert mp.layers == direct.layers and mp.stages == ((0, 8),)
+
+    @pytest.mark.parametrize("edit, words", [
+        (lambda d: d.update(format="x"), "not a pase-jax-shardings document"),
+        (lambda d: d.update(version=9), "version 9"),
+        (lambda d: d["operators"][0]["inputs"][0].update(spec=["m7", None, None, None]), "conv1 input 0"),
+        (lambda d: d["operators"][0]["inputs"][0].update(spec=[["m0", "m1"], "m0", None, None]), "two of its axes"),
+        (lambda d: d.pop("mesh"), "malformed"),
+    ])
+    def test_the_loader_refuses_a_bad_file(self, edit, words):
+        from exports.jax_loader import LoaderError, load
+
+        doc = json.loads(render("jax", "alexnet", 8))
+        edit(doc)
+        with pytest.raises(LoaderError, match=words):
+            load(doc)
+
+
+# -- standard configurations in searched and evaluated plans -------------------------------
+
+
+class TestRecognition:
+    @pytest.mark.parametrize("graph, procs, spec, batch", [
+        (LLAMA, 64, "tp=8,dp=8", 128), (LLAMA, 64, "tp=4,cp=2,dp=8,sp=1,recompute=full,zero=3", 128),
+        (MIXTRAL, 64, "tp=2,ep=8,sp=1,zero=1", 256), ("transformer", 8, "tp=2,dp=4", 128),
+        ("alexnet", 8, "dp=8", 128),
+    ])
+    def test_the_decisions_of_a_standard_configuration_give_it_back(self, graph, procs, spec, batch):
+        from exports.frameworks.plans import recognise
+        from models import build_graph
+        from standard import complete, parse, strategy
+
+        g = build_graph(graph, batch=batch)
+        std = complete(parse(spec), procs, batch)
+        assert recognise(g, strategy(g, std), procs, batch) == std
+
+    def test_one_operator_off_is_no_standard_configuration(self):
+        from config_space import Decision
+        from exports.frameworks.plans import NotStandard, recognise
+        from models import build_graph
+        from standard import complete, parse, strategy
+
+        g = build_graph(LLAMA, batch=128)
+        decisions = strategy(g, complete(parse("tp=8,dp=8"), 64, 128))
+        v = next(i for i, d in enumerate(decisions) if g.nodes[i]["op"].name == "layer3/mlp/down")
+        d = decisions[v]
+        decisions[v] = Decision(d.dims, tuple(64 if c == "b" else 1 for c in d.dims))
+        with pytest.raises(NotStandard, match=r"layer3/mlp/down is \(b=64"):
+            recognise(g, decisions, 64, 128)
+
+    def test_a_searched_data_parallel_plan_exports(self, tmp_path):
+        config = tmp_path / "llama" / "config.json"
+        config.parent.mkdir()
+        config.write_text(json.dumps(SMALL_LLAMA))
+        view = planned(str(config), 8, batch=64, seq=64, bw=1000.0)
+        assert view.result.mode == "search"
+        cfg = tomllib.loads(render("torchtitan", str(config), 8, batch=64, seq=64, bw=1000.0))
+        assert cfg["parallelism"]["data_parallel_replicate_degree"] == 8
+        assert cfg["parallelism"]["tensor_parallel_degree"] == 1
+
+    @pytest.mark.parametrize("fmt", ["torchtitan", "megatron", "dtensor"])
+    def test_a_searched_per_layer_plan_is_refused(self, fmt):
+        words = refused(fmt, "transformer", 8, batch=16, seq=16, width=128, vocab=8192, layers=1)
+        assert "the plan is no standard configuration: " in words and "--export jax" in words
+        assert "no standard configuration" in refused("dtensor", "alexnet", 8)
+
+
+# -- the command line ------------------------------------------------------------------
+
+SMALL_LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 256, "max_position_embeddings": 64}
+SMALL_GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 64, "vocab_size": 256,
+              "embd_pdrop": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0}
+
+
+def _config(tmp_path, name: str, cfg: dict) -> str:
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def _one_line_error(proc, status: int = 2) -> str:
+    assert proc.returncode == status, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    return proc.stderr
+
+
+class TestCommandLine:
+    def test_stdout_holds_the_export_alone(self, tmp_path):
+        config = _config(tmp_path, "llama", SMALL_LLAMA)
+        proc = run_cli("-g", config, "-p", "8", "-b", "16", "--seq", "16", "--plan", "tp=2", "--export",
+                       "torchtitan", ok=False)
+        assert proc.returncode == 0, proc.stderr
+        cfg = tomllib.loads(proc.stdout)  # the whole of stdout is the TOML
+        assert cfg["parallelism"]["tensor_parallel_degree"] == 2
+        assert "Predicted step time" in proc.stderr and "Predicted step time" not in proc.stdout
+
+    def test_files_after_a_search_an_evaluation_and_a_plan(self, tmp_path):
+        config = _config(tmp_path, "llama", SMALL_LLAMA)
+        plan = tmp_path / "plan.json"
+        run_cli("-g", config, "-p", "8", "-b", "16", "--seq", "16", "--plan", "tp=2,dp=4,sp=1", "--output", plan,
+                "--export", f"megatron:{tmp_path / 'a.sh'}", "--export", f"jax:{tmp_path / 'a.json'}", "-q")
+        assert "--sequence-parallel" in megatron_args((tmp_path / "a.sh").read_text())
+        proc = run_cli("--evaluate", plan, "--export", f"torchtitan:{tmp_path / 'b.toml'}", "-q")
+        assert "Predicted step time" in proc.stdout  # the report stays on stdout
+        assert tomllib.loads((tmp_path / "b.toml").read_text())["parallelism"]["tensor_parallel_degree"] == 2
+        run_cli("-g", "alexnet", "-p", "8", "--export", f"jax:{tmp_path / 'c.json'}", "-q")
+        assert json.loads((tmp_path / "c.json").read_text())["plan"] == "the plan found by the search"
+
+    def test_an_existing_file_is_replaced_only_by_a_run_that_succeeds(self, tmp_path):
+        config = _config(tmp_path, "llama", SMALL_LLAMA)
+        target = tmp_path / "job.toml"
+        target.write_text("mine\n")
+        target.chmod(0o640)
+        proc = run_cli("-g", config, "-p", "8", "-b", "16", "--seq", "16", "--plan", "tp=2,zero=1",
+                       "--export", f"torchtitan:{target}", ok=False)
+        assert "zero=1" in _one_line_error(proc)
+        assert target.read_text() == "mine\n"  # refused: nothing written
+        run_cli("-g", config, "-p", "8", "-b", "16", "--seq", "16", "--plan", "tp=2,zero=3",
+                "--export", f"torchtitan:{target}", "-q")
+        assert tomllib.loads(target.read_text())["parallelism"]["data_parallel_shard_degree"] == 4
+        assert target.stat().st_mode & 0o777 == 0o640  # replaced as --output replaces: its permissions kept
+
+    @pytest.mark.parametrize("args, words", [
+        (["--export", "tensorflow"],
+         "unknown format 'tensorflow' (the formats are torchtitan, megatron, jax, dtensor)"),
+        (["--export", "jax:"], "the path after ':' is empty"),
+        (["--export", "jax", "--export", "dtensor"], "would all go to stdout"),
+        (["-p", "8,16", "--export", "jax:x.json"], "cannot be used with a sweep"),
+        (["--export", "jax:{tmp}", "--output", "{tmp}/p.json"], "is a directory"),
+        (["--export", "jax:{tmp}/p.json", "--output", "{tmp}/p.json"], "is also where --output writes"),
+        (["--export", "jax:{tmp}/missing/p.json"], "does not exist"),
+    ])
+    def test_refused_before_any_work(self, tmp_path, args, words):
+        args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+        before = sorted(tmp_path.iterdir())
+        proc = run_cli("-g", "alexnet", *(["-p", "8"] if "-p" not in args else []), *args, ok=False)
+        assert words in _one_line_error(proc)
+        assert sorted(tmp_path.iterdir()) == before
+
+    def test_help_names_the_flag(self):
+        assert "--export FORMAT[:PATH]" in run_cli("--help").stdout
+
+    def test_a_run_without_it_imports_none_of_it(self):
+        assert modules_loaded_by_a_plain_run("exports.frameworks", "exports.frameworks.plans") == [False, False]
+
+    def test_the_exports_do_not_depend_on_the_hash_seed(self):
+        code = ("from exports.frameworks import FRAMEWORKS\n"
+                "from exports.frameworks.plans import PlanView\n"
+                "from planner import plan\n"
+                "from settings import Settings\n"
+                "p = plan(Settings(graph='transformer', procs=8, plan='tp=2,dp=4,sp=1,zero=3'))\n"
+                "v = PlanView(p.settings, p.graph, p.result)\n"
+                "print(*(FRAMEWORKS[f].render(v) for f in ('torchtitan', 'megatron', 'dtensor', 'jax')))\n")
+        outputs = outputs_under_hash_seeds(code)
+        assert len(outputs) == 1 and '"dim_names": ["dp_shard", "tp"]' in outputs.pop()
+
+
+def test_gpu_step_without_a_gpu_says_so(tmp_path):
+    """benchmarks/gpu_step.py: with no GPU (or no jax) there is nothing to measure: exit 0 and say why."""
+    config = _config(tmp_path, "llama", SMALL_LLAMA)
+    plan = tmp_path / "plan.json"
+    run_cli("-g", config, "-p", "8", "-b", "16", "--seq", "16", "--plan", "tp=2", "--export", f"jax:{plan}", "-q")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_step.py"), str(plan)],
+                          capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin",
+                                                                             "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 0, proc.stderr
+    assert ("no GPU" in proc.stdout) or ("jax is not installed" in proc.stdout)
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_step.py"), str(config)],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "not a plan written by scheduler.py --export jax" in bad.stderr
+
+
+# -- the exported JAX shardings, run --------------------------------------------------------
+
+
+@pytest.mark.skipif(not HAVE_JAX, reason="jax is not installed (pip install -r benchmarks/jax/requirements.txt)")
+def test_exported_shardings_run_on_xla_with_the_charged_collectives(tmp_path):
+    """GPT-2 and Llama (2 layers, width 64) and the built-in Transformer,
+    exported and run on 8 CPU devices by benchmarks/jax_validate.py: the
+    sharded step's loss and gradients equal the unsharded model's, and
+    every matrix-product layer's collectives are the cost model's."""
+    llama = _config(tmp_path, "llama", SMALL_LLAMA)
+    gpt2 = _config(tmp_path, "gpt2", {**SMALL_GPT2, "tie_word_embeddings": True})
+    runs = {"llama_tp2": [llama, "--plan", "tp=2,dp=4"], "gpt2_tp4": [gpt2, "--plan", "tp=4,dp=2"],
+            "transformer": ["transformer", "-m", "128", "--vocab", "4096", "--layers", "1"]}
+    files = []
+    for name, (graph, *more) in runs.items():
+        path = tmp_path / f"{name}.json"
+        run_cli("-g", graph, "-p", "8", "-b", "16", "--seq", "16", *more, "--export", f"jax:{path}", "-q")
+        files += ["--sharding", str(path)]
+    doc = json.loads((tmp_path / "transformer.json").read_text())
+    assert doc["plan"] == "the plan found by the search"
+    assert {tuple(o["config"]) for o in doc["operators"]} != {(8,) + (1,) * (len(o["config"]) - 1)
+                                                              for o in doc["operators"]}  # not plain data parallel
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "jax_validate.py"), *files],
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr[-3000:]
+    assert out.count("numerics: PASS") == 3
+    assert out.count("must agree: all do") == 3
+    assert out.count("re-distribution: PASS") == 3
+    table = {line.split()[0]: line for line in out.splitlines() if line.startswith("layer0/attn/qkv ")}
+    assert table  # the rows: the cost model's collectives beside XLA's
+    for line in out.splitlines():
+        if line.startswith(("layer0/attn/qkv ", "layer1/mlp/down ", "logits ")):
+            assert line.rstrip().endswith("yes"), line
+    # Llama's column-parallel projection: the input gradient all-reduced over tp, the weight gradient over dp
+    assert any(line.startswith("layer0/attn/qkv ") and "Einsum 1 all-reduce of 2, 1 all-reduce of 4 1 all-reduce of 2, "
+               "1 all-reduce of 4 yes" in " ".join(line.split()) for line in out.splitlines())
