@@ -997,19 +997,24 @@ def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None) 
     uses_options = any(d.options for d in strategy) or model.options
     chains = find_chains(g) if uses_options else ()
     ctx = contexts(g, chains)
+    seen = {}  # identical operators (up to names) with the same decision and context cost the same
     for v, (op, d) in enumerate(zip(ops, strategy)):
-        given = {name: d.option(name) for name in OPTIONS}
-        na = node_arrays(op, [d.config], model, ctx[v], given=given)
-        comp.append(float(na.compute[0]))
-        comm.append(float(na.comm[0]))
-        weights.append(float(na.weights[0]))
-        acts.append(float(na.activations[0]))
-        parts.append(tuple(float(x) for x in na.parts[:, 0]))
-        transient.append(float(na.transient[0]))
+        key = (op, d, ctx[v].key)
+        if key not in seen:
+            given = {name: d.option(name) for name in OPTIONS}
+            na = node_arrays(op, [d.config], model, ctx[v], given=given)
+            seen[key] = (float(na.compute[0]), float(na.comm[0]), float(na.weights[0]), float(na.activations[0]),
+                         tuple(float(x) for x in na.parts[:, 0]), float(na.transient[0]))
+        for out, x in zip((comp, comm, weights, acts, parts, transient), seen[key]):
+            out.append(x)
     edges = {}
+    moved = {}
     for u, v, d in sorted(g.edges(data=True)):
-        m = edge_costs(ops[u], d["out"], ops[v], d["inp"], [strategy[u].config], [strategy[v].config], model)
-        edges[(u, v)] = float(m[0, 0])
+        key = (ops[u], d["out"], ops[v], d["inp"], strategy[u].config, strategy[v].config)
+        if key not in moved:
+            m = edge_costs(ops[u], d["out"], ops[v], d["inp"], [strategy[u].config], [strategy[v].config], model)
+            moved[key] = float(m[0, 0])
+        edges[(u, v)] = moved[key]
     cutoff = g.graph["cutoff"]
     inside = tuple(p is not None and in_space(op, d.config, p, cutoff) for op, d in zip(ops, strategy))
     return StrategyCost(strategy, tuple(comp), tuple(comm), edges, inside, tuple(weights), tuple(acts),
@@ -1022,10 +1027,12 @@ def model_flops(g, model: CostModel) -> float:
     of every matrix product, forward and backward, recomputation not
     included, attention's whole score matrix; no elementwise work."""
     ops = operators(g)
-    macs = []
+    macs, seen = [], {}  # identical operators count the same
     for op in ops:
-        D, C = _extents(op, [(1,) * len(op.space)])
-        macs.append(op.kind.model_macs(op, op.kind.work(op, D, C, model)))
+        if op not in seen:
+            D, C = _extents(op, [(1,) * len(op.space)])
+            seen[op] = op.kind.model_macs(op, op.kind.work(op, D, C, model))
+        macs.append(seen[op])
     return 2.0 * math.fsum(macs)
 
 
@@ -1040,12 +1047,15 @@ def recomputed_flops(g, strategy, model: CostModel) -> float:
 
     ops = operators(g)
     ctx = contexts(g, find_chains(g))
-    out = []
+    out, seen = [], {}  # identical operators with the same options replay the same
     for v, (op, d) in enumerate(zip(ops, strategy)):
-        ones = [(1,) * len(op.space)]
-        C, work, _ = _with_options(op, ones, model, ctx[v], {n: d.option(n) for n in OPTIONS})
-        if work.replays:
-            out.append(work.replays * 2.0 * op.kind.model_macs(op, work) / 3.0)
+        key = (op, d.options, ctx[v].key)
+        if key not in seen:
+            ones = [(1,) * len(op.space)]
+            C, work, _ = _with_options(op, ones, model, ctx[v], {n: d.option(n) for n in OPTIONS})
+            seen[key] = work.replays * 2.0 * op.kind.model_macs(op, work) / 3.0 if work.replays else 0.0
+        if seen[key]:
+            out.append(seen[key])
     return math.fsum(out)
 
 
@@ -1104,13 +1114,20 @@ def words_moved(g, sc, model) -> float:
     ops = operators(g)
     uses_options = any(d.options for d in sc.strategy)
     ctx = contexts(g, find_chains(g) if uses_options else ())
-    moved = []
+    moved, seen = [], {}  # identical operators (edges) with the same decisions move the same
     for v, (op, d) in enumerate(zip(ops, sc.strategy)):
-        C, work, _ = _with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
-        moved.extend(float((x.count * _elements(x, C))[0]) if np.ndim(x.count * _elements(x, C)) else
-                     float(x.count * _elements(x, C)) for x in work.comms)
+        key = (op, d, ctx[v].key)
+        if key not in seen:
+            C, work, _ = _with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
+            seen[key] = [float((x.count * _elements(x, C))[0]) if np.ndim(x.count * _elements(x, C)) else
+                         float(x.count * _elements(x, C)) for x in work.comms]
+        moved.extend(seen[key])
     unit = CostModel(Cluster(1.0, 1000.0 * c.word_bytes, precision=c.precision))  # one element costs 1
     for u, v, e in sorted(g.edges(data=True)):
-        m = edge_costs(ops[u], e["out"], ops[v], e["inp"], [sc.strategy[u].config], [sc.strategy[v].config], unit)
-        moved.append(float(m[0, 0]))
+        key = (ops[u], e["out"], ops[v], e["inp"], sc.strategy[u].config, sc.strategy[v].config)
+        if key not in seen:
+            m = edge_costs(ops[u], e["out"], ops[v], e["inp"], [sc.strategy[u].config], [sc.strategy[v].config],
+                           unit)
+            seen[key] = float(m[0, 0])
+        moved.append(seen[key])
     return math.fsum(moved)

@@ -292,10 +292,14 @@ def stage_sync(sub, decisions, model, q: int) -> float:
     from options import OPTIONS, contexts
 
     ctx = contexts(sub, find_chains(sub))
-    out = []
+    out, seen = [], {}  # identical operators with the same decision and context synchronise the same
+    whole = replace(model, micro_batches=None)
     for v, (op, d) in enumerate(zip(operators(sub), decisions)):
-        C, work, _ = _with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
-        out.append(float(price_stage(work, C, replace(model, micro_batches=None), op)[2][0]))
+        key = (op, d, ctx[v].key)
+        if key not in seen:
+            C, work, _ = _with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
+            seen[key] = float(price_stage(work, C, whole, op)[2][0])
+        out.append(seen[key])
     return math.fsum(out)
 
 

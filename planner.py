@@ -21,7 +21,7 @@ import os
 from dataclasses import replace
 from typing import NamedTuple
 
-from errors import InputError
+from errors import InputError, SettingError
 from settings import CLUSTER_SETTINGS, MODEL_PARAMS, OPTION_SETTINGS, Settings
 
 __all__ = ["Planned", "plan", "cost_model_for", "cluster_for"]
@@ -76,12 +76,33 @@ def cluster_for(s: Settings, recorded: dict | None = None):
     old = recorded.get("cluster")
     if not isinstance(old, dict):  # files written before the cluster was recorded
         old = {k: recorded[k] for k in ("flops", "bw") if k in recorded}
+    else:  # the top-level figures repeat the cluster's: one that differs was edited by hand, and is used
+        old = {**old, **{k: recorded[k] for k in ("flops", "bw") if k in recorded and recorded[k] != old.get(k)}}
     try:
-        old = check_fields(old, "the strategy file's \"cluster\"")
+        old = check_fields(old, str(s.evaluate))
     except ValueError as e:
         raise InputError(f"--evaluate: {e}") from None
-    return resolve({k: getattr(s, k) for k in CLUSTER_SETTINGS if k != "device"}, device=s.device,
-                   file_fields=file_fields, recorded=old)
+    try:
+        cluster = resolve({k: getattr(s, k) for k in CLUSTER_SETTINGS if k != "device"}, device=s.device,
+                          file_fields=file_fields, recorded=old)
+    except SettingError as e:  # a value, or a pair of them, out of bounds: named where it was given
+        keys = e.name.split(" and ")
+        if not any(getattr(s, k, None) is not None for k in keys):
+            for where, fields in ((f"--cluster: {s.cluster}", file_fields), (f"--evaluate: {s.evaluate}", old)):
+                if fields and any(k in fields for k in keys):
+                    raise InputError(f"{where}: {e.name} {e.problem}") from None
+        raise
+    if cluster.gpus_per_node is None:  # the network between nodes means nothing without nodes
+        between = ("inter_bw", "network", "net_eff", "inter_latency")
+        flag = next((k for k in between if getattr(s, k) is not None), None)
+        if flag is not None:
+            raise SettingError(flag, "needs --gpus-per-node (or a cluster file or --device giving the devices "
+                                     "per node): without nodes every pair of devices is joined at --bw")
+        key = next((k for k in between if k in (file_fields or {})), None)
+        if key is not None:
+            raise InputError(f"--cluster: {s.cluster}: {key} needs gpus_per_node (or --gpus-per-node or "
+                             "--device): without nodes every pair of devices is joined at bw")
+    return cluster
 
 
 def _find_model(model: dict, path: str) -> str:
@@ -171,6 +192,13 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
                                                                           "pipeline" in file.recorded)
     if s.schedule is not None and s.pp in (None, 1) and s.plan is None:
         raise InputError("--schedule orders a pipeline's stages: give --pp N or --pp auto")
+    found = None
+    if s.search == "standard":
+        if s.plan is not None or s.evaluate is not None or pipelined:
+            raise InputError("--search standard searches what --plan, --evaluate, --pp and --microbatches give: "
+                             "give none of them")
+        found = _search_standard(s, g, model, progress)
+        s = replace(s, plan=found.best.spec())
     if s.plan is not None:
         if s.evaluate is not None:
             raise InputError("--plan and --evaluate each give the plan to cost: give one")
@@ -221,14 +249,89 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
             why = "embedding gradients are all-reduced densely (use --sparse-embeddings or --compare)"
         if why:
             result = replace(result, notes=result.notes + (f"--distinct-rows has no effect here: {why}.",))
+    if g.graph.get("notes"):  # what the model itself has to say (a sequence beyond its positions)
+        result = replace(result, notes=tuple(g.graph["notes"]) + result.notes)
+    if found is not None:
+        result = replace(result, notes=result.notes + (
+            f"Best standard configuration of {found.costed + found.dominated} points costed or dominated "
+            f"({found.costed} costed; {found.unfit} did not fit, {found.invalid} structures the model cannot "
+            f"take): {found.best.describe()}.",))
+    idle = _idle_note(result, model, s.procs)
+    if idle:
+        result = replace(result, notes=result.notes + (idle,))
     from baselines import BASELINES, compare
 
     keys = baselines if baselines is not None else (BASELINES if s.compare else ())
     if keys:
         result = result.with_baselines(compare(g, s.procs, model, keys))
+    if found is not None and s.compare:  # the per-operator optimum beside it, and the gap
+        # the per-operator search over the same options the standard configurations range over
+        optimum = plan(replace(s, search=None, plan=None, compare=False, recompute=s.recompute or "auto",
+                               zero=s.zero or "auto"), baselines=(), progress=progress).result
+        optimum = replace(optimum, key="per_operator", title="per-operator", label="per-operator optimum (PaSE)")
+        gap = result.total_cost / optimum.total_cost - 1.0
+        result = result.with_baselines(result.baselines + (optimum,))
+        result = replace(result, notes=result.notes + (
+            f"The per-operator optimum is {100 * gap:.1f}% faster than the best standard configuration"
+            if gap > 1e-9 else "The best standard configuration is as fast as the per-operator optimum",))
     if not math.isfinite(result.total_cost):
         raise InputError("the total cost is not a finite number; choose realistic --flops and --bw")
     return Planned(s, g, result, profile)
+
+
+def _search_standard(s: Settings, g, model, progress):
+    """The best standard configuration (:mod:`standard_search`) of the
+    settings' model within the device memory."""
+    import standard_search
+    from cost_model import evaluate, make_result
+    from standard import strategy
+
+    batch = g.graph["batch"]
+    chain = _chain(g)
+    blocks = chain.count if chain is not None else 0
+    node = model.cluster.gpus_per_node or 8
+
+    graphs = {batch: (g, chain)}
+
+    def cost_of(std):
+        if std.pp > 1 or std.microbatch * std.dp < batch:
+            r = _standard_pipeline(s, std, model, graphs)
+        else:
+            r = make_result(g, evaluate(g, strategy(g, std), model, s.procs), model, s.procs, "evaluate")
+        return r.total_cost, r.memory_bytes
+
+    bar = None
+    if progress is not None:
+        def bar(total):
+            return progress("costing standard configurations", "configurations")
+    found = standard_search.search(g, s.procs, batch, node, blocks, cost_of, model.cluster.capacity, bar)
+    if found.best is None:
+        if not math.isfinite(found.least_memory):
+            raise InputError(f"--search standard: no standard configuration applies to {g.graph['name']} on "
+                             f"{s.procs} devices")
+        raise MemoryError(f"no standard configuration fits in {model.cluster.capacity / 1e9:.4g} GB per device: "
+                          f"the smallest needs {found.least_memory / 1e9:.4g} GB")
+    return found
+
+
+def _idle_note(result, model, p: int) -> str:
+    """A warning when the plan leaves most of the devices idle: most
+    operators, and most of the work, on one device.  Such a plan is the
+    optimum where moving a tensor costs more than the work it would spread
+    (a small model, a small batch, the paper's 16 GB/s against 10 TFLOPS),
+    and its speed-up over data parallelism is that of idle devices."""
+    layers = result.layers
+    work = math.fsum(layer.compute for layer in layers)
+    if p < 2 or len(layers) < 2 or not work > 0:
+        return ""
+    alone = [layer for layer in layers if layer.devices == 1]
+    share = math.fsum(layer.compute for layer in alone) / work
+    if len(alone) * 2 <= len(layers) or share <= 0.5:
+        return ""
+    why = ("the paper's model charges 16 GB/s links against 10 TFLOPS; a --device preset prices both as a GPU does"
+           if not model.cluster.realistic else "the batch is too small to spread over the devices")
+    return (f"{len(alone)} of {len(layers)} operators ({100 * share:.0f}% of the work) run on one device of the {p}: moving their tensors costs more than the work it would "
+            f"spread ({why}); the others stay idle.")
 
 
 def _micro_graph(s: Settings, micro: int):
@@ -238,7 +341,7 @@ def _micro_graph(s: Settings, micro: int):
     return build_graph(s.graph, **{**_model_params(s), "batch": micro})
 
 
-def _standard_pipeline(s: Settings, std, model):
+def _standard_pipeline(s: Settings, std, model, graphs: dict | None = None):
     """A standard configuration with pipeline stages, costed: Megatron-LM's
     layout (the blocks split evenly, the embedding in the first stage, the
     head in the last)."""
@@ -247,8 +350,13 @@ def _standard_pipeline(s: Settings, std, model):
 
     batch = _model_batch(s)
     micro = std.microbatch * std.dp  # the samples of a micro-batch over the data-parallel groups
-    g = _micro_graph(s, micro)
-    chain = _chain(g)
+    if graphs is not None and micro in graphs:  # built already (a search over configurations)
+        g, chain = graphs[micro]
+    else:
+        g = _micro_graph(s, micro)
+        chain = _chain(g)
+        if graphs is not None:
+            graphs[micro] = (g, chain)
     if chain is not None:
         counts = pipeline._even(chain.count, std.pp)
         if min(counts) < 1:

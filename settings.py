@@ -77,7 +77,7 @@ _MODEL = (
             "(encoder and decoder layers each, default 6)"),
     Setting("attention", ("--attention",), "name", "how attention is built: fused (one operator that never "
             "materialises the scores, as PyTorch's scaled_dot_product_attention runs it; the default of config.json "
-            "models) or materialized (scores, softmax and context; the built-in transformer's default)",
+            "and ONNX models) or materialized (scores, softmax and context; the built-in transformer's default)",
             choices=("fused", "materialized"), sweep=True),
 )
 
@@ -123,8 +123,21 @@ _RUN = (
             False),
     Setting("output", ("--output",), "path", "write the result to PATH: .json (full record) or .csv (layer rows)",
             metavar="PATH"),
+    Setting("export", ("--export",), "export", "also write the plan for a training framework: torchtitan, megatron, "
+            "jax or dtensor, to PATH (written as --output writes) or, without PATH, to stdout (the report then goes "
+            "to stderr); repeatable", metavar="FORMAT[:PATH]"),
+    Setting("calibrate", ("--calibrate",), "path", "fit the realistic model's constants to measurements in FILE "
+            "(TOML or JSON: gemm, attention, nccl or nccl_file, step; see the README), print the fitted cluster "
+            "and, with --save-cluster, write it as a cluster file", metavar="FILE"),
+    Setting("save_cluster", ("--save-cluster",), "path", "with --calibrate: write the fitted cluster to PATH (a "
+            "TOML cluster file for --cluster)", metavar="PATH"),
     Setting("evaluate", ("--evaluate",), "path", "cost the strategy in PATH (a JSON file with 'layers': "
             "[{'id', 'config'}]) instead of searching", metavar="PATH"),
+    Setting("search", ("--search",), "name", "what to search: plan (one configuration per operator, the default) or "
+            "standard (the best standard configuration --plan can give: tp, dp, cp, ep, sp, pp, micro-batch, "
+            "schedule, zero, recompute, within the device memory; compared with the per-operator optimum by the "
+            "compare flag)",
+            choices=("plan", "standard"), metavar="WHAT"),
     Setting("plan", ("--plan",), "spec", "cost the standard configuration SPEC instead of searching: "
             "comma-separated key=value of tp, dp, cp, ep, sp, pp, microbatch, schedule, recompute, zero "
             "(Megatron-LM's rules; dp defaults to what is left of p), e.g. tp=8,recompute=full", metavar="SPEC"),

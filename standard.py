@@ -95,6 +95,18 @@ class Standard:
         parts += [f"zero={self.zero}"] if self.zero else []
         return ", ".join(parts)
 
+    def spec(self) -> str:
+        """The ``--plan`` specification of this configuration (complete:
+        every degree, the micro-batch and the schedule)."""
+        sched = self.schedule + (f":{self.chunks}" if self.schedule == "interleaved" else "")
+        parts = [f"tp={self.tp}", f"dp={self.dp}", f"cp={self.cp}", f"ep={self.ep}", f"sp={self.sp}",
+                 f"pp={self.pp}"]
+        if self.microbatch is not None:
+            parts.append(f"microbatch={self.microbatch}")
+        if self.pp > 1:
+            parts.append(f"schedule={sched}")
+        return ",".join(parts + [f"recompute={self.recompute}", f"zero={self.zero}"])
+
     @property
     def devices(self) -> int:
         return self.tp * (self.dp or 1) * self.cp * self.pp

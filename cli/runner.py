@@ -19,10 +19,56 @@ from settings import Settings
 class OutputFailed(OSError):
     """A result file could not be written (the report was printed)."""
 
+
+class StdoutFailed(OSError):
+    """The standard output could not be written (a full disk)."""
+
+
+class _Checked:
+    """The standard output, whose write errors say that it was the standard
+    output that failed (a broken pipe stays one: the reader went away)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _failed(self, e: OSError) -> StdoutFailed:
+        reason = e.strerror or str(e) or type(e).__name__
+        return StdoutFailed(f"cannot write the standard output: {reason[:1].lower()}{reason[1:]}")
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise self._failed(e) from None
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise self._failed(e) from None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def run(s: Settings, out=None):
     """Do what the settings ask; return the :class:`result.Result` (the
     sweep for a sweep).  Every check comes before any file is written."""
     out = sys.stdout if out is None else out
+    stdout = out
+    from cli.exporting import Rendered, checked_exports, render_exports
+
+    exports = checked_exports(s)
+    if s.calibrate is not None:
+        from cli.calibrating import run_calibration
+
+        return run_calibration(s, out)
+    if s.save_cluster is not None:
+        raise UsageError("--save-cluster writes what --calibrate fits: give --calibrate FILE")
     if s.sweep or s.plans or s.plot:
         from cli.study import run_study
 
@@ -43,7 +89,14 @@ def run(s: Settings, out=None):
     from planner import plan
     from report import render_text
 
-    s, g, result, profile = plan(s, progress=Progress)
+    planned = plan(s, progress=Progress)
+    s, g, result, profile = planned
+    rendered = render_exports(exports, planned)  # a format that cannot express the plan says so before any file
+    stdout_export = next((text for e, text in rendered if e.path is None), None)
+    if stdout_export is not None:  # stdout holds the export alone; the report goes to stderr
+        import io
+
+        out = sys.stderr if sys.stderr is not None else io.StringIO()
     if profile is not None:
         print("Profile of the search (top 15 by cumulative time):", file=out)
         print(profile, file=out)
@@ -55,6 +108,7 @@ def run(s: Settings, out=None):
         files.append(("--output", s.output, output))
     if s.dump_graph:
         files.append(("--dump-graph", DOT_FILE, FORMATS["dot"]))
+    files += [(e.flag, e.path, Rendered(text)) for e, text in rendered if e.path is not None]
     failed = None
     for flag, path, fmt in files:
         try:
@@ -70,6 +124,8 @@ def run(s: Settings, out=None):
         from studies.breakdown import render
 
         print(render(result, result.baseline("data_parallel") if s.compare else None), file=out)
+    if stdout_export is not None:
+        stdout.write(stdout_export)
     if failed is not None:
         raise failed
     return result
@@ -103,13 +159,21 @@ def main(argv=None) -> int:
         if (threading.current_thread() is threading.main_thread()  # from here an interrupt unwinds (files stay whole)
                 and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN):  # started with it ignored: it stays so
             signal.signal(signal.SIGINT, interrupt)
-        run(s)
-        sys.stdout.flush()
+        out = _Checked(sys.stdout)
+        run(s, out)
+        out.flush()
     except KeyboardInterrupt:  # a sweep has written the rows finished so far
         return _interrupted()
     except BrokenPipeError:  # the reader went away (| head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except StdoutFailed as e:  # what is left in its buffer goes nowhere, rather than fail again at exit
+        _say(f"{PROG}: error: {e}")
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1
     except Exception as e:
         if signals:  # an interrupt inside an extension's import surfaces as an ImportError
             return _interrupted()

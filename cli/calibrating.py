@@ -1,0 +1,58 @@
+"""``--calibrate FILE``: fit the realistic model's constants to measured
+figures (:mod:`cluster.calibrate`), print the fitted cluster, and with
+``--save-cluster PATH`` write it as a cluster file."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cli.files import check_writable, write_atomic
+from cli.args import UsageError
+
+__all__ = ["run_calibration"]
+
+
+def run_calibration(s, out):
+    from cluster import Cluster
+    from cluster.calibrate import calibrate, read_measurements, render_toml
+    from cluster.config import record
+    from planner import cluster_for
+
+    if s.evaluate is not None or s.plan is not None or s.sweep or s.plans or s.plot or s.compare:
+        raise UsageError("--calibrate fits a cluster: it takes no --evaluate, --plan, --compare or sweep")
+    if s.save_cluster is not None:
+        check_writable(s.save_cluster, "--save-cluster")
+    data = read_measurements(s.calibrate)
+    base = cluster_for(s)
+
+    def predict(fields: dict) -> float:
+        from planner import plan
+
+        step = data["step"]
+        import os
+
+        path = os.path.join(os.path.dirname(s.calibrate), str(step["plan"]))
+        settings = {k: v for k, v in vars(s).items()}
+        settings.update(calibrate=None, save_cluster=None, evaluate=path, **fields)
+        result = plan(type(s)(**settings)).result
+        return result.step_seconds
+
+    fields, lines = calibrate(data, base, s.calibrate, predict)
+    fitted = replace(base, **fields) if fields else base
+    if not isinstance(fitted, Cluster):  # pragma: no cover - a Cluster stays one
+        raise TypeError(type(fitted))
+    text = render_toml(record(fitted), lines, s.calibrate)
+    if s.save_cluster is not None:
+        try:
+            write_atomic(s.save_cluster, text)
+        except OSError as e:
+            raise OSError(f"--save-cluster: could not write {s.save_cluster}: {e.strerror or e}") from None
+    print(f"Calibrated from {s.calibrate}:", file=out)
+    for line in lines:
+        print(f"  {line}", file=out)
+    if s.save_cluster is not None:
+        print(f"Wrote the fitted cluster to {s.save_cluster}; use it with --cluster {s.save_cluster}", file=out)
+    else:
+        print(file=out)
+        out.write(text)
+    return fitted

@@ -1,0 +1,106 @@
+"""--calibrate: the realistic model's constants fitted to measured figures
+(matrix products, fused attention, nccl-tests' all_reduce_perf, a measured
+step time), printed and saved as a cluster file that --cluster reads."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from conftest import ROOT, rel, run_cli
+
+NCCL = ROOT / "tests" / "data" / "calibrate" / "all_reduce_perf.txt"
+LLAMA8B = ROOT / "tests" / "data" / "configs" / "llama3-8b"
+
+
+def _fitted(path) -> dict:
+    import tomllib
+
+    return tomllib.loads(path.read_text())
+
+
+def test_all_reduce_perf_is_parsed():
+    from cluster.calibrate import parse_all_reduce_perf
+
+    rows, ranks, hosts = parse_all_reduce_perf(NCCL.read_text())
+    assert (ranks, hosts) == (8, 1)
+    assert rows[0] == (8.0, 21.40, 0.00) and rows[-1] == (8589934592.0, 43120.0, 348.62)
+    assert len(rows) == 5
+
+
+def test_nccl_gemm_and_attention_fits(tmp_path):
+    (tmp_path / "nccl.txt").write_text(NCCL.read_text())
+    (tmp_path / "m.toml").write_text(
+        'nccl_file = "nccl.txt"\n'
+        "gemm = [{m = 8192, n = 8192, k = 8192, tflops = 720.0}, {m = 4096, n = 4096, k = 4096, seconds = 2.2e-4},"
+        " {m = 16384, n = 16384, k = 16384, tflops = 700.0}]\n"
+        "attention = [{batch = 4, heads = 32, seq = 4096, head_dim = 128, causal = true, seconds = 0.00655}]\n")
+    run_cli("--calibrate", tmp_path / "m.toml", "--device", "h100", "--save-cluster", tmp_path / "fit.toml")
+    fit = _fitted(tmp_path / "fit.toml")
+    # on one node of 8: the largest message's bus bandwidth over the link, the smallest's time over 2 (n - 1) steps
+    assert rel(fit["link_eff"], 348.62 / 450.0) < 1e-12 and rel(fit["latency"], 21.40 / 14) < 1e-12
+
+    # each product's share of the peak, its tiles' waves over 132 multiprocessors counted
+    def share(m, n, k, t):
+        tiles = math.ceil(m / 128) * math.ceil(n / 128)
+        waves = math.ceil(tiles / 132)
+        return 2 * m * n * k / (t * 989.5e12 * (m * n / (waves * 132 * 128 * 128)))
+
+    shares = sorted([share(8192, 8192, 8192, 2 * 8192**3 / 720e12), share(4096, 4096, 4096, 2.2e-4),
+                     share(16384, 16384, 16384, 2 * 16384**3 / 700e12)])
+    assert rel(fit["matmul_eff"], shares[1]) < 1e-12
+    # FlashAttention's count: 4 b h s^2 d forward, 2.5 times that backward, half of it causal
+    assert rel(fit["attention_eff"], 3.5 * 4 * 4 * 32 * 4096**2 * 128 * 0.5 / (0.00655 * 989.5e12)) < 1e-12
+    # the rest is the preset's
+    assert fit["device"] == "h100" and fit["memory_eff"] == 0.8 and fit["flops"] == 989.5
+
+
+def test_a_measured_step_time_is_met(tmp_path):
+    plan = tmp_path / "plan.json"
+    run_cli("-g", LLAMA8B, "-p", 8, "--device", "h100", "-b", 8, "--seq", 1024, "--plan", "dp=8,zero=3",
+            "--output", plan)
+    predicted = json.loads(plan.read_text())["step_seconds"]
+    measured = 2.5 * predicted
+    (tmp_path / "s.toml").write_text(f'step = {{plan = "plan.json", seconds = {measured!r}}}\n')
+    out = run_cli("--calibrate", tmp_path / "s.toml", "--device", "h100", "--save-cluster", tmp_path / "f.toml")
+    assert "as measured" in out.stdout
+    fit = _fitted(tmp_path / "f.toml")
+    factor = fit["matmul_eff"] / 0.75
+    assert 0 < factor < 1 / 2.5  # only the compute slows down: it must slow down more than the step
+    assert rel(fit["attention_eff"] / 0.45, factor) < 1e-9 and rel(fit["memory_eff"] / 0.8, factor) < 1e-9
+    again = tmp_path / "again.json"
+    run_cli("--evaluate", plan, "--cluster", tmp_path / "f.toml", "--output", again)
+    assert rel(json.loads(again.read_text())["step_seconds"], measured) < 1e-3
+
+
+def test_without_save_the_cluster_file_is_printed(tmp_path):
+    (tmp_path / "m.toml").write_text('nccl_file = "n.txt"\n')
+    (tmp_path / "n.txt").write_text(NCCL.read_text())
+    out = run_cli("--calibrate", tmp_path / "m.toml", "--device", "a100-80gb").stdout
+    assert "link_eff 0.8 -> " in out and 'device = "a100-80gb"' in out
+    assert list(tmp_path.iterdir()) != [] and not (tmp_path / "fit.toml").exists()
+
+
+@pytest.mark.parametrize("text, args, message", [
+    ("gemm = [{m = 1, n = 1, k = 1}]\n", ("--device", "h100"), "needs seconds or tflops"),
+    ("gemm = [{m = 1, n = 1, seconds = 1.0}]\n", ("--device", "h100"), "lacks k"),
+    ("gemm = [{m = -1, n = 1, k = 1, seconds = 1.0}]\n", ("--device", "h100"), "must be a positive number"),
+    ("speed = 1\n", ("--device", "h100"), "unknown key 'speed'"),
+    ("gpus = 8\n", ("--device", "h100"), "has no measurements"),
+    ("gemm = [{m = 1, n = 1, k = 1, seconds = 1.0}]\n", (), "give a real --device"),
+    ("nccl = 'nothing here'\n", ("--device", "h100"), "no size lines"),
+    ("step = {plan = 'missing.json', seconds = 1.0}\n", ("--device", "h100"), "missing.json"),
+    ("gemm = [\n", ("--device", "h100"), "not valid TOML"),
+])
+def test_bad_measurements(tmp_path, text, args, message):
+    (tmp_path / "m.toml").write_text(text)
+    proc = run_cli("--calibrate", tmp_path / "m.toml", *args, ok=False)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_save_cluster_needs_calibrate(tmp_path):
+    proc = run_cli("--save-cluster", tmp_path / "x.toml", ok=False)
+    assert proc.returncode == 2 and "--calibrate" in proc.stderr and not (tmp_path / "x.toml").exists()

@@ -1,0 +1,125 @@
+"""--search standard: the best standard configuration within the memory,
+exactly the best point of its grid, and --compare's gap to the
+per-operator optimum."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from conftest import ROOT, run_cli
+
+LLAMA8B = ROOT / "tests" / "data" / "configs" / "llama3-8b"
+
+
+def _tiny_llama(tmp_path, layers=2):
+    cfg = json.loads((LLAMA8B / "config.json").read_text())
+    cfg.update(hidden_size=512, intermediate_size=1792, num_hidden_layers=layers, num_attention_heads=8,
+               num_key_value_heads=8, vocab_size=32768)
+    d = tmp_path / "tiny-llama"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def _setup(model, p, batch, seq, memory):
+    from cli.args import parse_args
+    from planner import _chain, cost_model_for
+    from models import build_graph
+
+    s = parse_args(["-g", str(model), "-p", str(p), "-b", str(batch), "--seq", str(seq), "--device", "h100",
+                    "--device-memory", str(memory), "--headroom", "0"])
+    g = build_graph(s.graph, batch=batch, seq=seq)
+    return s, g, cost_model_for(s), _chain(g).count
+
+
+@pytest.mark.parametrize("memory", [80, 1.2])
+def test_the_best_point_of_the_grid(tmp_path, memory):
+    """Against every point of the grid costed (no dominance): the same best."""
+    import planner
+    import standard_search
+    from cost_model import evaluate, make_result
+    from errors import InputError
+    from standard import strategy
+
+    s, g, model, blocks = _setup(_tiny_llama(tmp_path), 8, 16, 2048, memory)
+    batch, graphs = g.graph["batch"], {}
+
+    def cost_of(std):
+        if std.pp > 1 or std.microbatch * std.dp < batch:
+            r = planner._standard_pipeline(s, std, model, graphs)
+        else:
+            r = make_result(g, evaluate(g, strategy(g, std), model, 8), model, 8, "evaluate")
+        return r.total_cost, r.memory_bytes
+
+    found = standard_search.search(g, 8, batch, 8, blocks, cost_of, model.cluster.capacity)
+    assert found.best is not None and found.dominated > 0
+    every = []
+    for shape in standard_search.structures(g, 8, batch, 8, blocks):
+        micro = shape.microbatch
+        while True:
+            fit = []
+            for zero, rec in standard_search.grid(replace(shape, microbatch=micro)):
+                std = replace(shape, microbatch=micro, zero=zero, recompute=rec)
+                try:
+                    cost, mem = cost_of(std)
+                except InputError:
+                    break
+                if mem <= model.cluster.capacity:
+                    fit.append((cost, zero, standard_search.RECOMPUTE.index(rec), std))
+            every += fit
+            if fit or shape.pp > 1 or micro % 2:
+                break
+            micro //= 2
+    best = min(every, key=lambda x: x[:3])
+    assert found.best == best[3] and found.cost == best[0]
+    if memory < 10:  # the bound makes the answer use the options
+        assert found.best.recompute != "none" or found.best.zero > 0 or found.best.pp > 1
+
+
+def test_cli_with_compare_shows_the_gap(tmp_path):
+    model = _tiny_llama(tmp_path)
+    out = tmp_path / "r.json"
+    proc = run_cli("-g", model, "-p", 8, "-b", 16, "--seq", 2048, "--device", "h100", "--search", "standard",
+                   "--compare", "--output", out)
+    rec = json.loads(out.read_text())
+    per_op = rec["baselines"]["per_operator"]["total_cost"]
+    assert per_op <= rec["total_cost"] * (1 + 1e-9)
+    assert "Best standard configuration of" in proc.stdout
+    assert "per-operator" in proc.stdout and ("faster than the best standard" in proc.stdout
+                                               or "as fast as the per-operator" in proc.stdout)
+    # the answer is a plan --plan costs the same
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("Best standard configuration"))
+    assert line.endswith(".")
+
+
+def test_the_answer_is_a_plan_spec_that_costs_the_same(tmp_path):
+    from cli.args import parse_args
+    from planner import plan
+
+    model = _tiny_llama(tmp_path)
+    args = ["-g", str(model), "-p", "8", "-b", "16", "--seq", "2048", "--device", "h100", "--device-memory", "1.2",
+            "--headroom", "0"]
+    searched = plan(parse_args(args + ["--search", "standard"]))
+    spec = searched.settings.plan
+    again = plan(parse_args(args + ["--plan", spec])).result
+    assert again.total_cost == searched.result.total_cost and again.fits
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--search", "standard", "--plan", "tp=2"), "--search standard"),
+    (("--search", "standard", "--pp", "2"), "--search standard"),
+    (("--search", "everything"), "--search: invalid choice"),
+])
+def test_bad_search_input(args, message):
+    proc = run_cli("-g", "alexnet", "-p", 4, *args, ok=False)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_nothing_fits_says_what_the_smallest_needs(tmp_path):
+    proc = run_cli("-g", _tiny_llama(tmp_path), "-p", 8, "-b", 16, "--seq", 2048, "--device", "h100",
+                   "--device-memory", "0.05", "--headroom", "0", "--search", "standard", ok=False)
+    assert proc.returncode == 1 and "no standard configuration fits" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
