@@ -135,6 +135,7 @@ def runs_of(costed, problem: Problem | None = None, groups: bool = False) -> lis
         blocks = [list(c.block(k)) for k in range(c.count)]
         runs.append(Run(blocks, tuple(c.boundary(k) for k in range(c.count)), c.entry, c.start, c.stop))
     if groups and problem is not None:
+        outside = False
         for b, g in enumerate(problem.groups):
             v = g.members[0][0]  # the block of its operators
             for j, c in enumerate(costed.chains):
@@ -142,7 +143,9 @@ def runs_of(costed, problem: Problem | None = None, groups: bool = False) -> lis
                     runs[j].blocks[(v - c.start) // c.size].append(costed.n + b)
                     break
             else:  # a block outside every chain: no run can hold it
-                runs = []
+                outside = True
+        if outside:
+            runs = []
     runs = [Run(tuple(tuple(b) for b in r.blocks), r.exits, r.entry, r.start, r.stop) for r in runs]
     edges = list(costed.edge_costs) + (problem.structure()[len(costed.edge_costs):] if groups and problem else [])
     good = [r for r in runs if series([r], costed.n, edges)]

@@ -158,6 +158,8 @@ def _comparison(r: Result) -> list[str]:
     dp = r.baseline("data_parallel")
     mine = r.total_cost
     mine_label = "PaSE" if r.mode == "search" else "this strategy"
+    if r.label.startswith("standard configuration"):
+        mine_label = "this standard configuration"
     notes = []
     most = max(layer.devices for layer in dp.layers)
     if most < r.procs:
@@ -167,7 +169,7 @@ def _comparison(r: Result) -> list[str]:
             notes.append(f"  {b.note}")
         elif b.key == "expert":
             notes.append(f"  {b.label}")
-        cheaper = b.total_cost < mine * (1 - 1e-12)
+        cheaper = b.total_cost < mine * (1 - 1e-12) and b.fits is not False  # one that does not fit is no option
         if b.key == "parallax" and not b.total_cost < dp.total_cost * (1 - 1e-12):
             continue  # no sparse exchange that pays (no embeddings): data parallel's own line says the rest
         if cheaper and b.key == "parallax" and r.cost_model.original:
@@ -216,7 +218,8 @@ def render_text(r: Result, summary: bool = False) -> str:
     """The human-readable report: a row per operator (not with ``summary``),
     the totals, the total cost last."""
     cl = r.cost_model.cluster
-    what = "strategy" if r.mode == "search" else "evaluation of a given strategy"
+    what = ("strategy" if r.mode == "search" else r.label if r.label.startswith("standard configuration") else
+            "evaluation of a given strategy")
     words = f"a word moved costs {cl.word:g}" + (
         f" inside a node, {cl.inter_word:g} between nodes" if cl.two_level and cl.inter_word != cl.word else "")
     if r.cost_model.realistic:

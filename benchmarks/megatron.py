@@ -9,8 +9,9 @@ For each row (a GPT-2-family config of its sizes, batch and GPUs):
   (recomputation included, as the table counts), the ratio to the published
   figure, and its peak memory; **no overlap**: the same with ``--overlap 0``
   (the gradients reduced after the backward pass, as Megatron-LM ran then);
-- **searched**: ``--pp auto --microbatches auto`` on the same cluster and
-  model: what it found (stages, micro-batches, schedule), its step time, its
+- **searched**: ``--pp auto --microbatches auto --recompute auto`` on the
+  same cluster and model (recomputation searched, as the paper recomputed):
+  what it found (stages, micro-batches, schedule), its step time, its
   speed-up over the paper's configuration, its memory, and the wall time of
   the whole plan (graph, costs, search).
 
@@ -86,7 +87,7 @@ def main() -> None:
             if args.no_search:
                 cells += ["-"] * 5
             else:
-                found, secs = run(cfg, row, "--pp", "auto", "--microbatches", "auto")
+                found, secs = run(cfg, row, "--pp", "auto", "--microbatches", "auto", "--recompute", "auto")
                 pipe = found.pipeline
                 what = (f"pp {pipe.pp}, {pipe.m} x {pipe.micro} samples, {pipe.schedule}" if pipe is not None
                         else "no pipeline")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cli.files import check_writable, write_atomic
+from errors import InputError
 from cli.args import UsageError
 
 __all__ = ["run_calibration"]
@@ -20,9 +21,22 @@ def run_calibration(s, out):
 
     if s.evaluate is not None or s.plan is not None or s.sweep or s.plans or s.plot or s.compare:
         raise UsageError("--calibrate fits a cluster: it takes no --evaluate, --plan, --compare or sweep")
-    if s.save_cluster is not None:
-        check_writable(s.save_cluster, "--save-cluster")
+    if s.output is not None or s.dump_graph or getattr(s, "export", None):
+        raise UsageError("--calibrate writes a cluster file (--save-cluster), not a plan: it takes no --output, "
+                         "-d or --export")
     data = read_measurements(s.calibrate)
+    if s.save_cluster is not None:
+        import os
+
+        mine = {os.path.realpath(s.calibrate)}
+        if isinstance(data.get("nccl_file"), str):
+            mine.add(os.path.realpath(os.path.join(os.path.dirname(s.calibrate), data["nccl_file"])))
+        if isinstance(data.get("step"), dict) and isinstance(data["step"].get("plan"), str):
+            mine.add(os.path.realpath(os.path.join(os.path.dirname(s.calibrate), data["step"]["plan"])))
+        if os.path.realpath(s.save_cluster) in mine:
+            raise UsageError(f"--save-cluster: {s.save_cluster} is one of the measurements' files; give another "
+                             "path")
+        check_writable(s.save_cluster, "--save-cluster")
     base = cluster_for(s)
 
     def predict(fields: dict) -> float:
@@ -32,6 +46,8 @@ def run_calibration(s, out):
         import os
 
         path = os.path.join(os.path.dirname(s.calibrate), str(step["plan"]))
+        if not os.path.isfile(path):
+            raise InputError(f"--calibrate: {s.calibrate}: step.plan: {path}: no such plan file")
         settings = {k: v for k, v in vars(s).items()}
         settings.update(calibrate=None, save_cluster=None, evaluate=path, **fields)
         result = plan(type(s)(**settings)).result

@@ -14,8 +14,8 @@ A measurements file (TOML or JSON) holds any of:
 * ``nccl``: the output of nccl-tests' ``all_reduce_perf`` (the text itself,
   or ``nccl_file``, a path relative to the measurements file), from which
   the ranks and the hosts are read off its ``# Rank`` lines (or ``gpus`` and
-  ``nodes``) -> on one node ``link_eff`` (the largest bus bandwidth over
-  ``bw``) and ``latency`` (the smallest message's time over the ring's
+  ``nodes``) -> on one node ``link_eff`` (the bus bandwidth of the largest
+  message over ``bw``) and ``latency`` (the smallest message's time over the ring's
   ``2 (n - 1)`` steps); across nodes ``net_eff`` (over ``inter_bw``) and
   ``inter_latency``;
 * ``step``: ``{plan, seconds}``, a measured step time of a plan file
@@ -124,6 +124,9 @@ def _fit_gemm(rows, cluster, where) -> tuple[float, str]:
         waves = float(_wave_share(m, n, 1.0, cluster.sms)) if cluster.sms else 1.0
         shares.append(flop / (t * peak * waves))
     eff = _median(shares)
+    if eff > 1.0:
+        raise InputError(f"--calibrate: {where}: the matrix products ran at {eff:.3g} times the peak of "
+                         f"{cluster.flops:g} TFLOPS: check their sizes, times and the device")
     return eff, (f"matmul_eff {cluster.matmul_eff:g} -> {eff:.3f}: the median of {len(rows)} matrix products' "
                  f"share of {cluster.flops:g} TFLOPS (their waves of tiles counted)")
 
@@ -133,11 +136,17 @@ def _fit_attention(rows, cluster, where) -> tuple[float, str]:
     shares = []
     for i, r in enumerate(rows):
         b, h, s, d = (_number(r[x], f"{where}: attention[{i}].{x}") for x in ("batch", "heads", "seq", "head_dim"))
-        flop = 3.5 * 4.0 * b * h * s * s * d * (0.5 if r.get("causal", False) else 1.0)
+        causal = r.get("causal", False)
+        if not isinstance(causal, bool):
+            raise InputError(f"--calibrate: {where}: attention[{i}].causal must be true or false, got {causal!r}")
+        flop = 3.5 * 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
         t = _number(r["seconds"], f"{where}: attention[{i}].seconds") if "seconds" in r else \
             flop / (_number(r["tflops"], f"{where}: attention[{i}].tflops") * 1e12)
         shares.append(flop / (t * peak))
     eff = _median(shares)
+    if eff > 1.0:
+        raise InputError(f"--calibrate: {where}: the attentions ran at {eff:.3g} times the peak of "
+                         f"{cluster.flops:g} TFLOPS: check their sizes, times and the device")
     return eff, (f"attention_eff {cluster.attention_eff:g} -> {eff:.3f}: the median of {len(rows)} fused "
                  "attentions, forward and backward")
 
@@ -161,8 +170,9 @@ def parse_all_reduce_perf(text: str) -> tuple[list[tuple[float, float, float]], 
             continue
         try:
             size = float(parts[0])
-            # size count type redop root time algbw busbw ... (redop and root since nccl-tests 2.x)
-            nums = [float(x) for x in parts[-8:-5]] if len(parts) >= 13 else [float(x) for x in parts[5:8]]
+            # ... time algbw busbw #wrong time algbw busbw #wrong: the out-of-place figures are the
+            # eighth to sixth fields from the end, whatever columns come first (root only in later versions)
+            nums = [float(x) for x in parts[-8:-5]]
         except ValueError:
             continue
         if size > 0:
@@ -184,6 +194,9 @@ def _fit_nccl(data, cluster, where) -> tuple[dict, list[str]]:
     largest = max(rows)
     smallest = min(rows)
     bus = largest[2]  # GB/s
+    if not bus > 0 or not smallest[1] > 0:
+        raise InputError(f"--calibrate: {where}: the all_reduce_perf output's largest message has no bus bandwidth "
+                         "(or its smallest no time)")
     steps = 2.0 * (gpus - 1)
     if nodes <= 1:
         eff = bus / cluster.bw
@@ -250,12 +263,12 @@ def calibrate(data: dict, cluster, where: str, predict=None) -> tuple[dict, list
     fields, lines = {}, []
     if "gemm" in data:
         eff, line = _fit_gemm(_rows(data, "gemm", ("m", "n", "k"), where), cluster, where)
-        fields["matmul_eff"] = min(eff, 1.0)
+        fields["matmul_eff"] = eff
         lines.append(line)
     if "attention" in data:
         eff, line = _fit_attention(_rows(data, "attention", ("batch", "heads", "seq", "head_dim"), where),
                                    cluster, where)
-        fields["attention_eff"] = min(eff, 1.0)
+        fields["attention_eff"] = eff
         lines.append(line)
     if "nccl" in data:
         f, ls = _fit_nccl(data, cluster, where)

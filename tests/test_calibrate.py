@@ -80,7 +80,31 @@ def test_without_save_the_cluster_file_is_printed(tmp_path):
     (tmp_path / "n.txt").write_text(NCCL.read_text())
     out = run_cli("--calibrate", tmp_path / "m.toml", "--device", "a100-80gb").stdout
     assert "link_eff 0.8 -> " in out and 'device = "a100-80gb"' in out
-    assert list(tmp_path.iterdir()) != [] and not (tmp_path / "fit.toml").exists()
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["m.toml", "n.txt"]  # nothing written
+
+
+def test_older_all_reduce_perf_columns(tmp_path):
+    """nccl-tests before the root column: the same figures, read from the end of each line."""
+    lines = []
+    for line in NCCL.read_text().splitlines():
+        parts = line.split()
+        lines.append(" ".join(parts[:4] + parts[5:]) if parts and not line.startswith("#") else line)
+    (tmp_path / "n.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "m.toml").write_text('nccl_file = "n.txt"\n')
+    run_cli("--calibrate", tmp_path / "m.toml", "--device", "h100", "--save-cluster", tmp_path / "f.toml")
+    fit = _fitted(tmp_path / "f.toml")
+    assert rel(fit["link_eff"], 348.62 / 450.0) < 1e-12 and rel(fit["latency"], 21.40 / 14) < 1e-12
+
+
+def test_the_measurements_are_never_overwritten(tmp_path):
+    (tmp_path / "m.toml").write_text('nccl_file = "n.txt"\n')
+    (tmp_path / "n.txt").write_text(NCCL.read_text())
+    for target in ("m.toml", "n.txt"):
+        proc = run_cli("--calibrate", tmp_path / "m.toml", "--device", "h100", "--save-cluster", tmp_path / target,
+                       ok=False)
+        assert proc.returncode == 2 and "one of the measurements' files" in proc.stderr
+    assert (tmp_path / "m.toml").read_text() == 'nccl_file = "n.txt"\n' and (tmp_path / "n.txt").read_text() == \
+        NCCL.read_text()
 
 
 @pytest.mark.parametrize("text, args, message", [
@@ -91,8 +115,11 @@ def test_without_save_the_cluster_file_is_printed(tmp_path):
     ("gpus = 8\n", ("--device", "h100"), "has no measurements"),
     ("gemm = [{m = 1, n = 1, k = 1, seconds = 1.0}]\n", (), "give a real --device"),
     ("nccl = 'nothing here'\n", ("--device", "h100"), "no size lines"),
-    ("step = {plan = 'missing.json', seconds = 1.0}\n", ("--device", "h100"), "missing.json"),
+    ("step = {plan = 'missing.json', seconds = 1.0}\n", ("--device", "h100"), "step.plan"),
     ("gemm = [\n", ("--device", "h100"), "not valid TOML"),
+    ("gemm = [{m = 64, n = 64, k = 64, seconds = 1e-30}]\n", ("--device", "h100"), "times the peak"),
+    ("attention = [{batch = 1, heads = 1, seq = 64, head_dim = 64, causal = 'no', seconds = 1.0}]\n",
+     ("--device", "h100"), "causal must be true or false"),
 ])
 def test_bad_measurements(tmp_path, text, args, message):
     (tmp_path / "m.toml").write_text(text)

@@ -154,6 +154,21 @@ def test_plans_on_the_command_line(name):
     assert float(lines[-1].split()[-1]) > 0
 
 
+@pytest.mark.parametrize("name", FILES)
+def test_data_parallel_applies(name):
+    """Every operator splits its samples: an unravelled batch x sequence
+    keeps the samples on its leading axis (data parallelism is a plan
+    --plan and --search standard can give)."""
+    from config_space import Decision
+    from standard import complete, parse, strategy
+
+    g = imported(name)
+    decisions = strategy(g, complete(parse("dp=4"), 4, BATCH))
+    assert all(isinstance(d, Decision) for d in decisions)
+    split = [d for op, d in zip(operators(g), decisions) if "b" in op.dims]
+    assert split and all(d["b"] == 4 for d in split)
+
+
 @pytest.mark.parametrize("name", ["hf-gpt2-dynamo.onnx", "hf-llama-torchscript.onnx"])
 def test_the_search_on_the_fused_graph(name):
     g = imported(name)

@@ -95,7 +95,6 @@ GELU = 8  # our feed-forward GEMM applies GeLU to its output: its input (8 s b h
 def test_korthikanti_activations_term_by_term(tmp_path, p, spec, published, ours):
     kept, _ = _layer_bytes(tmp_path, p, spec)
     assert rel(kept, ours * SBH) < 1e-12, (kept / SBH, ours, published)
-    assert published != ours or spec.endswith("full")
 
 
 def test_full_recomputation_peak_holds_one_block_while_it_runs(tmp_path):

@@ -6,7 +6,6 @@ pass, and a warning on plans that leave most devices idle."""
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
@@ -112,10 +111,17 @@ def test_idle_note_is_the_rule_not_a_count():
     model = NS(cluster=NS(realistic=False))
 
     def res(*layers):
-        return NS(layers=[NS(devices=d, compute=c) for d, c in layers])
+        return NS(layers=[NS(devices=d, compute=c) for d, c in layers], pipeline=None)
 
     assert _idle_note(res((1, 10.0), (1, 10.0), (8, 1.0)), model, 8)
     assert not _idle_note(res((1, 1.0), (1, 1.0), (8, 10.0)), model, 8)  # most of the work is spread
     assert not _idle_note(res((1, 10.0), (8, 1.0), (8, 1.0)), model, 8)  # most operators are spread
     assert not _idle_note(res((1, 10.0), (1, 10.0)), model, 1)
-    assert math.isfinite(len(_idle_note(res((1, 10.0), (1, 10.0)), model, 2)))
+    assert "2 of 2 operators (100% of the work) run on one device of the 2" in _idle_note(
+        res((1, 10.0), (1, 10.0)), model, 2)
+
+
+def test_a_pipeline_is_not_flagged():
+    """A stage's operators on one device each are its whole share of the devices."""
+    out = run_cli("-g", "transformer", "-p", 4, "--pp", 4, "-q").stdout
+    assert "Pipeline: 4 stages" in out and "run on one device" not in out

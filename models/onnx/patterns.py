@@ -288,7 +288,7 @@ class Patterns:
             raise Unsupported("with a computed mask")
         causal = bool(a.get("is_causal", 0))
         if not causal and mask is not None:
-            causal = self.causal(((self.current.input[3], "keep"),))
+            causal = self.causal(((self.current.input[3], "auto"),))
         if len(q.shape) == 4:
             return [self.fused_attention(name, q, k, v, causal)]
         if len(q.shape) != 3 or "q_num_heads" not in a or "kv_num_heads" not in a:

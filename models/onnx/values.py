@@ -159,8 +159,14 @@ def _reshape_letters(letters: str, shape, new) -> str:
             if t == s > 1 and math.prod(shape[:i]) == math.prod(new[:j]) and letters[i] not in out:
                 out[j] = letters[i]
     if "b" in letters and "b" not in out:
-        upto = math.prod(shape[: letters.index("b") + 1])
-        j = next((j for j in range(len(new)) if math.prod(new[: j + 1]) >= upto), len(new) - 1)
+        bi = letters.index("b")
+        start, upto = math.prod(shape[:bi]), math.prod(shape[: bi + 1])
+        # the sample axis split in several (a merged batch and sequence unravelled): the samples are the
+        # leading factor, where as many elements come before it; else the axis the samples end in
+        j = next((j for j in range(len(new)) if math.prod(new[:j]) == start and new[j] > 1 and upto % new[j] == 0
+                  and not out[j]), None)
+        if j is None:
+            j = next((j for j in range(len(new)) if math.prod(new[: j + 1]) >= upto), len(new) - 1)
         out[j] = "b"
     used = set(out) | set(letters) | {"b", "v"}
     for j in range(len(new)):

@@ -1,7 +1,7 @@
-"""What a new user ran into: how a plan file's cluster, a device preset and
-the flags combine; model files beyond the flags' bounds; errors that name
-the file and key they come from; the comparison's notes; sweeps of model
-files; notes the run owes the user."""
+"""How a plan file's cluster, a device preset and the flags combine; model
+files beyond the flags' bounds; errors that name the file and key they come
+from; the comparison's notes; sweeps of model files; notes the run owes the
+user."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def test_a_config_size_beyond_the_flags_bound_is_refused(tmp_path, key, value):
 
 def test_parallax_without_embeddings_is_not_said_to_exchange_them_sparsely(tmp_path):
     out = run("-g", "inception3", "-p", 8, "--plan", "tp=2", "--compare", "-q", cwd=tmp_path).stdout
-    assert re.search(r"data parallel is \d+\.\d% cheaper than this strategy", out)  # the plan loses to it
+    assert re.search(r"data parallel is \d+\.\d% cheaper than this standard configuration", out)  # it loses
     assert "Parallax equals data parallel here: inception3 has no embeddings" in out
     assert "sparsely" not in out
     assert "Parallax is" not in out  # data parallel's own line says it
