@@ -65,6 +65,7 @@ __all__ = [
 
 ALGOS = {0: "GENERATESEQ", 1: "breadth-first"}
 CHAIN_WORK = 10**8  # searches evaluating this many table entries search their repeated blocks once
+CHAIN_BLOCKS = 8  # a run of fewer blocks is searched as plain operators: its boundary matrix costs more than it saves
 
 
 def problem_of(costed, in_flight: float = 1) -> Problem:
@@ -172,7 +173,8 @@ def _solver(costed, algo: int, problem: Problem | None = None, chained: bool = T
             n = len(node_costs)
             orders[groups] = order_of(n, list(edges))[0]
             worth = elimination(orders[groups], [len(c) for c in node_costs], list(edges)).work >= CHAIN_WORK
-            runs[groups] = runs_of(costed, problem, groups) if chained and algo == 0 and worth else []
+            found = runs_of(costed, problem, groups) if chained and algo == 0 and worth else []
+            runs[groups] = found if any(len(r.blocks) >= CHAIN_BLOCKS for r in found) else []
         labels = names + [f"block option {b}" for b in range(len(node_costs) - costed.n)]
         if runs[groups]:
             r = solve_chained(node_costs, edges, orders[groups], runs[groups], names=labels,
@@ -292,10 +294,11 @@ def search_within(costed, capacity: float, algo: int = 0, *, prune: bool | str =
                   threads=threads, kernel=kernel)
     t0 = time.perf_counter()
     reserve, searches, b = 0.0, 0, None
+    memo = {}  # the solves of one round serve the next (a smaller capacity: the same problem)
     for _ in range(rounds):
         if capacity - reserve < problem.least_memory:
             break
-        b = relax(problem, capacity - reserve, run)
+        b = relax(problem, capacity - reserve, run, memo=memo)
         searches += b.searches
         r = _named(b.result, costed, algo, problem)
         peak = costed.figures(r.index, r.choices).peak_transient

@@ -68,7 +68,8 @@ def within_memory(node_costs, node_memory, edge_costs, capacity: float, run, *, 
                  max_searches=max_searches, rtol=rtol)
 
 
-def relax(problem: Problem, capacity: float, solve, *, max_searches: int = 8, rtol: float = 1e-9) -> Bounded:
+def relax(problem: Problem, capacity: float, solve, *, max_searches: int = 8, rtol: float = 1e-9,
+          memo: dict | None = None) -> Bounded:
     """The cheapest solution of ``problem`` (a :class:`search.options.Problem`)
     whose memory, a sum over operators, is at most ``capacity``, by
     Lagrangian relaxation on the same dynamic program.
@@ -86,23 +87,34 @@ def relax(problem: Problem, capacity: float, solve, *, max_searches: int = 8, rt
     :class:`SearchResult` carries it as ``choice``); it is ``"optimal"``
     when its cost meets the bound, else the bound says how far from optimal
     it can be.
+
+    ``memo`` (multiplier -> solution) keeps the solves for a later call on
+    the same problem at another capacity: each earlier solve's dual value
+    bounds that capacity too, the one closest above it and the repaired ones
+    start the crossing there, so that a call at a slightly smaller capacity
+    takes a few solves more, not all again.
     """
     least = problem.least_memory
     if least > capacity:
         raise DoesNotFit(least, capacity)
+    memo = {} if memo is None else memo
+    searches = 0
 
     def at(lam):
-        groups = bool(problem.groups) and problem.groups_matter(lam)
-        nodes, edges = problem.at(lam, groups)
-        r = solve(nodes, edges, groups)
-        s = problem.decode(r.index, lam, groups)
-        return r, s, problem.cost(s), problem.memory(s)
+        nonlocal searches
+        if lam not in memo:
+            groups = bool(problem.groups) and problem.groups_matter(lam)
+            nodes, edges = problem.at(lam, groups)
+            r = solve(nodes, edges, groups)
+            s = problem.decode(r.index, lam, groups)
+            memo[lam] = (r, s, problem.cost(s), problem.memory(s))
+            searches += 1
+        return memo[lam]
 
     def result(r, s, c):
         return SearchResult(c, list(s.index), r.elimination, 0.0, r.stats, choice=s)
 
     r0, s0, cost0, mem0 = at(0.0)
-    searches = 1
     if mem0 <= capacity:
         return Bounded(result(r0, s0, cost0), cost0, mem0, cost0, "unconstrained optimum fits", 0.0, searches, least)
     # What fits to start from: the unconstrained optimum repaired by local
@@ -115,7 +127,23 @@ def relax(problem: Problem, capacity: float, solve, *, max_searches: int = 8, rt
         raise DoesNotFit(least, capacity)
     lo, hi = (r0, s0, cost0, mem0), (r0, start, problem.cost(start), problem.memory(start))
     best, bound, lam_best = hi, cost0, 0.0  # the unconstrained optimum bounds every solution from below
-    while searches < max_searches and best[2] > bound * (1 + rtol):
+    lam_lo, lam_hi = 0.0, math.inf
+    for lam, (r, s, c, m) in sorted(memo.items()):  # earlier solves, at another capacity
+        if lam == 0.0:
+            continue
+        dual = c + lam * (m - capacity)
+        if dual > bound:
+            bound, lam_best = dual, lam
+        if m > capacity and lam > lam_lo:  # the closest above the capacity
+            lo, lam_lo = (r, s, c, m), lam
+        elif m <= capacity and lam < lam_hi:  # the closest below it
+            hi, lam_hi = (r, s, c, m), lam
+        fixed = repair(problem, s, capacity) if m > capacity else s
+        if fixed is not None and problem.cost(fixed) < best[2]:
+            best = (r, fixed, problem.cost(fixed), problem.memory(fixed))
+    steps = 0
+    while steps < max_searches - 1 and searches < max_searches and best[2] > bound * (1 + rtol):
+        steps += 1
         (_, _, c_lo, m_lo), (_, _, c_hi, m_hi) = lo, hi
         if m_lo <= m_hi:
             break
@@ -123,7 +151,6 @@ def relax(problem: Problem, capacity: float, solve, *, max_searches: int = 8, rt
         if not lam > 0 or not math.isfinite(lam):
             break
         r, s, c, m = at(lam)
-        searches += 1
         dual = c + lam * (m - capacity)
         if dual > bound:
             bound, lam_best = dual, lam
