@@ -130,6 +130,38 @@ def test_within_memory_against_brute_force(seed):
         within_memory(nodes, mems, emats, least * 0.99, run)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_a_second_capacity_starts_from_the_first_solves(seed):
+    """relax at a smaller capacity with the first call's solves (memo): its
+    bound still holds against brute force, its answer fits, and it solves
+    no more than a fresh call."""
+    from search.lagrange import relax
+    from search.options import Problem
+
+    nodes, emats = random_problem(seed)
+    rng = np.random.default_rng(2000 + seed)
+    mems = [rng.uniform(1, 50, size=len(c)) for c in nodes]
+    least, most = sum(m.min() for m in mems), sum(m.max() for m in mems)
+    order, _ = generate_seq(len(nodes), list(emats))
+    problem = Problem(nodes, mems, emats)
+
+    def run(costs, edges, groups):
+        return solve(costs, emats, order, threads=1)
+
+    first = least + 0.5 * (most - least)
+    memo = {}
+    relax(problem, first, run, memo=memo)
+    for second in (first * 0.97, least + 0.2 * (most - least)):
+        warm = relax(problem, second, run, memo=dict(memo))
+        cold = relax(problem, second, run)
+        want = brute_force_within(nodes, emats, mems, second)
+        assert warm.memory <= second * (1 + 1e-12)
+        assert warm.lower_bound <= want * (1 + 1e-9) <= warm.cost * (1 + 1e-9) + 1e-9
+        assert warm.searches <= cold.searches
+        if warm.status == "optimal":
+            assert warm.cost == pytest.approx(want, rel=1e-9)
+
+
 @pytest.mark.parametrize("graph, p", [("alexnet", 8), ("resnet101", 8), ("transformer", 8), ("rnnlm", 16)])
 def test_real_graphs_never_exceed_the_capacity(graph, p):
     cg = costed(graph, p)
