@@ -332,12 +332,25 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
             comm = x if comm is None else comm + x
         compute = work.compute if not work.replays else work.compute + work.replays * work.forward
         return compute, np.zeros(len(C)) if comm is None else comm
+    t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd = _real_parts(work, C, net, op)
+    exposed = _exposed(overlapped_bwd, t_bwd, net.overlap) + _exposed(gathers, t_fwd, net.overlap)
+    K = len(C)
+    compute = np.broadcast_to(t_fwd * (1.0 + work.replays) + t_bwd, (K,))
+    return compute, np.broadcast_to(blocking + exposed, (K,))
+
+
+def _real_parts(work: Work, C: Extents, net: Cluster, op: Operator):
+    """What :func:`price` and :func:`price_stage` read of a work record on
+    a real device: the forward and backward pass times, the blocking
+    collectives, half the weights' gathers (one pass's), the gradients'
+    collectives, and what overlaps the backward pass (its half of the
+    gathers and the gradients, added in the record's order)."""
     peak = net.flops * 1e12  # FLOP/s
     eff = net.attention_eff if work.kernel == "attention" else net.matmul_eff
     per_byte = peak / (net.mem_bw * 1e9 * net.memory_eff)  # FLOP-equivalents of one byte moved
     t_fwd, t_bwd = _pass_times(op, C, work, net, eff, per_byte)
     b = float(net.word_bytes)
-    blocking = overlapped_bwd = overlapped_fwd = 0.0
+    blocking = gathers = sync = overlapped_bwd = 0.0
     bucket = net.bucket_mb * 1e6
     for c in work.comms:
         if c.role in OVERLAPPED:
@@ -345,16 +358,14 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
             scale = np.asarray(c.words if c.words is not None else 0.0) * b / bucket  # a bucket's share of latency
             x = c.count * collective_cost(c, C, net, scale)
             if c.role == "weights":  # gathered twice: before the forward and before the backward pass
-                overlapped_fwd = overlapped_fwd + x / 2.0
+                gathers = gathers + x / 2.0
                 overlapped_bwd = overlapped_bwd + x / 2.0
             else:
+                sync = sync + x
                 overlapped_bwd = overlapped_bwd + x
         else:
             blocking = blocking + c.count * collective_cost(c, C, net)
-    exposed = _exposed(overlapped_bwd, t_bwd, net.overlap) + _exposed(overlapped_fwd, t_fwd, net.overlap)
-    K = len(C)
-    compute = np.broadcast_to(t_fwd * (1.0 + work.replays) + t_bwd, (K,))
-    return compute, np.broadcast_to(blocking + exposed, (K,))
+    return t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd
 
 
 def price_stage(work: Work, C: Extents, model: CostModel, op: Operator):
@@ -376,24 +387,7 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator):
                 comm = comm + x
         compute = work.compute if not work.replays else work.compute + work.replays * work.forward
         return np.broadcast_to(compute, (K,)), np.broadcast_to(comm, (K,)), np.broadcast_to(sync, (K,))
-    peak = net.flops * 1e12
-    eff = net.attention_eff if work.kernel == "attention" else net.matmul_eff
-    per_byte = peak / (net.mem_bw * 1e9 * net.memory_eff)
-    t_fwd, t_bwd = _pass_times(op, C, work, net, eff, per_byte)
-    b = float(net.word_bytes)
-    blocking = gathers = sync = 0.0
-    bucket = net.bucket_mb * 1e6
-    for c in work.comms:
-        if c.role in OVERLAPPED:
-            c = _in_grad_precision(c, net)
-            scale = np.asarray(c.words if c.words is not None else 0.0) * b / bucket
-            x = c.count * collective_cost(c, C, net, scale)
-            if c.role == "weights":
-                gathers = gathers + x / 2.0
-            else:
-                sync = sync + x
-        else:
-            blocking = blocking + c.count * collective_cost(c, C, net)
+    t_fwd, t_bwd, blocking, gathers, sync, _ = _real_parts(work, C, net, op)
     exposed = _exposed(gathers, t_bwd, net.overlap) + _exposed(gathers, t_fwd, net.overlap)
     compute = t_fwd * (1.0 + work.replays) + t_bwd
     return (np.broadcast_to(compute, (K,)), np.broadcast_to(blocking + exposed, (K,)),

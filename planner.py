@@ -206,15 +206,9 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
     if s.plan is not None:
         if s.evaluate is not None:
             raise InputError("--plan and --evaluate each give the plan to cost: give one")
-        from standard import complete, parse, strategy
+        from standard import complete, parse
 
-        std = complete(parse(s.plan), s.procs, g.graph["batch"])
-        if std.pp > 1 or std.microbatch * std.dp < g.graph["batch"]:  # stages, or micro-batches accumulated
-            result = _standard_pipeline(s, std, model)
-        else:
-            decisions_ = strategy(g, std)
-            result = make_result(g, evaluate(g, decisions_, model, s.procs), model, s.procs, "evaluate",
-                                 label=f"standard configuration {std.describe()}")
+        result = _standard_result(s, g, complete(parse(s.plan), s.procs, g.graph["batch"]), model)
     elif pipelined:
         result = _pipeline(s, g, model, limit, file)
     elif file is not None:
@@ -305,12 +299,24 @@ def _beside_the_optimum(s: Settings, result, best, batch: int, progress):
     return replace(result, notes=result.notes + (note,))
 
 
+def _standard_result(s: Settings, g, std, model, graphs: dict | None = None):
+    """The result of the complete standard configuration ``std`` on the
+    settings' model ``g``: through :func:`_standard_pipeline` with stages or
+    micro-batches accumulated (``graphs``: the micro-batch graphs built so
+    far), else its decisions costed on ``g``."""
+    from cost_model import evaluate, make_result
+    from standard import strategy
+
+    if std.pp > 1 or std.microbatch * std.dp < g.graph["batch"]:  # stages, or micro-batches accumulated
+        return _standard_pipeline(s, std, model, graphs)
+    return make_result(g, evaluate(g, strategy(g, std), model, s.procs), model, s.procs, "evaluate",
+                       label=f"standard configuration {std.describe()}")
+
+
 def _search_standard(s: Settings, g, model, progress):
     """The best standard configuration (:mod:`standard_search`) of the
     settings' model within the device memory."""
     import standard_search
-    from cost_model import evaluate, make_result
-    from standard import strategy
 
     batch = g.graph["batch"]
     chain = _chain(g)
@@ -320,10 +326,7 @@ def _search_standard(s: Settings, g, model, progress):
     graphs = {batch: (g, chain)}
 
     def cost_of(std):
-        if std.pp > 1 or std.microbatch * std.dp < batch:
-            r = _standard_pipeline(s, std, model, graphs)
-        else:
-            r = make_result(g, evaluate(g, strategy(g, std), model, s.procs), model, s.procs, "evaluate")
+        r = _standard_result(s, g, std, model, graphs)
         return r.total_cost, r.memory_bytes
 
     bar = None

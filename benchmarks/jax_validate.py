@@ -344,8 +344,9 @@ def check_divisible(graph, g, strategy, shapes):
                                      f"{d!r}: size {size} by {split}")
 
 
-def _reference64(loss, params, data):
-    """The unsharded step in float64 on one device: the ground truth."""
+def _reference64(make_step, params, data):
+    """The unsharded step in float64 on one device: the ground truth;
+    ``make_step(ctx)`` makes the step (:func:`step_fn`, :func:`_graph_step`)."""
     import jax
     import jax.numpy as jnp
     import jax_models as jm
@@ -357,7 +358,7 @@ def _reference64(loss, params, data):
     try:
         p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
         d64 = [jnp.asarray(a, jnp.float64) if a.dtype == np.float32 else jnp.asarray(a) for a in data]
-        out = jax.jit(step_fn(loss, jm.Ctx()))(p64, *d64)
+        out = jax.jit(make_step(jm.Ctx()))(p64, *d64)
         return jax.tree.map(np.asarray, out)
     finally:
         jax.config.update("jax_enable_x64", False)
@@ -396,7 +397,7 @@ def numerics(graph, mp, mesh, p):
     sz, init, make_data, loss = model_for(graph, True)
     params = init(jax.random.PRNGKey(0), sz)
     data = make_data(jax.random.PRNGKey(1), sz)
-    ref = _reference64(loss, params, data)
+    ref = _reference64(lambda ctx: step_fn(loss, ctx), params, data)
     one = jax.device_put((params, data), jax.devices()[0])
     single = jax.jit(step_fn(loss, jm.Ctx()))(one[0], *one[1])
     sharded = jax.jit(step_fn(loss, jm.Ctx(mp, mesh)),
@@ -518,25 +519,6 @@ def measured_collectives(hlo: str, p: int, names) -> dict:
     return out
 
 
-def _graph_reference64(gm, params, data):
-    """The unsharded step of a graph's model in float64 on one device."""
-    import jax
-    import jax.numpy as jnp
-    import jax_models as jm
-    import numpy as np
-
-    params = jax.tree.map(np.asarray, params)
-    data = [np.asarray(a) for a in data]
-    jax.config.update("jax_enable_x64", True)
-    try:
-        p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
-        d64 = [jnp.asarray(a, jnp.float64) if a.dtype == np.float32 else jnp.asarray(a) for a in data]
-        out = jax.jit(_graph_step(gm, jm.Ctx()))(p64, *d64)
-        return jax.tree.map(np.asarray, out)
-    finally:
-        jax.config.update("jax_enable_x64", False)
-
-
 def _graph_step(gm, ctx):
     import jax
 
@@ -576,7 +558,7 @@ def check_export(path: str, per_node: int, markdown: bool) -> int:
     compiled = fn.lower(params, *data).compile()  # once: run, and read its collectives
     got = jax.block_until_ready(compiled(params, *data))
     first = time.perf_counter() - t0
-    err, where, n = _max_error(_graph_reference64(gm, params, data), got)
+    err, where, n = _max_error(_reference64(lambda ctx: _graph_step(gm, ctx), params, data), got)
     ok = err <= TOLERANCE
     print(f"numerics: {'PASS' if ok else 'FAIL'}: {n} tensors (loss and gradients) of the sharded float32 step "
           f"against the unsharded step in float64: max relative error {err:.1e} ({where}; tolerance "

@@ -4,6 +4,7 @@ figures (:mod:`cluster.calibrate`), print the fitted cluster, and with
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from cli.files import check_writable, write_atomic
@@ -14,7 +15,6 @@ __all__ = ["run_calibration"]
 
 
 def run_calibration(s, out):
-    from cluster import Cluster
     from cluster.calibrate import calibrate, read_measurements, render_toml
     from cluster.config import record
     from planner import cluster_for
@@ -26,8 +26,6 @@ def run_calibration(s, out):
                          "-d or --export")
     data = read_measurements(s.calibrate)
     if s.save_cluster is not None:
-        import os
-
         mine = {os.path.realpath(s.calibrate)}
         if isinstance(data.get("nccl_file"), str):
             mine.add(os.path.realpath(os.path.join(os.path.dirname(s.calibrate), data["nccl_file"])))
@@ -43,20 +41,13 @@ def run_calibration(s, out):
         from planner import plan
 
         step = data["step"]
-        import os
-
         path = os.path.join(os.path.dirname(s.calibrate), str(step["plan"]))
         if not os.path.isfile(path):
             raise InputError(f"--calibrate: {s.calibrate}: step.plan: {path}: no such plan file")
-        settings = {k: v for k, v in vars(s).items()}
-        settings.update(calibrate=None, save_cluster=None, evaluate=path, **fields)
-        result = plan(type(s)(**settings)).result
-        return result.step_seconds
+        return plan(replace(s, calibrate=None, save_cluster=None, evaluate=path, **fields)).result.step_seconds
 
     fields, lines = calibrate(data, base, s.calibrate, predict)
-    fitted = replace(base, **fields) if fields else base
-    if not isinstance(fitted, Cluster):  # pragma: no cover - a Cluster stays one
-        raise TypeError(type(fitted))
+    fitted = replace(base, **fields)
     text = render_toml(record(fitted), lines, s.calibrate)
     if s.save_cluster is not None:
         try:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import replace
 
 from errors import InputError
 
@@ -199,23 +198,21 @@ def _fit_nccl(data, cluster, where) -> tuple[dict, list[str]]:
                          "(or its smallest no time)")
     steps = 2.0 * (gpus - 1)
     if nodes <= 1:
-        eff = bus / cluster.bw
-        lat = smallest[1] / steps
-        return {"link_eff": min(eff, 1.0), "latency": lat}, [
-            f"link_eff {cluster.link_eff:g} -> {min(eff, 1.0):.3f}: bus bandwidth {bus:g} GB/s at "
-            f"{largest[0]:.3g} bytes over --bw {cluster.bw:g} GB/s ({gpus} devices on one node)",
-            f"latency {cluster.latency:g} -> {lat:.3g} us: {smallest[1]:g} us at {smallest[0]:.3g} bytes over "
-            f"the ring's {steps:g} steps"]
-    if cluster.inter_bw is None:
-        raise InputError(f"--calibrate: {where}: the all_reduce_perf output spans {nodes} nodes; give the network "
-                         "between them (--inter-bw or --network, with --gpus-per-node)")
-    eff = bus / cluster.inter_bw
+        eff_key, lat_key, bw, flag, span = "link_eff", "latency", cluster.bw, "--bw", "one node"
+        lat_was = cluster.latency
+    else:
+        if cluster.inter_bw is None:
+            raise InputError(f"--calibrate: {where}: the all_reduce_perf output spans {nodes} nodes; give the network "
+                             "between them (--inter-bw or --network, with --gpus-per-node)")
+        eff_key, lat_key, bw, flag, span = "net_eff", "inter_latency", cluster.inter_bw, "--inter-bw", f"{nodes} nodes"
+        lat_was = cluster.latency if cluster.inter_latency is None else cluster.inter_latency
+    eff = min(bus / bw, 1.0)
     lat = smallest[1] / steps
-    return {"net_eff": min(eff, 1.0), "inter_latency": lat}, [
-        f"net_eff {cluster.net_eff:g} -> {min(eff, 1.0):.3f}: bus bandwidth {bus:g} GB/s at {largest[0]:.3g} "
-        f"bytes over --inter-bw {cluster.inter_bw:g} GB/s ({gpus} devices on {nodes} nodes)",
-        f"inter_latency {cluster.inter_latency:g} -> {lat:.3g} us: {smallest[1]:g} us at {smallest[0]:.3g} bytes "
-        f"over the ring's {steps:g} steps"]
+    return {eff_key: eff, lat_key: lat}, [
+        f"{eff_key} {getattr(cluster, eff_key):g} -> {eff:.3f}: bus bandwidth {bus:g} GB/s at {largest[0]:.3g} "
+        f"bytes over {flag} {bw:g} GB/s ({gpus} devices on {span})",
+        f"{lat_key} {lat_was:g} -> {lat:.3g} us: {smallest[1]:g} us at {smallest[0]:.3g} bytes over the ring's "
+        f"{steps:g} steps"]
 
 
 def _fit_step(step, fields: dict, cluster, where, predict) -> tuple[dict, str]:
@@ -275,7 +272,7 @@ def calibrate(data: dict, cluster, where: str, predict=None) -> tuple[dict, list
         fields.update(f)
         lines += ls
     if "step" in data:
-        f, line = _fit_step(data["step"], fields, replace(cluster), where, predict)
+        f, line = _fit_step(data["step"], fields, cluster, where, predict)
         fields.update(f)
         lines.append(line)
     return fields, lines

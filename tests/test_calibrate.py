@@ -131,3 +131,15 @@ def test_bad_measurements(tmp_path, text, args, message):
 def test_save_cluster_needs_calibrate(tmp_path):
     proc = run_cli("--save-cluster", tmp_path / "x.toml", ok=False)
     assert proc.returncode == 2 and "--calibrate" in proc.stderr and not (tmp_path / "x.toml").exists()
+
+
+@pytest.mark.parametrize("args, was", [(("--device", "h100", "--inter-bw", "400"), "inter_latency 5 -> "),
+                                       (("--mem-bw", "2000", "--gpus-per-node", "8", "--inter-bw", "400"),
+                                        "inter_latency 0 -> ")])  # no latency between nodes given: --latency's
+def test_across_nodes_the_network_is_fitted(tmp_path, args, was):
+    (tmp_path / "n.txt").write_text(NCCL.read_text())
+    (tmp_path / "m.toml").write_text('nccl_file = "n.txt"\ngpus = 16\nnodes = 2\n')
+    out = run_cli("--calibrate", tmp_path / "m.toml", *args, "--save-cluster", tmp_path / "f.toml").stdout
+    assert was in out and "(16 devices on 2 nodes)" in out
+    fit = _fitted(tmp_path / "f.toml")
+    assert rel(fit["net_eff"], 348.62 / 400.0) < 1e-12 and rel(fit["inter_latency"], 21.40 / 30) < 1e-12

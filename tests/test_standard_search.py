@@ -40,18 +40,13 @@ def test_the_best_point_of_the_grid(tmp_path, memory):
     """Against every point of the grid costed (no dominance): the same best."""
     import planner
     import standard_search
-    from cost_model import evaluate, make_result
     from errors import InputError
-    from standard import strategy
 
     s, g, model, blocks = _setup(_tiny_llama(tmp_path), 8, 16, 2048, memory)
     batch, graphs = g.graph["batch"], {}
 
     def cost_of(std):
-        if std.pp > 1 or std.microbatch * std.dp < batch:
-            r = planner._standard_pipeline(s, std, model, graphs)
-        else:
-            r = make_result(g, evaluate(g, strategy(g, std), model, 8), model, 8, "evaluate")
+        r = planner._standard_result(s, g, std, model, graphs)
         return r.total_cost, r.memory_bytes
 
     found = standard_search.search(g, 8, batch, 8, blocks, cost_of, model.cluster.capacity)
