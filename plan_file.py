@@ -114,7 +114,7 @@ def record(r: Result) -> dict:
                          st.largest_dependent_set, "largest_table": st.largest_table, "work": st.work,
                          "pruned": st.pruned, "largest_K_pruned": st.largest_K_pruned,
                          "configurations": st.configurations, "configurations_kept": st.configurations_kept,
-                         "work_unpruned": st.work_unpruned, "prune_seconds": st.prune_seconds,
+                         "work_unpruned": st.work_unpruned, "work_computed": st.work_computed, "prune_seconds": st.prune_seconds,
                          "kernel": st.kernel, "repeated": list(st.repeated)}
         if r.bound is not None:
             b = r.bound

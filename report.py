@@ -255,8 +255,12 @@ def render_text(r: Result, summary: bool = False) -> str:
                          f"({st.configurations_kept:,} of {st.configurations:,} configurations kept)")
         else:
             lines.append(f"  largest K {st.largest_K} (not pruned: a small search)")
+        done = st.work if st.work_computed is None else st.work_computed
         lines.append(f"  largest dependent set {st.largest_dependent_set}, largest table {st.largest_table:,} "
                      f"entries, {st.work:,} entries evaluated")
+        if done < st.work:
+            lines.append(f"  {done:,} of them computed ({done / st.work:.0%}): the others repeat those of "
+                         "configurations a step sees alike")
         if st.repeated:
             lines.append(f"  repeated blocks searched once: {', '.join(st.repeated)}")
         if st.timings:

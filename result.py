@@ -81,8 +81,10 @@ class SearchStats:
     ``configurations_kept`` what dominance pruning left.  The dependent
     sets and tables are those of the dynamic program that ran: over the
     pruned configurations, without the operators left with one.  ``work``
-    is the table entries it evaluated, ``work_unpruned`` what the same
-    order evaluates without pruning.  ``kernel``: ``numpy`` or ``fused``
+    is the table entries it defines, ``work_computed`` those it computed
+    (a large step computes the entries of neighbour configurations that
+    it sees alike once), ``work_unpruned`` what the same order defines
+    without pruning.  ``kernel``: ``numpy`` or ``fused``
     (the compiled add-and-min kernel ran for the large steps).
     """
 
@@ -92,7 +94,7 @@ class SearchStats:
     largest_K: int
     largest_dependent_set: int
     largest_table: int
-    work: int  # table entries evaluated
+    work: int  # table entries the dynamic program defines
     timings: tuple[float, ...] = ()  # --measure: repeated searches
     largest_K_pruned: int | None = None
     configurations: int | None = None
@@ -102,6 +104,7 @@ class SearchStats:
     kernel: str = "numpy"
     pruned: bool = True
     repeated: tuple = ()  # the chains of repeated blocks searched once: "80 x block of 14 operators"
+    work_computed: int | None = None  # of ``work``, entries computed: configurations seen alike computed once
 
 
 @dataclass(frozen=True)

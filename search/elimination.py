@@ -34,6 +34,7 @@ from search.contract import (
     CHUNK,
     FUSED_ROWS,
     PARALLEL,
+    Spread,
     Workers,
     contract,
     fused_available,
@@ -389,6 +390,7 @@ class Eliminated:
     steps: dict
     keep: tuple
     fused: bool
+    computed: int = 0  # table entries computed: ``elimination.work`` less what merging saved
 
     def recover(self, values: dict) -> dict:
         """The position (among its kept configurations) of every eliminated
@@ -427,7 +429,7 @@ def eliminate(red: Reduced, order, keep=(), nodes=None, pool=None, progress=None
         check_fits(pl, red.limit, red.names, red.threads, red.held_bytes + held + (FUSED_BYTES if fused else 0),
                    fused)
     pos = {v: i for i, v in enumerate(pl.order)}
-    tables, steps, total, used_fused = {}, {}, 0.0, False
+    tables, steps, total, used_fused, computed = {}, {}, 0.0, False, 0
     own_pool = pool is None and red.threads > 1
     pool = Workers(red.threads) if own_pool else pool
     gone = len(every) - len(keep)
@@ -438,21 +440,25 @@ def eliminate(red: Reduced, order, keep=(), nodes=None, pool=None, progress=None
             fs = []
             for f in pl.bucket[v]:
                 a, s = _factor(f, pos, nodes, edges, tables, pl.scope)
-                fs.append(a.reshape([sizes[w] if w in s else 1 for w in full]))
+                if isinstance(a, Spread):
+                    fs.append(a.placed([s.index(w) if w in s else None for w in full]))
+                else:
+                    fs.append(a.reshape([sizes[w] if w in s else 1 for w in full]))
             step = steps[v] = prepare(fs, shape)
             use = fused and step.inner is not None and (kernel == "fused" or step.work >= _FUSED_STEP)
             used_fused |= use
+            computed += step.work
             tables[v] = contract(step, threads=red.threads, pool=pool, fused=use)
             step.release()
             if not pl.scope[v]:
-                total += float(tables[v])
+                total += float(tables[v])  # no axes, nothing merged: an array
             if progress is not None:
                 progress(n_done + 1, gone)
     finally:
         if own_pool and pool is not None:
             pool.close()
     if not keep:
-        return Eliminated(total, pl, steps, (), used_fused)
+        return Eliminated(total, pl, steps, (), used_fused, computed)
     shape = tuple(sizes[w] for w in keep)
     table = np.full(shape, total)
     for v in keep:  # what is left: factors over the kept variables only
@@ -460,18 +466,19 @@ def eliminate(red: Reduced, order, keep=(), nodes=None, pool=None, progress=None
             if f[0] == "table" and f[1] in keep:  # a kept variable is never eliminated: no table of its own
                 continue
             a, s = _factor(f, pos, nodes, edges, tables, pl.scope)
-            a = np.asarray(a)
+            a = a.full() if isinstance(a, Spread) else np.asarray(a)
             axes = [keep.index(w) for w in s]
             a = np.transpose(a.reshape([sizes[w] for w in s]), np.argsort(axes))
             table = table + a.reshape([sizes[w] if w in s else 1 for w in keep])
-    return Eliminated(table, pl, steps, tuple(keep), used_fused)
+    return Eliminated(table, pl, steps, tuple(keep), used_fused, computed)
 
 
-def _stats(red: Reduced, pl: Elimination, used_fused: bool, seconds: float) -> SearchStats:
+def _stats(red: Reduced, pl: Elimination, used_fused: bool, seconds: float, computed: int | None = None) -> SearchStats:
     sizes0 = list(red.unpruned.sizes)
     return SearchStats(
         algo=None, order="given", seconds=seconds, largest_K=max(sizes0, default=0),
         largest_dependent_set=pl.largest_dependent_set, largest_table=pl.largest_table, work=pl.work,
+        work_computed=pl.work if computed is None else computed,
         largest_K_pruned=max(red.sizes, default=0), configurations=sum(sizes0), configurations_kept=sum(red.sizes),
         work_unpruned=red.unpruned.work, prune_seconds=red.prune_seconds if red.examined else 0.0,
         kernel="fused" if used_fused else "numpy", pruned=red.examined,
@@ -509,4 +516,4 @@ def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_l
     index = [int(k[local.get(v, 0)]) for v, k in enumerate(red.kept)]
     seconds = time.perf_counter() - red.t0
     return SearchResult(red.constant + done.table, index, done.elimination, seconds,
-                        _stats(red, done.elimination, done.fused, seconds), red.kept)
+                        _stats(red, done.elimination, done.fused, seconds, done.computed), red.kept)

@@ -51,9 +51,15 @@ def brute_table(factors, shape):
     return total.min(axis=0)
 
 
+@pytest.mark.parametrize("narrow", [0, 64], ids=["wide", "transposed"])
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("pattern", PATTERNS, ids=[" ".join(p) for p in PATTERNS])
-def test_fused_and_numpy_tables_are_the_same_bits(pattern, seed):
+def test_fused_and_numpy_tables_are_the_same_bits(monkeypatch, pattern, seed, narrow):
+    """Both fused forms: the rows of P against Q, and (for few columns) Q's
+    rows against P's columns."""
+    import search.contract as sc
+
+    monkeypatch.setattr(sc, "NARROW", narrow)
     factors, shape = random_step(pattern, seed)
     want = brute_table(factors, shape)
     tables = []
@@ -122,3 +128,168 @@ def test_without_numba_the_search_stays_on_numpy(monkeypatch):
     monkeypatch.setitem(sys.modules, "numba", None)  # as if not installed: importing it fails
     monkeypatch.delitem(sys.modules, "search.fused", raising=False)
     assert not fused_available()
+
+
+# Neighbour configurations seen alike: merged steps and Spread tables
+
+
+def step_with_classes(pattern, seed, broken: bool = False):
+    """A random step whose outer axes have configurations in classes: every
+    factor spanning an axis sees the configurations of a class alike (as
+    two splits that leave a shared tensor laid out the same way).  With
+    ``broken``, one factor tells two members of a class apart."""
+    rng = np.random.default_rng(seed)
+    m = len(pattern[0]) - 1
+    shape = (int(rng.integers(2, 30)),) + tuple(int(rng.integers(3, 14)) for _ in range(m))
+    classes = [np.arange(shape[0])] + [rng.integers(0, max(1, s // 3), size=s) for s in shape[1:]]
+    if seed % 4 == 0 and m:
+        classes[1][:] = 0  # all alike on this axis
+    factors = []
+    for spans in pattern:
+        base = rng.uniform(0, 1e12, size=[s if c == "X" else 1 for s, c in zip(shape, spans)])
+        for axis, c in enumerate(spans):
+            if c == "X" and axis:
+                base = base.take(classes[axis], axis=axis)
+        factors.append(np.ascontiguousarray(base))
+    apart = [f for f in factors if f.ndim > 1 and f.shape[1] > 1]
+    if broken and apart:
+        apart[0][:, 1] = rng.uniform(0, 1e12, size=apart[0][:, 1].shape)
+    return factors, shape
+
+
+def merged(monkeypatch, on: bool):
+    import search.contract as sc
+
+    monkeypatch.setattr(sc, "MERGE_WORK", 0 if on else 1 << 62)
+    monkeypatch.setattr(sc, "MERGE_SHARE", 1e-6)  # however much there is to read
+
+
+def whole(table):
+    from search.contract import Spread
+
+    return table.full() if isinstance(table, Spread) else table
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["alike", "one-apart"])
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("pattern", PATTERNS, ids=[" ".join(p) for p in PATTERNS])
+def test_merged_steps_give_the_same_bits(monkeypatch, pattern, seed, broken):
+    factors, shape = step_with_classes(pattern, seed, broken)
+    merged(monkeypatch, False)
+    plain = prepare(factors, shape)
+    assert plain.shape == shape and not plain.spread
+    want = contract(plain)
+    merged(monkeypatch, True)
+    tables = []
+    with ThreadPoolExecutor(2) as pool:
+        for fused in (False, True):
+            step = prepare(factors, shape)
+            tables.append(contract(step, threads=2, pool=pool, fused=fused))
+    assert step.work < plain.work or broken or len(shape) == 1  # something was merged
+    for t in tables:
+        assert whole(t).shape == shape[1:] and np.array_equal(whole(t), want)
+    step.release()
+    rng = np.random.default_rng(seed)
+    for _ in range(5):
+        at = tuple(int(rng.integers(0, s)) for s in shape[1:])
+        assert row_at(step, at).min() == want[at]
+        assert np.array_equal(row_at(step, at), row_at(plain, at))  # the same sums, the same order
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_spread_table_as_a_factor_gives_the_same_bits(monkeypatch, seed):
+    """A merged step's table, kept once per class (a Spread), feeds the next
+    step: the same table as from the whole array, both kernels, and the
+    back-substitution reads it through its classes."""
+    from search.contract import Spread
+
+    merged(monkeypatch, True)
+    factors, shape = step_with_classes(["X...", "X..X", "X.X.", "XX.."], seed)
+    first = contract(prepare(factors, shape), fused=True)
+    assert isinstance(first, Spread) and first.shape == shape[1:]
+    assert first.array.size < first.full().size
+    # the next operator eliminates o1; the table spans it and (o2, o3), as the search places it
+    rng = np.random.default_rng(seed + 100)
+    K = shape[1]
+    shape2 = (K, shape[2], shape[3], 5)
+    own = rng.uniform(0, 1e12, size=(K, 1, 1, 1))
+    edge = rng.uniform(0, 1e12, size=(K, 1, 1, 5))
+    spread = first.placed([0, 1, 2, None])
+    as_array = first.full().reshape(shape2[:3] + (1,))
+    assert spread.shape == as_array.shape
+    for on in (False, True):
+        merged(monkeypatch, on)
+        for fused in (False, True):
+            with_spread = prepare([own, spread, edge], shape2)
+            got = whole(contract(with_spread, fused=fused))
+            assert np.array_equal(got, whole(contract(prepare([own, as_array, edge], shape2), fused=fused)))
+            np.testing.assert_allclose(got, brute_table([own, as_array, edge], shape2), rtol=1e-14)
+            with_spread.release()
+            at = (1, 2, 3)
+            assert row_at(with_spread, at).min() == got[at]
+
+
+def test_a_hash_collision_leaves_the_axis_whole(monkeypatch):
+    """Slices that hash alike but differ are never merged (every merge is
+    checked bit for bit)."""
+    import search.contract as sc
+
+    merged(monkeypatch, True)
+    factors, shape = random_step(["X...", "X..X", "X.X.", "XX.."], 3)  # all configurations distinct
+    want = brute_table(factors, shape)
+    monkeypatch.setattr(sc, "_row_hash", lambda a, axis, sample=None: np.zeros(a.shape[axis], np.uint64))
+    step = prepare(factors, shape)
+    assert step.shape == shape and not step.spread
+    np.testing.assert_allclose(whole(contract(step)), want, rtol=1e-14)
+
+
+def test_minus_zero_and_zero_stay_apart(monkeypatch):
+    """Equal means equal bits: -0.0 and 0.0 are kept apart (merging them
+    could only change which of two equal costs is reported)."""
+    merged(monkeypatch, True)
+    own = np.zeros((3, 1))
+    edge = np.array([[0.0, -0.0, 0.0, 5.0]] * 3)
+    step = prepare([own, edge], (3, 4))
+    (axis, inverse), = step.spread
+    assert step.shape == (3, 3) and axis == 1
+    assert inverse[0] == inverse[2] and len({inverse[0], inverse[1], inverse[3]}) == 3
+
+
+def problem_with_alike_configurations(seed):
+    """A random problem where each node's configurations come in classes
+    that some of its edges do not tell apart."""
+    rng = np.random.default_rng(seed)
+    nodes, emats = random_problem(seed)
+    for (u, v), m in emats.items():
+        if rng.random() < 0.7:
+            rows = rng.integers(0, max(1, m.shape[0] // 2), size=m.shape[0])
+            cols = rng.integers(0, max(1, m.shape[1] // 2), size=m.shape[1])
+            emats[(u, v)] = np.ascontiguousarray(m[rows][:, cols])
+    return nodes, emats
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_searches_with_merged_steps_pick_the_same_strategy(monkeypatch, seed):
+    nodes, emats = problem_with_alike_configurations(seed)
+    order, _ = generate_seq(len(nodes), list(emats))
+    got = []
+    for on in (False, True):
+        merged(monkeypatch, on)
+        for kernel in ("numpy", "fused"):
+            r = solve(nodes, emats, order, kernel=kernel, threads=2, prune=False)
+            got.append((r.cost, r.index))
+    assert all(g == got[0] for g in got[1:])
+    assert got[0][0] == pytest.approx(brute_force(nodes, emats), rel=1e-12)
+
+
+@pytest.mark.parametrize("graph, p", [("transformer", 64), ("inception3", 32), ("rnnlm", 16)])
+def test_real_graphs_with_every_step_merged_keep_the_strategy(monkeypatch, graph, p):
+    """The reference graphs, every step merging what it can: the same
+    optimum and the same strategy as without merging."""
+    cg = costed(graph, p)
+    merged(monkeypatch, False)
+    a = search(cg, 0)
+    merged(monkeypatch, True)
+    b = search(cg, 0)
+    assert a.cost == b.cost and a.index == b.index
+    assert rel(b.cost, reference(graph, p)["optimal_cost"]) <= 1e-9
