@@ -13,7 +13,9 @@ last table is the optimum; walking back through the arg-minima recovers
 the strategy.
 
 :func:`elimination` works out every table's axes before any exists (an
-:class:`Elimination`), so that the memory is known first (:func:`check_fits`);
+:class:`Elimination`), so that the memory is known first (:func:`check_fits`;
+an upper bound: tables kept merged can take less, and are then counted as
+they come);
 :func:`solve` prunes dominated configurations (:mod:`search.prune`), folds
 operators left with one configuration into their neighbours, and runs the
 contractions (:mod:`search.contract`).  Everything here reads plain arrays.
@@ -52,6 +54,7 @@ KERNELS = ("auto", "numpy", "fused")
 FUSED_WORK = 10**9  # searches evaluating this many table entries load the fused kernel
 _FUSED_STEP = 1 << 22  # and use it for the separable steps at least this large
 FUSED_BYTES = 150 * 10**6  # numba, its compiler and the kernel in memory, counted in the limit
+MERGED_TRY = 8  # an estimate up to this many times the limit: run, counting the tables as they are kept merged
 MAX_AXES = 32  # numpy broadcasts at most 32 axes: a table has at most 31
 PRUNE_WORTH = 1 << 22  # table entries an operator must take part in to be worth pruning
 PRUNE_MIN_WORK = 10**8  # and the search must evaluate at least this many
@@ -118,19 +121,32 @@ class Elimination:
         table before its axes are put in order and the matrix of the
         separable axis (``fused``: the compiled kernel runs the large
         separable steps)."""
-        step = 0
-        for v in self.order:
-            t = self.table_entries(v)
-            work = self.sizes[v] * t
-            merged = sum(n for n in (math.prod(self.sizes[w] for w in f) for f in self.factor_scopes(v)) if n < work)
-            k = self.separable(v) if fused and work >= _FUSED_STEP else None
-            if k is not None:
-                way = t + 3 * self.sizes[v] * self.sizes[self.scope[v][k - 1]] + threads * FUSED_ROWS
-            else:
-                busy = threads if work >= PARALLEL else 1
-                way = busy * (min(work, max(CHUNK, t)) + 2 * t)
-            step = max(step, merged + way)
+        step = max((self.step_entries(v, threads, fused) for v in self.order), default=0)
         return self.table_bytes + _BYTES * step
+
+    def step_entries(self, v: int, threads: int = 1, fused: bool = False) -> int:
+        """An upper estimate of the entries ``v``'s step holds while it runs,
+        its table included (see :meth:`peak_bytes`); tables of earlier steps
+        that it reads are counted at their full size too (kept merged, they
+        may be spread out for it)."""
+        t = self.table_entries(v)
+        work = self.sizes[v] * t
+        merged = sum(n for n in (math.prod(self.sizes[w] for w in f) for f in self.factor_scopes(v)) if n < work)
+        k = self.separable(v) if fused and work >= _FUSED_STEP else None
+        if k is not None:
+            way = t + 3 * self.sizes[v] * self.sizes[self.scope[v][k - 1]] + threads * FUSED_ROWS
+        else:
+            busy = threads if work >= PARALLEL else 1
+            way = busy * (min(work, max(CHUNK, t)) + 2 * t)
+        return merged + way
+
+    def merges(self) -> bool:
+        """Whether some step is large enough to merge the configurations it
+        sees alike (:data:`search.contract.MERGE_WORK`): then its tables
+        may take less than :attr:`table_bytes`."""
+        from search import contract  # the threshold as it stands (tests lower it)
+
+        return any(self.sizes[v] * self.table_entries(v) >= contract.MERGE_WORK for v in self.order)
 
 
 def _elimination(order, sizes, edges) -> Elimination:
@@ -194,9 +210,7 @@ def check_fits(pl: Elimination, limit: int, names=None, threads: int = 1, held: 
     """Raise :class:`SearchTooLarge` when ``pl``'s tables have more axes
     than numpy handles, or when they and the ``held`` bytes already in use
     need more than ``limit`` bytes."""
-    def named(v):
-        return f"operator {v}" + (f" ({names[v]})" if names else "")
-
+    named = _namer(names)
     need = held + pl.peak_bytes(threads, fused)
     if need > limit:
         v = max(pl.order, key=pl.table_entries)
@@ -207,6 +221,14 @@ def check_fits(pl: Elimination, limit: int, names=None, threads: int = 1, held: 
             f"{len(pl.scope[v])} dependent operators {{{dep}}} and a table of {entries:.3g} entries "
             f"({_gb(entries * _BYTES)})"
         )
+    _check_axes(pl, named)
+
+
+def _namer(names):
+    return lambda v: f"operator {v}" + (f" ({names[v]})" if names else "")
+
+
+def _check_axes(pl: Elimination, named) -> None:
     wide = [v for v in pl.order if 1 + len(pl.scope[v]) > MAX_AXES]
     if wide:
         v = max(wide, key=lambda w: len(pl.scope[w]))
@@ -413,7 +435,11 @@ def eliminate(red: Reduced, order, keep=(), nodes=None, pool=None, progress=None
     configurations; default: ``red``'s of every variable of ``order`` and
     ``keep``) and ``red``'s edges among those variables.  With ``check``,
     raises :class:`SearchTooLarge` first when the tables (and ``held`` bytes
-    more) would not fit the memory limit."""
+    more) would not fit the memory limit.  When some step merges the
+    configurations it sees alike and the estimate of whole tables is
+    within ``MERGED_TRY`` times the limit, the search runs instead and
+    checks each step before it runs against what is held then (the tables
+    as they are kept, merged), raising when the step could pass the limit."""
     sizes = red.sizes
     every = list(order) + list(keep)
     inside = set(every)
@@ -425,16 +451,23 @@ def eliminate(red: Reduced, order, keep=(), nodes=None, pool=None, progress=None
     pl = _elimination(every, sizes, list(edges))
     kernel = red.kernel
     fused = kernel == "fused" or (kernel == "auto" and pl.work >= FUSED_WORK and fused_available())
+    tally = None  # bytes held before the tables, when they are counted as they come
     if check:
-        check_fits(pl, red.limit, red.names, red.threads, red.held_bytes + held + (FUSED_BYTES if fused else 0),
-                   fused)
+        base = red.held_bytes + held + (FUSED_BYTES if fused else 0)
+        if pl.merges() and base < red.limit < base + pl.peak_bytes(red.threads, fused) <= MERGED_TRY * red.limit:
+            _check_axes(pl, _namer(red.names))
+            tally = base  # merged tables take less than the estimate: each step is checked before it runs
+        else:
+            check_fits(pl, red.limit, red.names, red.threads, base, fused)
     pos = {v: i for i, v in enumerate(pl.order)}
-    tables, steps, total, used_fused, computed = {}, {}, 0.0, False, 0
+    tables, steps, total, used_fused, computed, stored = {}, {}, 0.0, False, 0, 0
     own_pool = pool is None and red.threads > 1
     pool = Workers(red.threads) if own_pool else pool
     gone = len(every) - len(keep)
     try:
         for n_done, v in enumerate(pl.order[:gone]):
+            if tally is not None:
+                _check_step(pl, v, tables, tally + stored, red, fused, n_done, gone)
             full = (v,) + pl.scope[v]
             shape = tuple(sizes[w] for w in full)
             fs = []
@@ -449,6 +482,7 @@ def eliminate(red: Reduced, order, keep=(), nodes=None, pool=None, progress=None
             used_fused |= use
             computed += step.work
             tables[v] = contract(step, threads=red.threads, pool=pool, fused=use)
+            stored += tables[v].array.nbytes if isinstance(tables[v], Spread) else np.asarray(tables[v]).nbytes
             step.release()
             if not pl.scope[v]:
                 total += float(tables[v])  # no axes, nothing merged: an array
@@ -471,6 +505,24 @@ def eliminate(red: Reduced, order, keep=(), nodes=None, pool=None, progress=None
             a = np.transpose(a.reshape([sizes[w] for w in s]), np.argsort(axes))
             table = table + a.reshape([sizes[w] if w in s else 1 for w in keep])
     return Eliminated(table, pl, steps, tuple(keep), used_fused, computed)
+
+
+def _check_step(pl: Elimination, v: int, tables: dict, holding: int, red: Reduced, fused: bool, done: int,
+                of: int) -> None:
+    """Raise :class:`SearchTooLarge` when ``v``'s step could take the memory
+    in use (``holding`` bytes: what was held before the tables, and the
+    tables so far as they are kept) beyond the limit: its estimate of
+    :meth:`Elimination.step_entries`, plus the tables it reads that are
+    kept merged, at their full size."""
+    spread = sum(pl.table_entries(arg) for kind, arg in pl.bucket[v]
+                 if kind == "table" and isinstance(tables.get(arg), Spread))
+    step = _BYTES * (pl.step_entries(v, red.threads, fused) + spread)
+    if holding + step > red.limit:
+        raise SearchTooLarge(
+            f"the search needs more than the limit of {_gb(red.limit)}: after {done} of its {of} steps it holds "
+            f"{_gb(holding)}, and {_namer(red.names)(v)} may need {_gb(step)} more (a table of "
+            f"{pl.table_entries(v):.3g} entries before configurations seen alike are merged)"
+        )
 
 
 def _stats(red: Reduced, pl: Elimination, used_fused: bool, seconds: float, computed: int | None = None) -> SearchStats:
@@ -500,7 +552,9 @@ def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_l
     the pruned arrays and ``held_bytes`` (memory the caller already holds,
     e.g. the cost arrays) exceed ``memory_limit`` bytes (default:
     :func:`default_memory_limit`), or when a table would have more axes
-    than numpy allows.  ``kernel``: ``"auto"`` (the fused kernel for
+    than numpy allows; or, when merged tables may fit where whole ones do
+    not, at the first step that could pass the limit (see
+    :func:`eliminate`).  ``kernel``: ``"auto"`` (the fused kernel for
     searches of at least :data:`FUSED_WORK` entries when numba is
     installed), ``"numpy"`` or ``"fused"``.  ``progress(done, total)`` is
     called after each vertex.

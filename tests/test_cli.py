@@ -375,3 +375,30 @@ def test_output_through_a_link_to_a_special_file(tmp_path):
     sink.symlink_to("/dev/null")
     run("-p", 4, "--output", sink)  # written in place: /dev/null stays a device
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and sink.is_symlink()
+
+
+def test_merged_tables_are_counted_as_they_are_kept():
+    """The Transformer at p = 1024: its tables are estimated at 1.34 GB
+    before any is computed, but kept merged they take less; under a limit
+    of 0.8 GB the search runs, checking each step before it runs, and finds
+    the same optimum within the limit.  Under 0.5 GB it stops when a step
+    could pass the limit."""
+    want = total_of(run("-g", "transformer", "-p", 1024, "-q").stdout)
+    code, rss, err = run_measured("-g", "transformer", "-p", 1024, "--mem-limit", 0.8, "-q")
+    assert code == 0 and err == "", err
+    assert rss <= 0.8e9 + MEMORY_OVERHEAD
+    proc = run("-g", "transformer", "-p", 1024, "-q", "--mem-limit", 0.8)
+    assert total_of(proc.stdout) == want
+    code, rss, err = run_measured("-g", "transformer", "-p", 1024, "--mem-limit", 0.5, "-q")
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert "the search needs more than the limit of 0.5 GB: after " in err and "may need" in err
+    assert rss <= 0.5e9 + MEMORY_OVERHEAD
+
+
+def test_a_million_devices_are_refused_at_once_below_the_cost_arrays():
+    """At p = 1,000,000 the cost arrays need 10.9 GB at their peak: under
+    that the refusal comes before anything is built (above it, the search's
+    merged tables fit: benchmarks/large_models.py)."""
+    code, rss, err = run_measured("-g", "transformer", "-p", 10**6, "--mem-limit", 10)
+    assert code == 1 and "the cost arrays for p = 1000000 need 10.9 GB but the limit is 10 GB" in err, err
+    assert rss <= MEMORY_OVERHEAD

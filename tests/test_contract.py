@@ -293,3 +293,84 @@ def test_real_graphs_with_every_step_merged_keep_the_strategy(monkeypatch, graph
     b = search(cg, 0)
     assert a.cost == b.cost and a.index == b.index
     assert rel(b.cost, reference(graph, p)["optimal_cost"]) <= 1e-9
+
+
+def smallest_limit(run, hi: int) -> int:
+    """The smallest memory limit (bytes) under which ``run(limit)`` does not
+    raise SearchTooLarge (bisection: needing less never fails more)."""
+    from dp_search import SearchTooLarge
+
+    lo = 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            run(mid)
+            hi = mid
+        except SearchTooLarge:
+            lo = mid
+    return hi
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_merged_tables_are_counted_as_they_are_kept(monkeypatch, seed):
+    """Under a limit below the estimate of the whole tables, a search whose
+    steps merge runs and checks each step before it runs: it finds the same
+    strategy, or stops with the step it could not afford; never does it
+    need more than the estimate's limit."""
+    from dp_search import SearchTooLarge
+
+    nodes, emats = problem_with_alike_configurations(seed)
+    order, _ = generate_seq(len(nodes), list(emats))
+
+    def run(limit):
+        return solve(nodes, emats, order, kernel="numpy", threads=1, prune=False, memory_limit=limit)
+
+    want = run(None)
+    merged(monkeypatch, False)
+    plain = smallest_limit(run, 1 << 30)
+    merged(monkeypatch, True)
+    least = smallest_limit(run, 1 << 30)
+    assert least <= plain
+    got = run(least)
+    assert (got.cost, got.index) == (want.cost, want.index)
+    if least < plain:
+        with pytest.raises(SearchTooLarge, match=r"the search needs more than the limit of .* after \d+ of its "
+                                                 r"\d+ steps it holds .* may need"):
+            run(least - 1)
+
+
+def layered_problem(seed):
+    """120 operators of 40 configurations each in a chain with skips (so
+    that tables span two operators), every edge seeing its ends'
+    configurations in 4 classes: the tables kept outweigh any one step."""
+    rng = np.random.default_rng(seed)
+    n, K = 120, 40
+    nodes = [rng.uniform(0, 100, size=K) for _ in range(n)]
+    emats = {}
+    for u, v in [(i, i + 1) for i in range(n - 1)] + [(i, i + 2) for i in range(0, n - 2, 2)]:
+        base = rng.uniform(0, 100, size=(4, 4))
+        emats[(u, v)] = np.ascontiguousarray(base[rng.integers(0, 4, size=K)][:, rng.integers(0, 4, size=K)])
+    return nodes, emats
+
+
+def test_some_searches_fit_only_merged(monkeypatch):
+    """The check as the tables come is not idle: merged tables fit where
+    the estimate of whole ones does not, and the search finds the same
+    strategy there."""
+    fewer = 0
+    for seed in range(4):
+        nodes, emats = layered_problem(seed)
+        order, _ = generate_seq(len(nodes), list(emats))
+
+        def run(limit):
+            return solve(nodes, emats, order, kernel="numpy", threads=1, prune=False, memory_limit=limit)
+
+        want = run(None)
+        merged(monkeypatch, False)
+        plain = smallest_limit(run, 1 << 30)
+        merged(monkeypatch, True)
+        least = smallest_limit(run, 1 << 30)
+        got = run(least)
+        assert (got.cost, got.index) == (want.cost, want.index)
+        fewer += least < plain
+    assert fewer == 4
