@@ -43,15 +43,19 @@ except KeyboardInterrupt:  # before the handler was in place
         sys.stderr.write("scheduler.py: interrupted\n")
     os._exit(130)
 
+
 def _leave(status: int) -> None:
     """Exit with ``status``.  Once numba is loaded (large searches), the
     interpreter's teardown of it takes ~0.2 s: with the report written and
-    flushed and every file closed, the process ends without it."""
-    if "numba" in sys.modules:
+    flushed and every file closed, the process ends without it, unless a
+    profiler or tracer (coverage) waits for the exit to write its data."""
+    if "numba" in sys.modules and sys.getprofile() is None and sys.gettrace() is None:
         try:
             for stream in (sys.stdout, sys.stderr):
                 if stream is not None:
                     stream.flush()
+        except KeyboardInterrupt:
+            _interrupted()
         except (OSError, ValueError):  # the usual exit reports nothing more either: main has said it all
             pass
         else:

@@ -260,7 +260,7 @@ def solve_chained(node_costs, edge_costs, order, runs, **options) -> SearchResul
     segments = _segments(red, runs)
     n = len(node_costs)
     pool = Workers(red.threads) if red.threads > 1 else None
-    work, computed, fused, steps, largest, widest = 0, 0, False, 0, 1, 0
+    work, saved, fused, steps, largest, widest = 0, 0, False, 0, 1, 0
     records = []  # what the recovery needs, in the order worked out
     incoming = None  # (exit variable, vector over it) from the run before
     total = red.constant
@@ -277,7 +277,7 @@ def solve_chained(node_costs, edge_costs, order, runs, **options) -> SearchResul
             keep = (entry,) if entry is not None else ()
             done = eliminate(red, _order(red, eliminated, keep), keep, nodes=nodes, pool=pool)
             work += done.elimination.work
-            computed += done.computed
+            saved += done.saved
             fused |= done.fused
             largest = max(largest, done.elimination.largest_table)
             widest = max(widest, done.elimination.largest_dependent_set)
@@ -294,12 +294,11 @@ def solve_chained(node_costs, edge_costs, order, runs, **options) -> SearchResul
                 M, elim, _, _ = blocks.matrix(k)
                 if len(blocks.cache) > fresh:
                     work += elim.elimination.work
-                    computed += elim.computed
+                    saved += elim.saved
                     fused |= elim.fused
                     largest = max(largest, elim.elimination.largest_table)
                     widest = max(widest, elim.elimination.largest_dependent_set)
                 work += M.size  # the (min, +) product of the vector and the block's matrix
-                computed += M.size
                 vec, arg = minplus_vector(vec, M)
                 args.append(arg)
                 steps += len(run.blocks[k])
@@ -337,7 +336,7 @@ def solve_chained(node_costs, edge_costs, order, runs, **options) -> SearchResul
     stats = _stats(red, red.unpruned, fused, seconds)
     from dataclasses import replace
 
-    stats = replace(stats, work=work, work_computed=computed, largest_table=largest, largest_dependent_set=widest)
+    stats = replace(stats, work=work, work_computed=work - saved, largest_table=largest, largest_dependent_set=widest)
     return SearchResult(total, index, red.unpruned, seconds, stats, red.kept)
 
 

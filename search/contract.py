@@ -147,11 +147,11 @@ class Spread:
         return math.prod(self.shape)
 
     def full(self) -> np.ndarray:
-        a = self.array
-        for j, m in enumerate(self.maps):
-            if m is not None:
-                a = a.take(m, axis=j)
-        return a
+        """The whole table (one copy, no intermediate)."""
+        if sum(m is not None for m in self.maps) == 1:
+            j = next(j for j, m in enumerate(self.maps) if m is not None)
+            return self.array.take(self.maps[j], axis=j)
+        return self.array[np.ix_(*(np.arange(s) if m is None else m for s, m in zip(self.array.shape, self.maps)))]
 
     def placed(self, axes) -> "Spread":
         """The table with unit axes inserted: ``axes[j]`` is the position

@@ -138,13 +138,18 @@ class Elimination:
         else:
             busy = threads if work >= PARALLEL else 1
             way = busy * (min(work, max(CHUNK, t)) + 2 * t)
+        from search import contract  # the thresholds as they stand (tests change them)
+
+        if work >= contract.MERGE_WORK:  # finding the configurations alike: hashes, checks and shrunk copies
+            spanning = sum(math.prod(self.sizes[w] for w in f) for f in self.factor_scopes(v) if f != {v})
+            way += 3 * min(spanning, int(work / contract.MERGE_SHARE))
         return merged + way
 
     def merges(self) -> bool:
         """Whether some step is large enough to merge the configurations it
         sees alike (:data:`search.contract.MERGE_WORK`): then its tables
         may take less than :attr:`table_bytes`."""
-        from search import contract  # the threshold as it stands (tests lower it)
+        from search import contract  # the threshold as it stands (tests change it)
 
         return any(self.sizes[v] * self.table_entries(v) >= contract.MERGE_WORK for v in self.order)
 
@@ -412,7 +417,7 @@ class Eliminated:
     steps: dict
     keep: tuple
     fused: bool
-    computed: int = 0  # table entries computed: ``elimination.work`` less what merging saved
+    saved: int = 0  # table entries not computed: those of configurations a step saw alike
 
     def recover(self, values: dict) -> dict:
         """The position (among its kept configurations) of every eliminated
@@ -460,7 +465,7 @@ def eliminate(red: Reduced, order, keep=(), nodes=None, pool=None, progress=None
         else:
             check_fits(pl, red.limit, red.names, red.threads, base, fused)
     pos = {v: i for i, v in enumerate(pl.order)}
-    tables, steps, total, used_fused, computed, stored = {}, {}, 0.0, False, 0, 0
+    tables, steps, total, used_fused, saved, stored = {}, {}, 0.0, False, 0, 0
     own_pool = pool is None and red.threads > 1
     pool = Workers(red.threads) if own_pool else pool
     gone = len(every) - len(keep)
@@ -478,9 +483,9 @@ def eliminate(red: Reduced, order, keep=(), nodes=None, pool=None, progress=None
                 else:
                     fs.append(a.reshape([sizes[w] if w in s else 1 for w in full]))
             step = steps[v] = prepare(fs, shape)
-            use = fused and step.inner is not None and (kernel == "fused" or step.work >= _FUSED_STEP)
+            use = fused and step.inner is not None and (kernel == "fused" or math.prod(shape) >= _FUSED_STEP)
             used_fused |= use
-            computed += step.work
+            saved += math.prod(shape) - step.work
             tables[v] = contract(step, threads=red.threads, pool=pool, fused=use)
             stored += tables[v].array.nbytes if isinstance(tables[v], Spread) else np.asarray(tables[v]).nbytes
             step.release()
@@ -492,7 +497,7 @@ def eliminate(red: Reduced, order, keep=(), nodes=None, pool=None, progress=None
         if own_pool and pool is not None:
             pool.close()
     if not keep:
-        return Eliminated(total, pl, steps, (), used_fused, computed)
+        return Eliminated(total, pl, steps, (), used_fused, saved)
     shape = tuple(sizes[w] for w in keep)
     table = np.full(shape, total)
     for v in keep:  # what is left: factors over the kept variables only
@@ -504,7 +509,7 @@ def eliminate(red: Reduced, order, keep=(), nodes=None, pool=None, progress=None
             axes = [keep.index(w) for w in s]
             a = np.transpose(a.reshape([sizes[w] for w in s]), np.argsort(axes))
             table = table + a.reshape([sizes[w] if w in s else 1 for w in keep])
-    return Eliminated(table, pl, steps, tuple(keep), used_fused, computed)
+    return Eliminated(table, pl, steps, tuple(keep), used_fused, saved)
 
 
 def _check_step(pl: Elimination, v: int, tables: dict, holding: int, red: Reduced, fused: bool, done: int,
@@ -516,6 +521,8 @@ def _check_step(pl: Elimination, v: int, tables: dict, holding: int, red: Reduce
     kept merged, at their full size."""
     spread = sum(pl.table_entries(arg) for kind, arg in pl.bucket[v]
                  if kind == "table" and isinstance(tables.get(arg), Spread))
+    if spread:  # spread out whole, or a block of rows per thread at a time
+        spread += red.threads * min(pl.sizes[v] * pl.table_entries(v), CHUNK)
     step = _BYTES * (pl.step_entries(v, red.threads, fused) + spread)
     if holding + step > red.limit:
         raise SearchTooLarge(
@@ -525,12 +532,12 @@ def _check_step(pl: Elimination, v: int, tables: dict, holding: int, red: Reduce
         )
 
 
-def _stats(red: Reduced, pl: Elimination, used_fused: bool, seconds: float, computed: int | None = None) -> SearchStats:
+def _stats(red: Reduced, pl: Elimination, used_fused: bool, seconds: float, saved: int = 0) -> SearchStats:
     sizes0 = list(red.unpruned.sizes)
     return SearchStats(
         algo=None, order="given", seconds=seconds, largest_K=max(sizes0, default=0),
         largest_dependent_set=pl.largest_dependent_set, largest_table=pl.largest_table, work=pl.work,
-        work_computed=pl.work if computed is None else computed,
+        work_computed=pl.work - saved,
         largest_K_pruned=max(red.sizes, default=0), configurations=sum(sizes0), configurations_kept=sum(red.sizes),
         work_unpruned=red.unpruned.work, prune_seconds=red.prune_seconds if red.examined else 0.0,
         kernel="fused" if used_fused else "numpy", pruned=red.examined,
@@ -570,4 +577,4 @@ def solve(node_costs, edge_costs, order, *, prune: bool | str = "auto", memory_l
     index = [int(k[local.get(v, 0)]) for v, k in enumerate(red.kept)]
     seconds = time.perf_counter() - red.t0
     return SearchResult(red.constant + done.table, index, done.elimination, seconds,
-                        _stats(red, done.elimination, done.fused, seconds, done.computed), red.kept)
+                        _stats(red, done.elimination, done.fused, seconds, done.saved), red.kept)

@@ -178,3 +178,21 @@ def test_the_report_names_the_repeated_blocks():
     out = run_cli("-g", CONFIGS / "llama3-8b" / "config.json", "-p", 64, "-b", 64, "--seq", 2048, "-q",
                   "--attention", "materialized").stdout
     assert "repeated blocks searched once: 32 x block of 14 operators" in out
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "gpt2"])
+def test_chained_searches_with_every_step_merged_keep_the_strategy(monkeypatch, name):
+    """Repeated blocks searched once, every step merging what it sees
+    alike (the blocks' boundary matrices and the segments' kept tables
+    included): the same optimum and strategy as without merging, and the
+    statistics count what was computed."""
+    import search.contract as sc
+
+    cg = build_costs(config(name, batch=16, seq=512), 32, TWO_LEVEL)
+    plain = search(cg, chained=True)
+    assert plain.stats.work_computed == plain.stats.work  # nothing this small merges by default
+    monkeypatch.setattr(sc, "MERGE_WORK", 0)
+    monkeypatch.setattr(sc, "MERGE_SHARE", 1e-6)
+    merged = search(cg, chained=True)
+    assert merged.stats.repeated and (merged.cost, merged.index) == (plain.cost, plain.index)
+    assert merged.stats.work == plain.stats.work and merged.stats.work_computed < merged.stats.work

@@ -311,12 +311,27 @@ def smallest_limit(run, hi: int) -> int:
     return hi
 
 
+OBJECTS = 100_000  # bytes of Python objects (steps, lists, dicts) beside the arrays the limit counts
+
+
+def traced_peak(run, limit):
+    """``run(limit)`` and the peak of what it allocated (tracemalloc sees
+    numpy's arrays, and Python's objects: up to ``OBJECTS`` here)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        return run(limit), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_merged_tables_are_counted_as_they_are_kept(monkeypatch, seed):
-    """Under a limit below the estimate of the whole tables, a search whose
-    steps merge runs and checks each step before it runs: it finds the same
-    strategy, or stops with the step it could not afford; never does it
-    need more than the estimate's limit."""
+    """A search whose steps merge runs under the smallest limit it accepts
+    with the same strategy as without a limit, allocating no more than
+    that limit; a byte less and it stops, naming the step it could not
+    afford when it got that far."""
     from dp_search import SearchTooLarge
 
     nodes, emats = problem_with_alike_configurations(seed)
@@ -326,17 +341,13 @@ def test_merged_tables_are_counted_as_they_are_kept(monkeypatch, seed):
         return solve(nodes, emats, order, kernel="numpy", threads=1, prune=False, memory_limit=limit)
 
     want = run(None)
-    merged(monkeypatch, False)
-    plain = smallest_limit(run, 1 << 30)
     merged(monkeypatch, True)
     least = smallest_limit(run, 1 << 30)
-    assert least <= plain
-    got = run(least)
-    assert (got.cost, got.index) == (want.cost, want.index)
-    if least < plain:
-        with pytest.raises(SearchTooLarge, match=r"the search needs more than the limit of .* after \d+ of its "
-                                                 r"\d+ steps it holds .* may need"):
-            run(least - 1)
+    got, peak = traced_peak(run, least)
+    assert (got.cost, got.index) == (want.cost, want.index) and peak <= least + OBJECTS
+    with pytest.raises(SearchTooLarge, match=r"the search needs (more than the limit of .* after \d+ of its "
+                                             r"\d+ steps it holds .* may need|.* GB but the limit is)"):
+        run(least - 1)
 
 
 def layered_problem(seed):
@@ -370,7 +381,83 @@ def test_some_searches_fit_only_merged(monkeypatch):
         plain = smallest_limit(run, 1 << 30)
         merged(monkeypatch, True)
         least = smallest_limit(run, 1 << 30)
-        got = run(least)
-        assert (got.cost, got.index) == (want.cost, want.index)
+        got, peak = traced_peak(run, least)
+        assert (got.cost, got.index) == (want.cost, want.index) and peak <= least + OBJECTS
         fewer += least < plain
     assert fewer == 4
+
+
+def test_a_spread_factor_added_beforehand_gives_the_same_bits(monkeypatch):
+    """A merged table read together with a smaller factor over its own axes
+    (added to it once beforehand): spread out first, the same sums."""
+    from search.contract import Spread
+
+    rng = np.random.default_rng(7)
+    K, A, B = 9, 12, 30
+    classes = rng.integers(0, 4, size=A)
+    table = Spread(rng.uniform(0, 1e12, size=(K, 4, 1)), [None, classes, None])  # over (v, o1), o1 in 4 classes
+    small = rng.uniform(0, 1e12, size=(K, 1, 1))  # v's own costs: merged into the table beforehand
+    edge = rng.uniform(0, 1e12, size=(K, 1, B))
+    whole_table = table.full()
+    for on in (False, True):
+        merged(monkeypatch, on)
+        for fused in (False, True):
+            step = prepare([small, table, edge], (K, A, B))
+            got = whole(contract(step, fused=fused))
+            want = contract(prepare([small, whole_table, edge], (K, A, B)), fused=fused)
+            assert np.array_equal(got, whole(want))
+            np.testing.assert_allclose(got, brute_table([small, whole_table, edge], (K, A, B)), rtol=1e-14)
+            step.release()
+            assert row_at(step, (5, 7)).min() == got[5, 7]
+
+
+def test_axes_left_whole_when_reading_them_costs_too_much(monkeypatch):
+    """A step only reads factors worth a share of its work to find what it
+    sees alike: past that, the axes stay whole (a merged table read there
+    is spread out), with the same bits."""
+    import search.contract as sc
+
+    factors, shape = step_with_classes(["X...", "X..X", "X.X.", "XX.."], 1)
+    want = brute_table(factors, shape)
+    merged(monkeypatch, True)
+    monkeypatch.setattr(sc, "MERGE_SHARE", 1e12)  # nothing is worth reading
+    step = prepare(factors, shape)
+    assert step.shape == shape and not step.spread
+    np.testing.assert_allclose(whole(contract(step)), want, rtol=1e-14)
+    monkeypatch.setattr(sc, "MERGE_SHARE", 1e-6)
+    first = contract(prepare(factors, shape))
+    assert isinstance(first, sc.Spread)
+    nxt = [first.placed([0, 1, 2]), np.zeros((shape[1], 1, 1))]
+    monkeypatch.setattr(sc, "MERGE_SHARE", 1e12)
+    step = prepare(nxt, shape[1:])
+    assert not step.spread and all(not isinstance(a, sc.Spread) for g in step.groups for a in g) or step.inner is None
+    np.testing.assert_array_equal(whole(contract(step)), first.full().min(axis=0))
+
+
+def test_a_search_counted_as_it_comes_stays_within_its_limit(monkeypatch):
+    """Whatever limit the search accepts when it counts merged tables as
+    they come, what it allocates (traced) stays within it: the hashes,
+    checks and shrunk copies of a large step included."""
+    rng = np.random.default_rng(1)
+    sizes = [2, 1024, 64, 64, 64]  # u, v, then a, b, c: v's step spans a, b, c
+
+    def classed(ku, kv, cu, cv):
+        base = rng.uniform(0, 10, (cu, cv))
+        return np.ascontiguousarray(base[rng.integers(0, cu, ku)][:, rng.integers(0, cv, kv)])
+
+    nodes = [rng.uniform(0, 10, k) for k in sizes]
+    emats = {(0, 1): rng.uniform(0, 10, (2, 1024)), (0, 2): classed(2, 64, 2, 8), (0, 3): classed(2, 64, 2, 8),
+             (1, 4): rng.uniform(0, 10, (1024, 64)), (2, 4): rng.uniform(0, 10, (64, 64)),
+             (3, 4): rng.uniform(0, 10, (64, 64))}
+    import search.contract as sc
+
+    monkeypatch.setattr(sc, "MERGE_WORK", 1 << 24)
+
+    def run(limit):
+        return solve(nodes, emats, [0, 1, 2, 3, 4], kernel="numpy", threads=1, prune=False, memory_limit=limit)
+
+    want = run(None)
+    least = smallest_limit(run, 1 << 34)
+    got, peak = traced_peak(run, least)
+    assert (got.cost, got.index) == (want.cost, want.index) and got.stats.work_computed < got.stats.work
+    assert peak <= least + OBJECTS
