@@ -51,7 +51,9 @@ import math
 
 import numpy as np
 
-__all__ = ["Workers", "Step", "Spread", "separable_axis", "prepare", "contract", "row_at", "fused_available"]
+from search.prune import weights
+
+__all__ = ["Workers", "Step", "Spread", "whole", "separable_axis", "prepare", "contract", "row_at", "fused_available"]
 
 CHUNK = 1 << 19  # entries per numpy working block (4 MB): measured fastest here
 PARALLEL = 1 << 22  # numpy contractions at least this large use every core
@@ -146,6 +148,11 @@ class Spread:
     def size(self) -> int:
         return math.prod(self.shape)
 
+    @property
+    def nbytes(self) -> int:
+        """The memory it is kept in."""
+        return self.array.nbytes
+
     def full(self) -> np.ndarray:
         """The whole table (one copy, no intermediate)."""
         if sum(m is not None for m in self.maps) == 1:
@@ -175,7 +182,7 @@ def _premerge(fs, full_size):
         a, ra, na = fs.pop(0)
         for j, (h, rh, nh) in enumerate(fs):
             if nh < full_size and np.broadcast_shapes(a.shape, h.shape) == h.shape:
-                fs[j] = (_whole(h) + _whole(a), (rh, ra), nh)
+                fs[j] = (whole(h) + whole(a), (rh, ra), nh)
                 break
         else:
             merged.append((a, ra, na))
@@ -198,7 +205,7 @@ def prepare(factors, shape) -> Step:
         arrays, computed, spread = list(factors), shape, ()
     k = separable_axis([tuple(a.shape[j] > 1 for j in range(1, m + 1)) for a in arrays], shape[1:])
     if k is not None:  # the fused kernel's operands are whole arrays
-        arrays = [a.full() if isinstance(a, Spread) else a for a in arrays]
+        arrays = [whole(a) for a in arrays]
     triples = list(zip(arrays, factors, sizes))
     if k is None:
         arrays, recipes = _premerge(triples, full)
@@ -221,8 +228,7 @@ def _row_hash(a: np.ndarray, axis: int, sample: int | None = None) -> np.ndarray
         a = a[tuple(slice(None, None, max(1, a.shape[d] // each)) if d in others else slice(None)
                     for d in range(a.ndim))]
     rows = np.ascontiguousarray(np.moveaxis(a, axis, 0).reshape(a.shape[axis], -1)).view(np.uint64)
-    w = np.random.default_rng(rows.shape[1]).integers(1, 1 << 62, size=rows.shape[1], dtype=np.uint64)
-    return (rows * (w | np.uint64(1))).sum(axis=1, dtype=np.uint64)
+    return (rows * weights(rows.shape[1])).sum(axis=1, dtype=np.uint64)  # wraps modulo 2^64
 
 
 def _classes(arrays, maps, j: int, n: int, sample: int | None = None):
@@ -292,7 +298,8 @@ def _merge_equal(factors, shape):
     return out, tuple(shape), tuple(spread)
 
 
-def _whole(a):
+def whole(a) -> np.ndarray:
+    """An array as it is, a :class:`Spread` spread out."""
     return a.full() if isinstance(a, Spread) else a
 
 
@@ -300,11 +307,9 @@ def _rows(a, i: int, j: int) -> np.ndarray:
     """Rows ``i:j`` (axis 0) of an array or, spread out, of a :class:`Spread`."""
     if not isinstance(a, Spread):
         return a[i:j]
-    x = a.array[i:j] if a.maps[0] is None else a.array.take(a.maps[0][i:j], axis=0)
-    for axis, m in enumerate(a.maps[1:], 1):
-        if m is not None:
-            x = x.take(m, axis=axis)
-    return x
+    if a.maps[0] is None:
+        return Spread(a.array[i:j], a.maps).full()
+    return Spread(a.array, (a.maps[0][i:j],) + a.maps[1:]).full()
 
 
 def _sum_rows(fs, i, j, buf):

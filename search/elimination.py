@@ -32,6 +32,7 @@ import numpy as np
 
 from errors import SettingError
 from result import SearchStats
+from search import contract as contraction  # its merging thresholds, read as they stand (tests change them)
 from search.contract import (
     CHUNK,
     FUSED_ROWS,
@@ -43,6 +44,7 @@ from search.contract import (
     prepare,
     row_at,
     separable_axis,
+    whole,
 )
 from search.prune import prune as prune_configurations
 from search.prune import working_bytes
@@ -126,9 +128,9 @@ class Elimination:
 
     def step_entries(self, v: int, threads: int = 1, fused: bool = False) -> int:
         """An upper estimate of the entries ``v``'s step holds while it runs,
-        its table included (see :meth:`peak_bytes`); tables of earlier steps
-        that it reads are counted at their full size too (kept merged, they
-        may be spread out for it)."""
+        its table included (see :meth:`peak_bytes`), and what finding the
+        configurations it sees alike takes when it is large enough to merge;
+        the earlier tables it reads are not counted here (they are kept)."""
         t = self.table_entries(v)
         work = self.sizes[v] * t
         merged = sum(n for n in (math.prod(self.sizes[w] for w in f) for f in self.factor_scopes(v)) if n < work)
@@ -138,20 +140,16 @@ class Elimination:
         else:
             busy = threads if work >= PARALLEL else 1
             way = busy * (min(work, max(CHUNK, t)) + 2 * t)
-        from search import contract  # the thresholds as they stand (tests change them)
-
-        if work >= contract.MERGE_WORK:  # finding the configurations alike: hashes, checks and shrunk copies
+        if work >= contraction.MERGE_WORK:  # finding the configurations alike: hashes, checks and shrunk copies
             spanning = sum(math.prod(self.sizes[w] for w in f) for f in self.factor_scopes(v) if f != {v})
-            way += 3 * min(spanning, int(work / contract.MERGE_SHARE))
+            way += 3 * min(spanning, int(work / contraction.MERGE_SHARE))
         return merged + way
 
     def merges(self) -> bool:
         """Whether some step is large enough to merge the configurations it
         sees alike (:data:`search.contract.MERGE_WORK`): then its tables
         may take less than :attr:`table_bytes`."""
-        from search import contract  # the threshold as it stands (tests change it)
-
-        return any(self.sizes[v] * self.table_entries(v) >= contract.MERGE_WORK for v in self.order)
+        return any(self.sizes[v] * self.table_entries(v) >= contraction.MERGE_WORK for v in self.order)
 
 
 def _elimination(order, sizes, edges) -> Elimination:
@@ -487,7 +485,7 @@ def eliminate(red: Reduced, order, keep=(), nodes=None, pool=None, progress=None
             used_fused |= use
             saved += math.prod(shape) - step.work
             tables[v] = contract(step, threads=red.threads, pool=pool, fused=use)
-            stored += tables[v].array.nbytes if isinstance(tables[v], Spread) else np.asarray(tables[v]).nbytes
+            stored += tables[v].nbytes  # as kept: a Spread's classes, or the whole array
             step.release()
             if not pl.scope[v]:
                 total += float(tables[v])  # no axes, nothing merged: an array
@@ -505,7 +503,7 @@ def eliminate(red: Reduced, order, keep=(), nodes=None, pool=None, progress=None
             if f[0] == "table" and f[1] in keep:  # a kept variable is never eliminated: no table of its own
                 continue
             a, s = _factor(f, pos, nodes, edges, tables, pl.scope)
-            a = a.full() if isinstance(a, Spread) else np.asarray(a)
+            a = np.asarray(whole(a))
             axes = [keep.index(w) for w in s]
             a = np.transpose(a.reshape([sizes[w] for w in s]), np.argsort(axes))
             table = table + a.reshape([sizes[w] if w in s else 1 for w in keep])

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["prune", "working_bytes", "CANDIDATES", "ROUNDS", "PASSES"]
+__all__ = ["prune", "working_bytes", "weights", "CANDIDATES", "ROUNDS", "PASSES"]
 
 CANDIDATES = 32  # cheapest and lowest-worst-case candidates per operator
 ROUNDS = 4  # exact checks per configuration and pass
@@ -65,7 +65,7 @@ def _distinct(x: np.ndarray) -> np.ndarray:
     return x[np.concatenate(([True], x[1:] != x[:-1]))] if len(x) else x
 
 
-def _weights(n: int) -> np.ndarray:
+def weights(n: int) -> np.ndarray:
     """``n`` fixed, well-mixed odd 64-bit weights (SplitMix64 of 1..n)."""
     z = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -91,7 +91,7 @@ class _Classes:
         bits = np.ascontiguousarray(m, dtype=np.float64).view(np.uint64)  # (K, C)
         K, C = bits.shape
         step = max(1, _CHUNK // max(C, 1))
-        w_cols, w_rows = _weights(C), _weights(K)
+        w_cols, w_rows = weights(C), weights(K)
         h_rows = np.empty(K, np.uint64)
         h_cols = np.zeros(C, np.uint64)
         for i in range(0, K, step):

@@ -133,7 +133,7 @@ def test_equal_rows_and_columns_share_a_class(monkeypatch, collide):
     import search.prune as pruning
 
     if collide:  # every row and column hashes to 0: the check must catch it and sort instead
-        monkeypatch.setattr(pruning, "_weights", lambda n: np.zeros(n, np.uint64))
+        monkeypatch.setattr(pruning, "weights", lambda n: np.zeros(n, np.uint64))
     rng = np.random.default_rng(3)
     base = rng.integers(0, 3, size=(5, 4)).astype(float)
     m = base[rng.integers(0, 5, size=40)][:, rng.integers(0, 4, size=30)]  # repeated rows and columns
