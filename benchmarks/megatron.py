@@ -21,7 +21,6 @@ For each row (a GPT-2-family config of its sizes, batch and GPUs):
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -29,28 +28,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the published table as the tests read it
 
 from cli.args import parse_args  # noqa: E402
 from planner import plan  # noqa: E402
 from report import fmt_bytes  # noqa: E402
+from megatron_table import ROWS, config, eq3  # noqa: E402
 from table import render  # noqa: E402
-
-TABLE = json.loads((ROOT / "tests" / "data" / "published" / "megatron_table1.json").read_text())
-
-
-def config(where: Path, row: dict) -> Path:
-    d = where / f"gpt-{row['params_b']}b"
-    d.mkdir(exist_ok=True)
-    (d / "config.json").write_text(json.dumps({
-        "model_type": "gpt2", "n_head": row["heads"], "n_embd": row["hidden"], "n_layer": row["layers"],
-        "n_positions": TABLE["seq"], "vocab_size": TABLE["vocab"]}))
-    return d / "config.json"
-
-
-def eq3(row: dict) -> float:
-    B, s, V, l, h = row["batch"], TABLE["seq"], TABLE["vocab"], row["layers"], row["hidden"]
-    return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
-
 
 def run(cfg: Path, row: dict, *more):
     argv = ["-g", str(cfg), "-p", str(row["gpus"]), "-b", str(row["batch"]), "--device", "a100-80gb",
@@ -66,7 +50,7 @@ def main() -> None:
     ap.add_argument("--rows", help="comma-separated parameter counts (B) of the rows to run (default: all)")
     ap.add_argument("--no-search", action="store_true", help="cost the paper's configurations only")
     args = ap.parse_args()
-    rows = [dict(zip(TABLE["columns"], r)) for r in TABLE["rows"]]
+    rows = list(ROWS)
     if args.rows:
         keep = {float(x) for x in args.rows.split(",")}
         rows = [r for r in rows if r["params_b"] in keep]

@@ -311,6 +311,13 @@ def smallest_limit(run, hi: int) -> int:
     return hi
 
 
+def limited(nodes, emats, order=None):
+    """A function of the memory limit that searches this problem with it
+    (one thread, numpy, unpruned: what the limit bounds is the tables)."""
+    order = generate_seq(len(nodes), list(emats))[0] if order is None else order
+    return lambda limit: solve(nodes, emats, order, kernel="numpy", threads=1, prune=False, memory_limit=limit)
+
+
 OBJECTS = 100_000  # bytes of Python objects (steps, lists, dicts) beside the arrays the limit counts
 
 
@@ -334,12 +341,7 @@ def test_merged_tables_are_counted_as_they_are_kept(monkeypatch, seed):
     afford when it got that far."""
     from dp_search import SearchTooLarge
 
-    nodes, emats = problem_with_alike_configurations(seed)
-    order, _ = generate_seq(len(nodes), list(emats))
-
-    def run(limit):
-        return solve(nodes, emats, order, kernel="numpy", threads=1, prune=False, memory_limit=limit)
-
+    run = limited(*problem_with_alike_configurations(seed))
     want = run(None)
     merged(monkeypatch, True)
     least = smallest_limit(run, 1 << 30)
@@ -370,12 +372,7 @@ def test_some_searches_fit_only_merged(monkeypatch):
     strategy there."""
     fewer = 0
     for seed in range(4):
-        nodes, emats = layered_problem(seed)
-        order, _ = generate_seq(len(nodes), list(emats))
-
-        def run(limit):
-            return solve(nodes, emats, order, kernel="numpy", threads=1, prune=False, memory_limit=limit)
-
+        run = limited(*layered_problem(seed))
         want = run(None)
         merged(monkeypatch, False)
         plain = smallest_limit(run, 1 << 30)
@@ -452,10 +449,7 @@ def test_a_search_counted_as_it_comes_stays_within_its_limit(monkeypatch):
     import search.contract as sc
 
     monkeypatch.setattr(sc, "MERGE_WORK", 1 << 24)
-
-    def run(limit):
-        return solve(nodes, emats, [0, 1, 2, 3, 4], kernel="numpy", threads=1, prune=False, memory_limit=limit)
-
+    run = limited(nodes, emats, [0, 1, 2, 3, 4])
     want = run(None)
     least = smallest_limit(run, 1 << 34)
     got, peak = traced_peak(run, least)

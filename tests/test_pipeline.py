@@ -13,29 +13,12 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
+from megatron_table import ROWS
+from megatron_table import config as megatron_config
+from megatron_table import eq3 as eq3_flops
 
 import pipeline
 from pipeline import Schedule, balanced_ranges, parse_schedule, partitions, stage_ranges
-
-TABLE = json.loads((Path(__file__).parent / "data" / "published" / "megatron_table1.json").read_text())
-ROWS = [dict(zip(TABLE["columns"], r)) for r in TABLE["rows"]]
-
-
-def megatron_config(tmp_path, row) -> Path:
-    """A row's model as a GPT-2-family config, in a directory named for it."""
-    d = tmp_path / f"gpt-{row['params_b']}b"
-    d.mkdir(exist_ok=True)
-    (d / "config.json").write_text(json.dumps({
-        "model_type": "gpt2", "n_head": row["heads"], "n_embd": row["hidden"], "n_layer": row["layers"],
-        "n_positions": TABLE["seq"], "vocab_size": TABLE["vocab"]}))
-    return d / "config.json"
-
-
-def eq3_flops(row) -> float:
-    """Megatron-LM's FLOP per iteration (eq. 3, recomputation included)."""
-    B, s, V, l, h = row["batch"], TABLE["seq"], TABLE["vocab"], row["layers"], row["hidden"]
-    return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
-
 
 def planned(tmp_path, row, *args, name="plan.json"):
     out = tmp_path / name
