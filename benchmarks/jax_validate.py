@@ -487,7 +487,7 @@ def charged(g, strategy, model=None) -> dict:
     import numpy as np
 
     from blocks import find_chains
-    from cost_model import CostModel, _with_options
+    from cost_model import CostModel, with_options
     from graph import operators
     from options import contexts
 
@@ -495,7 +495,7 @@ def charged(g, strategy, model=None) -> dict:
     ctx = contexts(g, find_chains(g))
     out = {}
     for v, (op, d) in enumerate(zip(operators(g), strategy)):
-        C, work, _ = _with_options(op, [d.config], model, ctx[v], dict(d.options))
+        C, work, _ = with_options(op, [d.config], model, ctx[v], dict(d.options))
         weights = sum(t.role == "weight" for t in op.inputs)
         counts = Counter()
         for c in work.comms:

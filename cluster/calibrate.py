@@ -111,7 +111,7 @@ def _median(xs: list[float]) -> float:
 
 
 def _fit_gemm(rows, cluster, where) -> tuple[float, str]:
-    from cost_model import _wave_share
+    from cost.time import wave_share
 
     peak = cluster.flops * 1e12
     shares = []
@@ -120,7 +120,7 @@ def _fit_gemm(rows, cluster, where) -> tuple[float, str]:
         flop = 2.0 * m * n * k
         t = _number(r["seconds"], f"{where}: gemm[{i}].seconds") if "seconds" in r else \
             flop / (_number(r["tflops"], f"{where}: gemm[{i}].tflops") * 1e12)
-        waves = float(_wave_share(m, n, 1.0, cluster.sms)) if cluster.sms else 1.0
+        waves = float(wave_share(m, n, 1.0, cluster.sms)) if cluster.sms else 1.0
         shares.append(flop / (t * peak * waves))
     eff = _median(shares)
     if eff > 1.0:
