@@ -58,13 +58,15 @@ def read_measurements(path: str) -> dict:
     """The measurements file at ``path`` as a table (TOML, or JSON by its
     suffix), or an nccl-tests output itself; one-line errors naming the
     file."""
-    from cluster.nccl import looks_like_output
+    from cluster.nccl import json_output, looks_like_output
     from readers import read_text
 
     try:
         text = read_text(path, MAX_BYTES, "measurements file")
     except InputError as e:
         raise InputError(f"--calibrate: {e}") from None
+    if json_output(text) is not None:  # the JSON nccl-tests writes (-J)
+        return {"nccl": [text], "_nccl_names": [os.path.basename(path)]}
     if path.lower().endswith(".json"):
         import json
 
@@ -210,12 +212,15 @@ def nccl_tables(data: dict, where: str) -> tuple[list, list[str]]:
         if not found:
             raise InputError(f"--calibrate: {where}: {name}: no size lines in the nccl-tests output (the table under "
                              "its '#  size  count  type ...' header)")
-        alone = [r for r in found if r.repeated or (len(r.ranks) == 1 and gpus is None)]
+        zero = [r for r in found if all(x.busbw == 0 for x in r.rows if x.algbw >= 1.0)
+                and any(x.algbw >= 1.0 for x in r.rows)]
+        alone = [r for r in found if r.repeated or (len(r.ranks) == 1 and gpus is None) or any(r is z for z in zero)]
         if alone:
             r = alone[0]
-            many = max(len(s) for s in r.ranks.values())
+            many = max(len(s) for s in r.ranks.values()) if r.ranks else 0
             what = (f"rank {min(r.ranks)} is printed by {many} processes" if r.repeated else
-                    f"it holds {len(alone)} tests of one rank each" if len(alone) > 1 else "it ran on one rank")
+                    f"it holds {len(alone)} tests of one rank each" if len(alone) > 1 else
+                    "it ran on one rank" if len(r.ranks) == 1 else "its bus bandwidth is 0 at every size")
             raise InputError(f"--calibrate: {where}: {name}: {what}: the ranks ran alone, each its own test, and "
                              "nothing crossed a link (nccl-tests built without MPI, or started once per device): "
                              "build it with MPI=1 and launch all the ranks as one test (mpirun, srun), or run one "
@@ -225,7 +230,7 @@ def nccl_tables(data: dict, where: str) -> tuple[list, list[str]]:
             h = nodes if nodes is not None else max(len(r.hosts), 1)
             if n == 0:
                 raise InputError(f"--calibrate: {where}: {name}: the output names no ranks (no '# Rank' lines): give "
-                                 f"gpus and nodes in a measurements file (nccl_file = \"{name}\", gpus = 8, "
+                                 f"gpus and nodes in a measurements file (as: nccl_file = \"{name}\", gpus = 8, "
                                  "nodes = 1)")
             if n < 2:
                 raise InputError(f"--calibrate: {where}: {name}: one rank: nothing crossed a link; measure over two "

@@ -11,6 +11,7 @@ output are told apart.  A file may hold several tests one after the other
 lines), and per size line the bytes, the out-of-place time and the
 algorithm and bus bandwidths, read wherever the columns are (versions with
 and without ``redop`` and ``root``, ``N/A`` in ``#wrong``, more columns after).
+The JSON that nccl-tests writes with ``-J`` is read too.
 
 :func:`collective` then says which collective a run measured from its table
 itself: the reduction (``none`` for all-gather), the root, and the ratio of
@@ -24,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Run", "runs", "collective", "looks_like_output", "FITTED", "TESTS"]
+__all__ = ["Run", "runs", "collective", "looks_like_output", "json_output", "FITTED", "TESTS"]
 
 #: the tests whose collectives the model has, and the collective each measures
 FITTED = ("all_reduce", "all_gather", "reduce_scatter", "sendrecv")
@@ -123,10 +124,9 @@ def _columns(header: list | None, toks: list) -> int | None:
         want = size / t / 1e3  # GB/s
         return abs(alg - want) <= max(0.015, 0.03 * want)
 
-    if header and "time" in header:
-        j = header.index("time")
-        if fits(j):
-            return j
+    j = next((i for i, x in enumerate(header or ()) if x in ("time", "cputime")), None)
+    if j is not None and fits(j):
+        return j
     for j in range(3, min(7, len(toks) - 2)):
         if fits(j):
             return j
@@ -155,7 +155,7 @@ def looks_like_output(text: str) -> bool:
     rows = 0
     for line in text.splitlines()[:5000]:
         _, s = _strip(line)
-        if _THREAD.match(s) or {"size", "time", "busbw"} <= set(s.lstrip("#").split()):
+        if _THREAD.match(s) or {"size", "busbw"} <= set(s.lstrip("#").split()):
             return True
         rows += _row(s.split(), None) is not None
         if rows >= 2:
@@ -163,9 +163,50 @@ def looks_like_output(text: str) -> bool:
     return False
 
 
+def json_output(text: str) -> dict | None:
+    """The output nccl-tests writes with ``-J FILE`` (JSON: its ``config``
+    with the ``devices``, its ``results``), or None when ``text`` is not one."""
+    if not text.lstrip().startswith("{"):
+        return None
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("results"), list) else None
+
+
+def _json_runs(data: dict) -> list[Run]:
+    run = Run()
+    for arg in data.get("args") or []:
+        name = _NAME.search(arg) if isinstance(arg, str) else None
+        if name:
+            run.name, run.named_by = name.group(1), "its command line"
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    for d in config.get("devices") or []:
+        if isinstance(d, dict) and isinstance(d.get("rank"), int):
+            run.ranks.setdefault(d["rank"], set()).add((str(d.get("pid")), str(d.get("hostname"))))
+    for r in data["results"]:
+        try:
+            out = r.get("out_of_place") or r["in_place"]
+            redop = str(r.get("redop", "")).strip().lower() or None
+            row = Row(float(r["size"]), float(r["count"]), str(r["type"]).lower(), redop,
+                      int(str(r.get("root", -1)).strip()), float(out.get("time", out.get("cpu_time"))) * 1e-6,
+                      float(out["alg_bw"]), float(out["bus_bw"]))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+        if row.size > 0 and row.seconds > 0:
+            run.rows.append(row)
+    return [run] if run.rows else []
+
+
 def runs(text: str, filename: str = "") -> list[Run]:
     """The tests in an output (see the module docstring), in the order they
     appear; those with no size line left out."""
+    data = json_output(text)
+    if data is not None:
+        return _json_runs(data)
     groups: dict = {}  # label -> its runs (the last one open)
     names = []  # (line number, test, where read) of the lines naming a test
     for no, raw in enumerate(text.splitlines()):
@@ -195,8 +236,8 @@ def runs(text: str, filename: str = "") -> list[Run]:
             run.ranks.setdefault(int(r.group(1)), set()).add((r.group(2), r.group(3)))
             continue
         toks = line.lstrip("#").split()
-        if line.startswith("#") or (toks[:1] == ["size"] and "time" in toks):
-            if "size" in toks and "time" in toks:
+        if line.startswith("#") or (toks[:1] == ["size"] and "busbw" in toks):
+            if "size" in toks and "busbw" in toks:
                 run.header = [t.lower() for t in toks]
             continue
         row = _row(toks, run.header)

@@ -232,9 +232,9 @@ def _level(tables, cluster, v: dict, groups: dict, lat_key: str, was: dict, line
         lines.append(f"{lat_key} {_was(was, lat_key)} -> {v[lat_key]:.3g} us: the latency-bound messages ({parts}), "
                      f"{' or '.join(f'{s:g}' for s in steps)} step{'s' * (steps != [1])} each")
     else:
-        least = min((t.sizes[i], t) for t in tables for i in range(len(t.sizes)))
+        size, test = min((s, t.test) for t in tables for s in t.sizes)
         lines.append(f"{lat_key} kept at {v[lat_key]:g} us: no latency-bound message (the smallest, "
-                     f"{shown_bytes(least[0])} in {least[1].test}_perf, spends most of its time moving data); "
+                     f"{shown_bytes(size)} in {test}_perf, spends most of its time moving data); "
                      "measure from small sizes (-b 8) to fit it")
     return terms
 
@@ -290,6 +290,7 @@ def fit_network(tables: list[Table], cluster, where: str) -> tuple[dict, list[st
                          + (f", allreduce_eff {ar_in:.3g}" if ar_in != v["link_eff"] else "")
                          + f" and latency {v['latency']:.3g} us ({inside})")
         fields.update(net_eff=v["net_eff"], inter_latency=v["inter_latency"])
+    fields = {k: x if x is None else float(f"{x:.4g}") for k, x in fields.items()}  # as the lines show them
     fitted = replace(cluster, **fields)
     details, off = [], 0
     for t in tables:

@@ -176,5 +176,8 @@ def test_across_nodes_the_network_is_fitted(tmp_path, args, was):
     assert was in out and "all_reduce_perf, 16 ranks on 2 nodes of 8" in out
     fit, cl = _fitted(tmp_path / "f.toml"), _cluster(tmp_path / "f.toml")
     assert 0 < fit["net_eff"] < 1 and fit["inter_latency"] > 0
+    # the latency between nodes over the model's own steps: 2 (q_out - 1) = 2, beside 2 (q_in - 1) = 14 inside
+    assert "(all_reduce_perf's 2 from 8 B to 1 KiB), 2 steps each" in out
+    assert rel(_model_time(cl, "all_reduce", 8, 16), 21.40e-6) < 0.05
     for size, us in ((134217728, 737.1), (8589934592, 43120)):
         assert rel(_model_time(cl, "all_reduce", size, 16), us * 1e-6) < 0.1

@@ -238,10 +238,8 @@ def test_several_outputs_fit_together(tmp_path):
     """A list of outputs: the links from all_gather_perf, the all-reduce's
     in-switch speed from the NVLS run, the network from the two nodes (its
     part inside a node as fitted); the model meets each."""
-    for p in (GATHER, NVLS, TWO):
-        (tmp_path / p.name).write_text(p.read_text())
-    (tmp_path / "m.toml").write_text(f"nccl_file = {json.dumps([GATHER.name, NVLS.name, TWO.name])}\n")
-    out, fit, cl = calibrate(tmp_path, tmp_path / "m.toml", "--device", "h100")
+    assert tomllib.loads((DATA / "h100_measured.toml").read_text())["nccl_file"] == [GATHER.name, NVLS.name, TWO.name]
+    out, fit, cl = calibrate(tmp_path, DATA / "h100_measured.toml", "--device", "h100")
     assert fit["link_eff"] == _fit(GATHER.read_text())[1]["link_eff"] and fit["allreduce_eff"] > 1
     assert "between nodes, the part inside a node at link_eff 0.806, allreduce_eff 1.03 and latency 1.94 us (as " \
            "fitted above)" in out
@@ -254,8 +252,16 @@ def test_several_outputs_fit_together(tmp_path):
 @pytest.mark.parametrize("path, message", [
     (DATA / "a100_separate_runs_srun_label.txt", "it holds 4 tests of one rank each: the ranks ran alone"),
     (DATA / "h100_separate_runs_interleaved.txt", "rank 0 is printed by 8 processes: the ranks ran alone"),
+    ("tables", "it holds 4 tests of one rank each: the ranks ran alone"),
+    ("one table", "its bus bandwidth is 0 at every size: the ranks ran alone"),
 ])
 def test_ranks_that_ran_alone_are_named(tmp_path, path, message):
+    if isinstance(path, str):  # the written one-rank runs without their '# Rank' lines: their tables, or one
+        lines = (DATA / "a100_separate_runs_srun_label.txt").read_text().splitlines()
+        tables = [x if path == "tables" else x[4:] for x in lines
+                  if "Rank" not in x and (path == "tables" or x.startswith(" 2: "))]
+        path = tmp_path / "tables.txt"
+        path.write_text("\n".join(tables) + "\n")
     proc = run_cli("--calibrate", path, "--device", "h100", "--save-cluster", tmp_path / "f.toml", ok=False)
     assert proc.returncode == 2 and message in proc.stderr and "build it with MPI=1" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "f.toml").exists()
@@ -328,3 +334,28 @@ def test_small_messages_alone_keep_the_links():
     whole = _fit(A100.read_text(), "a100-80gb")[1]
     assert fields["link_eff"] == 0.8 and rel(fields["latency"], whole["latency"]) < 0.02
     assert any(x.startswith("link_eff kept at 0.8: no message large enough to be bandwidth-bound") for x in lines)
+
+
+def test_the_json_nccl_tests_writes_is_read(tmp_path):
+    """nccl-tests -J writes its results as JSON (its config with the
+    devices, then a result per size): made here from the posted A100
+    output in that layout, it fits what the text fits."""
+    rows, devices = [], []
+    for line in A100.read_text().splitlines():
+        t = line.split()
+        if line.startswith("#  Rank"):
+            devices.append({"rank": int(t[2]), "group": 0, "pid": int(t[6]), "hostname": t[8], "device": int(t[10])})
+        elif len(t) == 13 and t[0].isdigit():
+            rows.append({"size": int(t[0]), "count": int(t[1]), "type": t[2], "redop": t[3], "root": f"{t[4]:>6}",
+                         "out_of_place": {"time": float(t[5]), "alg_bw": float(t[6]), "bus_bw": float(t[7]),
+                                          "nwrong": 0.0},
+                         "in_place": {"time": float(t[9]), "alg_bw": float(t[10]), "bus_bw": float(t[11]),
+                                      "nwrong": 0.0}, "actual_iterations": 20, "experiment_name": ""})
+    out = {"version": 2, "start_time": "2025-06-01 10:00:00", "args": ["./build/all_reduce_perf", "-b", "8"],
+           "env": [], "nccl_version": 22703, "config": {"nthreads": 1, "ngpus": 8, "devices": devices},
+           "results": rows, "out_of_bounds": {"count": 0, "okay": "true"}}
+    (tmp_path / "a100.json").write_text(json.dumps(out))
+    run_cli("--calibrate", tmp_path / "a100.json", "--device", "a100-80gb", "--save-cluster", tmp_path / "j.toml")
+    run_cli("--calibrate", A100, "--device", "a100-80gb", "--save-cluster", tmp_path / "t.toml")
+    fit, text = (tomllib.loads((tmp_path / f).read_text()) for f in ("j.toml", "t.toml"))
+    assert fit == text and fit["link_eff"] != 0.8
