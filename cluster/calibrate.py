@@ -202,7 +202,7 @@ def _count(data: dict, key: str, where: str) -> int | None:
 def nccl_tables(data: dict, where: str) -> tuple[list, list[str]]:
     """The tests of the measurements' nccl-tests outputs the model can
     fit (:class:`cluster.netfit.Table`), and a line per test left out."""
-    from cluster.nccl import FITTED, collective, runs
+    from cluster.nccl import FITTED, collective, ranks_read_off, runs
     from cluster.netfit import Table
 
     gpus, nodes = _count(data, "gpus", where), _count(data, "nodes", where)
@@ -229,9 +229,11 @@ def nccl_tables(data: dict, where: str) -> tuple[list, list[str]]:
             n = gpus if gpus is not None else len(r.ranks)
             h = nodes if nodes is not None else max(len(r.hosts), 1)
             if n == 0:
-                raise InputError(f"--calibrate: {where}: {name}: the output names no ranks (no '# Rank' lines): give "
-                                 f"gpus and nodes in a measurements file (as: nccl_file = \"{name}\", gpus = 8, "
-                                 "nodes = 1)")
+                guess = ranks_read_off(r)
+                seen = f"; its table suggests {guess} ranks" if guess else ""
+                raise InputError(f"--calibrate: {where}: {name}: the output names no ranks (no '# Rank' lines{seen}): "
+                                 f"give gpus and nodes in a measurements file (as: nccl_file = \"{name}\", gpus = "
+                                 f"{guess or 8}, nodes = 1)")
             if n < 2:
                 raise InputError(f"--calibrate: {where}: {name}: one rank: nothing crossed a link; measure over two "
                                  "devices or more")

@@ -101,7 +101,7 @@ def _strip(line: str) -> tuple[str | None, str]:
                 break
         else:
             break
-    return label, line.rstrip()
+    return label, line.strip()  # indented too, as pasted into a page
 
 
 def _number(tok: str) -> float | None:
@@ -276,6 +276,19 @@ def _per_rank(run: Run) -> float | None:
     what each rank holds, the ranks when it is the whole gathered vector."""
     xs = sorted(r.size / (r.count * TYPE_BYTES[r.type]) for r in run.rows if r.type in TYPE_BYTES and r.count > 0)
     return xs[len(xs) // 2] if xs else None
+
+
+def ranks_read_off(run: Run) -> int | None:
+    """The ranks a table without ``# Rank`` lines implies: its sizes over
+    one rank's elements (gathers and scatters), or its bus over algorithm
+    bandwidth (``2 (n - 1)/n``, an all-reduce); None when neither says."""
+    per = _per_rank(run)
+    if per is not None and per >= 1.5 and abs(per - round(per)) < 0.01:
+        return round(per)
+    ratio = _ratio(run)
+    if ratio is not None and 1.0 < ratio < 1.99:
+        return round(2.0 / (2.0 - ratio))
+    return None
 
 
 def collective(run: Run, n: int) -> tuple[str, str]:

@@ -20,8 +20,9 @@ measured one:
   algorithm bandwidth reaches 90 % of the test's highest up, those whose
   latency is under a tenth of their time;
 * the latencies from the *latency-bound* messages, those whose moving of
-  data is under a tenth of their time; without any the latency is kept as
-  it was, and said so;
+  data is under a tenth of their time and that take at most a quarter
+  longer than the quickest; without any the latency is kept as it was, and
+  said so;
 
 alternately until the two sets no longer change.  Tests on one host fit
 ``link_eff`` (all-gather, reduce-scatter and send; all-reduce too when it
@@ -42,6 +43,7 @@ __all__ = ["Table", "fit_network", "model_seconds", "LARGE_SHARE", "BOUND_SHARE"
 
 LARGE_SHARE = 0.9  # large messages: from the first reaching this share of the highest algorithm bandwidth
 BOUND_SHARE = 0.1  # a message is latency-bound (bandwidth-bound) when moving data (its latency) takes under this
+SLOWER = 1.25  # and a latency-bound message takes at most this times the quickest's time
 WHAT = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
         "sendrecv": "send"}
 
@@ -146,7 +148,12 @@ def _large(t: Table, terms: list, v: dict) -> list[int]:
 
 
 def _small(t: Table, terms: list, v: dict) -> list[int]:
-    return [i for i in range(len(t.sizes)) if _moving(terms[i], v) <= BOUND_SHARE * t.seconds[i]]
+    """The latency-bound messages: moving their data takes under a tenth of
+    their time in the model, and they take at most a quarter longer than
+    the quickest (a time that grows with the size is not latency)."""
+    least = min(t.seconds)
+    return [i for i in range(len(t.sizes)) if _moving(terms[i], v) <= BOUND_SHARE * t.seconds[i]
+            and t.seconds[i] <= SLOWER * least]
 
 
 def _fit_inverse(points, key, v) -> float | None:
@@ -179,8 +186,15 @@ _HIGH = {"allreduce_eff": 2.0, "link_eff": 1.0, "net_eff": 1.0}
 
 
 def _span(t: Table, idx: list[int]) -> str:
+    """``idx``'s messages of ``t`` in words."""
     sizes = sorted(t.sizes[i] for i in idx)
-    return shown_bytes(sizes[0]) if len(sizes) == 1 else f"{shown_bytes(sizes[0])} to {shown_bytes(sizes[-1])}"
+    if len(sizes) == 1:
+        return f"{t.test}_perf's {shown_bytes(sizes[0])}"
+    return f"{t.test}_perf's {len(sizes)} from {shown_bytes(sizes[0])} to {shown_bytes(sizes[-1])}"
+
+
+def _between(xs) -> str:
+    return f"{min(xs):g}" if min(xs) == max(xs) else f"{min(xs):g} to {max(xs):g}"
 
 
 def _level(tables, cluster, v: dict, groups: dict, lat_key: str, was: dict, lines: list, where: str):
@@ -214,11 +228,11 @@ def _level(tables, cluster, v: dict, groups: dict, lat_key: str, was: dict, line
             v[param] = was[param]
             continue
         bus = [t.busbw[i] for t in used for i in large[id(t)]]
-        parts = "; ".join(f"{t.test}_perf's {len(large[id(t)])} from {_span(t, large[id(t)])}" for t in used)
+        parts = "; ".join(_span(t, large[id(t)]) for t in used)
         what = ", ".join(sorted({("hierarchical " if t.hosts > 1 and t.test != "sendrecv" else "") + WHAT[t.test]
                                  for t in used}))
         line = (f"{param} {_was(was, param)} -> {v[param]:.3f}: the model's {what} time fitted to the large "
-                f"messages ({parts}; bus bandwidth {min(bus):g} to {max(bus):g} GB/s)")
+                f"messages ({parts}; bus bandwidth {_between(bus)} GB/s)")
         if capped.get(param):
             line += (f"; they run faster than the model can at {param} {_HIGH[param]:g}, kept at that: check "
                      f"{'--bw' if param != 'net_eff' else '--inter-bw'} (in-switch reduction, NVLS or SHARP, speeds "
@@ -228,7 +242,7 @@ def _level(tables, cluster, v: dict, groups: dict, lat_key: str, was: dict, line
     used = [t for t in tables if small[id(t)]]
     if used:
         steps = sorted({terms[id(t)][0].get(lat_key, 0) for t in used})
-        parts = "; ".join(f"{t.test}_perf's {len(small[id(t)])} from {_span(t, small[id(t)])}" for t in used)
+        parts = "; ".join(_span(t, small[id(t)]) for t in used)
         lines.append(f"{lat_key} {_was(was, lat_key)} -> {v[lat_key]:.3g} us: the latency-bound messages ({parts}), "
                      f"{' or '.join(f'{s:g}' for s in steps)} step{'s' * (steps != [1])} each")
     else:
