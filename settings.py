@@ -127,7 +127,8 @@ _RUN = (
             "jax or dtensor, to PATH (written as --output writes) or, without PATH, to stdout (the report then goes "
             "to stderr); repeatable", metavar="FORMAT[:PATH]"),
     Setting("calibrate", ("--calibrate",), "path", "fit the realistic model's constants to measurements in FILE "
-            "(TOML or JSON: gemm, attention, nccl or nccl_file, step; see the README), print the fitted cluster "
+            "(TOML or JSON: gemm, attention, nccl or nccl_file, step; or an nccl-tests output itself; see "
+            "docs/calibration.md), print the fitted cluster, the measured and modelled collective times "
             "and, with --save-cluster, write it as a cluster file", metavar="FILE"),
     Setting("save_cluster", ("--save-cluster",), "path", "with --calibrate: write the fitted cluster to PATH (a "
             "TOML cluster file for --cluster)", metavar="PATH"),
