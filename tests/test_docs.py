@@ -21,6 +21,7 @@ must leave the repository's files as they were.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -336,6 +337,41 @@ def test_the_checks_find_a_command_outside_a_console_block(tmp_path):
                     "$ python scheduler.py -g alexnet\n```\n\n```toml\n# python is fine in a comment\n```\n")
     found = [(n, line) for n, line in _outside_console(page) if RUNNABLE.search(line)]
     assert found == [(3, "python scheduler.py -g alexnet"), (6, "cat x.toml")]
+
+
+@pytest.mark.parametrize("example,published,within", [
+    ("llama3-70b", 70_553_706_496, 0),  # Llama 3 70B's published count (70.6B)
+    ("gpt3-175b", 175e9, 0.005),  # GPT-3 175B (Brown et al. 2020): 174.6B with the 50,257-word embedding tied
+])
+def test_the_example_configs_have_the_published_sizes(example, published, within):
+    import json
+
+    from graph import parameter_count
+    from models import build_graph
+
+    path = ROOT / "examples" / example / "config.json"
+    g = build_graph(str(path), batch=1, seq=16)
+    assert abs(parameter_count(g) - published) <= within * published
+    cfg = json.loads(path.read_text())
+    if example == "gpt3-175b":  # the published shape
+        assert (cfg["n_layer"], cfg["n_embd"], cfg["n_head"], cfg["n_positions"], cfg["vocab_size"]) == \
+            (96, 12288, 96, 2048, 50257)
+
+
+def test_the_extending_page_code_plans(tmp_path):
+    """The kind and the model docs/extending.md shows, run together: the
+    model plans, with the kind's cost worked out by hand."""
+    code = [("\n".join(line for _, line in b.lines)) for b in blocks(ROOT / "docs" / "extending.md")
+            if b.info == "python"]
+    assert len(code) == 2
+    driver = 'import cli\nsys.exit(cli.main(["-g", "mlp", "-p", "4", "-m", "512"]))\n'
+    proc = subprocess.run([sys.executable, "-c", f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                           + "\n".join(code) + "\n" + driver], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("PaSE strategy: mlp, batch 128, width 512, p = 4\n")
+    row = next(line.split() for line in proc.stdout.splitlines() if line.split()[1:3] == ["scale", "Scale"])
+    devices = math.prod(int(c) for c in row[4].strip("()").split(","))
+    assert float(row[5]) == pytest.approx(2 * 128 * 512 / devices, rel=1e-3)
 
 
 # -- links ----------------------------------------------------------------------------------------
