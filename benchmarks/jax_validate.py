@@ -522,7 +522,7 @@ def main(argv=None) -> int:
         flags += f" {NO_YNN}"
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # XLA's warnings about re-sharding: see the README
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # XLA's warnings about re-sharding: see benchmarks/jax/README.md
     import jax
 
     jax.config.update("jax_default_matmul_precision", "highest")

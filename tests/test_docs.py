@@ -40,7 +40,7 @@ FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
 #: the entries of the repository the scratch directory does not link
 UNLINKED = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".hypothesis"}
 #: pages the README links that are added beside this one (a link to them is checked once they exist)
-PAGES_ADDED_BESIDE = {"docs/exports.md", "docs/models.md", "docs/calibration.md", "docs/drawing.md"}
+PAGES_ADDED_BESIDE = {"docs/exports.md", "docs/models.md", "docs/drawing.md"}
 COMMAND_TIMEOUT = 120
 
 
