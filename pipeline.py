@@ -246,14 +246,18 @@ def _between_nodes(cluster, q: int, i: int) -> bool:
 
 
 def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, ranges, results,
-             bound: str = "") -> Pipeline:
+             bound: str = "", crossing=None) -> Pipeline:
     """The :class:`Pipeline` of stages over ``ranges`` whose plans cost
-    ``results`` (a :class:`result.Result` per stage, with its ``sync``)."""
+    ``results`` (a :class:`result.Result` per stage, with its ``sync``);
+    ``crossing``: the elements each stage sends on, when known."""
     q = p // pp
     cluster = model.cluster
     stages, times = [], []
     for i, ((lo, hi), r) in enumerate(zip(ranges, results)):
-        sends = _crossing(g, lo, hi) / q if i < pp - 1 else 0.0
+        if i == pp - 1:
+            sends = 0.0
+        else:
+            sends = (crossing[i] if crossing is not None else _crossing(g, lo, hi)) / q
         word = cluster.inter_word if _between_nodes(cluster, q, i) else cluster.word
         p2p = 2.0 * schedule.v * sends * word  # activations forward, their gradients back
         busy = r.compute + r.communication - r.sync / m  # the synchronisation is the step's, not a micro-batch's
@@ -271,27 +275,30 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
     return Pipeline(pp, m, micro, schedule, tuple(stages), run + sync, sync, schedule.bubble(times, m), bound)
 
 
-def stage_result(sub, decisions, model, q: int):
+def stage_result(sub, decisions, model, q: int, ctx=None):
     """The :class:`result.Result` of one stage's plan (the graph ``sub`` of
     its operators, their ``decisions``) for one micro-batch, with ``sync``
     its gradients' synchronisation per step (the result's communication
-    holds what a micro-batch pays only)."""
+    holds what a micro-batch pays only).  ``ctx``: the operators' contexts
+    in the whole model (a stage of one block still recomputes as a block);
+    default: the stage's own."""
     from cost_model import evaluate, make_result
 
-    sc = evaluate(sub, decisions, model, q)
-    sync = stage_sync(sub, decisions, model, q)
+    sc = evaluate(sub, decisions, model, q, ctx=ctx)
+    sync = stage_sync(sub, decisions, model, q, ctx)
     r = make_result(sub, sc, model, q, "evaluate")
     return replace(r, sync=sync)
 
 
-def stage_sync(sub, decisions, model, q: int) -> float:
+def stage_sync(sub, decisions, model, q: int, ctx=None) -> float:
     """The gradients' synchronisation of a stage's operators, per step."""
     from blocks import find_chains
     from cost_model import price_stage, with_options
     from graph import operators
     from options import OPTIONS, contexts
 
-    ctx = contexts(sub, find_chains(sub))
+    if ctx is None:
+        ctx = contexts(sub, find_chains(sub))
     out, seen = [], {}  # identical operators with the same decision and context synchronise the same
     whole = replace(model, micro_batches=None)
     for v, (op, d) in enumerate(zip(operators(sub), decisions)):
@@ -307,14 +314,18 @@ def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
              bound: str = "") -> Pipeline:
     """The pipeline of the given stage ``ranges`` and per-operator
     ``decisions`` (for the micro-batch graph ``g``), costed."""
+    from blocks import find_chains
+    from options import contexts
+
     q = p // pp
     stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m)
+    ctx = contexts(g, find_chains(g))  # each operator's place among the whole model's blocks
     results, done = [], {}  # stages alike with the same decisions cost the same
     for i, (lo, hi) in enumerate(ranges):
         ops = tuple((op.kind, op.space) for op in (g.nodes[v]["op"] for v in range(lo, hi)))
-        key = (i == 0, i == pp - 1, ops, tuple(decisions[lo:hi]))
+        key = (i == 0, i == pp - 1, ops, tuple(decisions[lo:hi]), tuple(c.key for c in ctx[lo:hi]))
         if key not in done:
-            done[key] = stage_result(_subgraph(g, lo, hi), decisions[lo:hi], stage_model, q)
+            done[key] = stage_result(_subgraph(g, lo, hi), decisions[lo:hi], stage_model, q, ctx[lo:hi])
         results.append(done[key])
     return assemble(g, stage_model, p, pp, m, micro, schedule, ranges, results, bound)
 

@@ -201,9 +201,11 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
         if given:
             raise InputError(f"--search standard searches {' and '.join(given)} with the rest: give "
                              f"{'them' if len(given) > 1 else 'it'} with --plan to fix a value")
-        found = _search_standard(s, g, model, progress)
+        found, result = _search_standard(s, g, model, progress)
         s = replace(s, plan=found.best.spec())
-    if s.plan is not None:
+    if found is not None:
+        pass  # the search's answer, costed already
+    elif s.plan is not None:
         if s.evaluate is not None:
             raise InputError("--plan and --evaluate each give the plan to cost: give one")
         from standard import complete, parse
@@ -251,9 +253,9 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
         result = replace(result, notes=tuple(g.graph["notes"]) + result.notes)
     if found is not None:
         result = replace(result, notes=result.notes + (
-            f"Best standard configuration of {found.costed + found.dominated} points costed or dominated "
-            f"({found.costed} costed; {found.unfit} did not fit, {found.invalid} structures the model cannot "
-            f"take): {found.best.describe()}{_accumulation(found.best, g.graph['batch'])}.",))
+            f"Best standard configuration of {found.costed + found.skipped} points ({found.costed} costed, "
+            f"{found.skipped} bounded out before costing; {found.unfit} did not fit, {found.invalid} structures the "
+            f"model cannot take): {found.best.describe()}{_accumulation(found.best, g.graph['batch'])}.",))
     idle = _idle_note(result, model, s.procs)
     if idle:
         result = replace(result, notes=result.notes + (idle,))
@@ -315,32 +317,59 @@ def _standard_result(s: Settings, g, std, model, graphs: dict | None = None):
 
 def _search_standard(s: Settings, g, model, progress):
     """The best standard configuration (:mod:`standard_search`) of the
-    settings' model within the device memory."""
+    settings' model within the device memory, and its result."""
     import standard_search
 
     batch = g.graph["batch"]
     chain = _chain(g)
     blocks = chain.count if chain is not None else 0
     node = model.cluster.gpus_per_node or 8
-
     graphs = {batch: (g, chain)}
+    results = {}
 
-    def cost_of(std):
-        r = _standard_result(s, g, std, model, graphs)
-        return r.total_cost, r.memory_bytes
+    def build(micro):
+        return graphs[micro][0] if micro in graphs else _micro_graph(s, micro)
+
+    def exact(std):
+        if std not in results:
+            for micro, built in costing.graphs.items():  # the graphs built, and their blocks
+                graphs.setdefault(micro, built)
+            results[std] = _standard_result(s, g, std, model, graphs)
+        return results[std].total_cost, results[std].memory_bytes
 
     bar = None
     if progress is not None:
         def bar(total):
-            return progress("costing standard configurations", "configurations")
-    found = standard_search.search(g, s.procs, batch, node, blocks, cost_of, model.cluster.capacity, bar)
+            return progress("costing standard configurations", "structures")
+    costing = standard_costing(s, model, batch, chain, build)
+    found = standard_search.search(g, s.procs, batch, node, blocks, costing, model.cluster.capacity, exact, bar)
     if found.best is None:
         if not math.isfinite(found.least_memory):
             raise InputError(f"--search standard: no standard configuration applies to {g.graph['name']} on "
                              f"{s.procs} devices")
+        need = f"{'at least ' if found.least_is_bound else ''}{found.least_memory / 1e9:.4g} GB"
         raise MemoryError(f"no standard configuration fits in {model.cluster.capacity / 1e9:.4g} GB per device: "
-                          f"the smallest needs {found.least_memory / 1e9:.4g} GB")
-    return found
+                          f"the smallest needs {need}{_what_would_fit(s, model, found.least_memory)}")
+    return found, results[found.best]
+
+
+def standard_costing(s: Settings, model, batch: int, chain, build=None):
+    """The :class:`standard_costs.Costing` of the settings' model: graphs at
+    other batches from ``build`` (default: built), the model with its first
+    three layers where it is a config (its blocks counted, not built)."""
+    from standard_costs import Costing
+
+    def first_layers(micro, layers):
+        from models.sources import build_first_layers
+
+        return build_first_layers(s.graph, layers, **{**_model_params(s), "batch": micro})
+
+    return Costing(build or (lambda micro: _micro_graph(s, micro)), model, s.procs, batch, first_layers, chain)
+
+
+def _what_would_fit(s: Settings, model, need: float) -> str:
+    """What would make a plan that needs ``need`` bytes per device fit."""
+    return ""
 
 
 def _idle_note(result, model, p: int) -> str:
