@@ -473,7 +473,6 @@ class Costing:
 
         counts, ranges = self.stages(L, std)
         pp, m = std.pp, self.batch // micro
-        q = self.p // pp
         comm = F[:, 1] + F[:, 2] / float(m)
         parts, done, sends = [], {}, []
         for i, (lo, hi) in enumerate(ranges):

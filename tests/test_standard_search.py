@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, not_progress, run_cli
 
 LLAMA8B = ROOT / "tests" / "data" / "configs" / "llama3-8b"
 
@@ -157,4 +157,4 @@ def test_nothing_fits_says_what_the_smallest_needs(tmp_path):
     proc = run_cli("-g", _tiny_llama(tmp_path), "-p", 8, "-b", 16, "--seq", 2048, "--device", "h100",
                    "--device-memory", "0.05", "--headroom", "0", "--search", "standard", ok=False)
     assert proc.returncode == 1 and "no standard configuration fits" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    assert len(not_progress(proc.stderr).strip().splitlines()) == 1
