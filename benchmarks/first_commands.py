@@ -109,7 +109,9 @@ def once(root: Path, args, timeout: float) -> tuple[float, float, str]:
     what = next((x.split(":", 1)[1].strip()[:90] for x in lines if x.startswith("Best standard configuration")), "")
     if not what:
         what = next((x.strip()[:90] for x in lines if x.startswith(("Pipeline:", "PaSE"))), "")
-    return wall, cpu, f"{step}; {what}"
+    memory = next((x.split(":", 1)[1].split("(")[0].strip() + (", fits" if "fits the" in x else ", does not fit")
+                   for x in lines if x.startswith("Memory per device")), "")
+    return wall, cpu, f"{step}; {memory}; {what}"
 
 
 def main() -> None:

@@ -191,6 +191,8 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
     with_plain = given_pp is None and s.pp == "auto" and s.microbatches in (None, "auto")
     model = cost_model_for(s, recorded)
     g = build_graph(s.graph, **_model_params(s))
+    if with_plain and _chain(g) is None:  # stages by default cut repeated blocks: without any, none are searched
+        s, with_plain = replace(s, pp=None), False
     limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
     profile = None
     pipelined = s.pp not in (None, 1) or s.microbatches is not None or (file is not None and

@@ -5,8 +5,9 @@ giving a capacity) a plan that merely fits the memory needs the options
 frameworks use: activation recomputation (``--recompute``), ZeRO
 (``--zero``) and pipeline stages (``--pp``).  There, each of them a flag
 does not fix is searched (``auto``); stages searched so (not asked for
-with ``--pp auto``) compete with no stages at all, the whole batch at
-once.  The paper's neutral setting
+with ``--pp auto``) are searched for models with repeated blocks only (a
+transformer's layers; a graph without any keeps its operators together),
+and compete with no stages at all, the whole batch at once.  The paper's neutral setting
 (the paper's device, no capacity from a preset or a file) keeps every
 default as it was: nothing is searched that the flags do not ask for.
 Costing a given plan (``--plan``, ``--evaluate``) and ``--search standard``
