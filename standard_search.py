@@ -23,16 +23,17 @@ The grid, for ``p`` devices and a model's roles (:mod:`standard`):
   batch.
 
 Points the model cannot take (a degree that does not divide what it
-splits) are left out.  Within one structure (every degree but the two
-options) the options are costed in an order that lets dominated ones be
-skipped: ZeRO stages 0 to 2 take the same time (stages 1 and 2 move what
-the all-reduce moves) in less memory, and recomputation only adds time, so
-once a pair fits, the pairs of a higher stage within 0-2 or a heavier
-recomputation are skipped (stage 3, whose weight gathers also overlap the
-forward pass, may be faster or slower: it is compared only with itself);
-of pairs of equal time the lower stage and the lighter recomputation is
-kept (what frameworks run by default).  The result is exactly the best
-point of the grid.
+splits) are left out.  The result is exactly the best point of the grid
+(the first in the grid's order of those that cost least, the lower ZeRO
+stage and the lighter recomputation first), found without costing most
+points (:func:`search`): every point is costed by counting
+(:mod:`standard_costs`); a structure (every degree but the two options)
+is bounded first, by its states against the capacity and by its step
+without recomputation, and the structures are costed from the lowest
+bound up until it passes the best point that fits; a structure whose two
+leanest pairs (full recomputation, the highest ZeRO stage below 3 and
+stage 3) do not fit has no pair that does.  Ties and memories within
+rounding of the capacity are decided by the plan's own evaluation.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ published sizes; Megatron-LM's GPT rows and Korthikanti et al.'s 22B and
   beside the published configuration costed by the same model (``--plan``):
   Llama 3 70B on 256 H100s (batch 256 of 4096 tokens; torchtitan's FSDP 32
   x TP 8 with full recomputation), Llama 3 405B on 8,192 H100s (batch 2048
-  of 8192 tokens; the Llama 3 paper's TP 8 x PP 16 x DP 64), Megatron-LM's
+  of 8192 tokens; the Llama 3 paper's TP 8 x PP 16 x DP 64, with full
+  recomputation: with selective recomputation it needs 207 GB), Megatron-LM's
   39.1B and 145.6B rows on A100s (TP 8 x PP 2 and 8 x 8, full
   recomputation, micro-batches of one);
 - **standard**: ``--search standard`` on Llama 3 8B at p = 64 (H100), the
@@ -67,8 +68,8 @@ CASES = [
     ("70b", "Llama 3 70B, 256 H100, no option flag", L70, None),
     ("70b-paper", "  torchtitan's tp=8, recompute=full, zero=3", L70 + ["--plan", "tp=8,recompute=full,zero=3"], None),
     ("405b", "Llama 3 405B, 8192 H100, no option flag", L405, None),
-    ("405b-paper", "  Llama 3's tp=8, pp=16 (dp=64), zero=1",
-     L405 + ["--plan", "tp=8,pp=16,microbatch=1,zero=1,recompute=selective"], None),
+    ("405b-paper", "  Llama 3's tp=8, pp=16 (dp=64), zero=1, recompute=full",
+     L405 + ["--plan", "tp=8,pp=16,microbatch=1,zero=1,recompute=full"], None),
     ("39b", "Megatron 39.1B, 512 A100, no option flag", G39, None),
     ("39b-paper", "  Megatron's tp=8, pp=2, recompute=full", G39 + ["--plan", "tp=8,pp=2,recompute=full,microbatch=1"],
      None),

@@ -278,7 +278,7 @@ def _beside_the_optimum(s: Settings, result, best, batch: int, progress):
     the standard configuration uses them."""
     staged = best.pp > 1 or best.microbatch * best.dp < batch
     per_op = replace(s, search=None, plan=None, compare=False, recompute="auto", zero="auto",
-                     **({"pp": "auto", "microbatches": "auto"} if staged else {}))
+                     **({"pp": "auto", "microbatches": "auto"} if staged else {"pp": 1}))
     try:
         optimum = plan(per_op, baselines=(), progress=progress).result
     except MemoryError as e:
