@@ -39,7 +39,7 @@ from search.elimination import (
     worth_pruning,
 )
 from search.chain import Run, series, solve_chained
-from search.lagrange import Bounded, DoesNotFit, relax, within_memory
+from search.lagrange import Bounded, DoesNotFit, NotBetter, relax, within_memory
 from search.options import Choice, Group, Problem
 from search.order import breadth_first, generate_seq
 
@@ -61,6 +61,7 @@ __all__ = [
     "within_memory",
     "Bounded",
     "DoesNotFit",
+    "NotBetter",
 ]
 
 ALGOS = {0: "GENERATESEQ", 1: "breadth-first"}
@@ -274,7 +275,8 @@ def stage_costs(costed, *, threads: int | None = None, memory_limit: int | None 
 
 def search_within(costed, capacity: float, algo: int = 0, *, prune: bool | str = "auto",
                   memory_limit: int | None = None, progress=None, threads: int | None = None,
-                  kernel: str = "auto", rounds: int = 4, chained: bool = True, in_flight: float = 1) -> Bounded:
+                  kernel: str = "auto", rounds: int = 4, chained: bool = True, in_flight: float = 1,
+                  cutoff: float | None = None) -> Bounded:
     """:func:`search.lagrange.relax` for a :class:`cost_model.CostedGraph`:
     the cheapest strategy whose per-device peak memory is at most
     ``capacity`` bytes, with the search order of ``algo``; each search of
@@ -288,7 +290,8 @@ def search_within(costed, capacity: float, algo: int = 0, *, prune: bool | str =
     strategy found until it fits (at most ``rounds`` times); its lower
     bound, for the capacity without a reserve, holds for every strategy
     that fits.  ``in_flight``: a pipeline stage's memory, the activations of
-    that many micro-batches kept."""
+    that many micro-batches kept.  ``cutoff``: :class:`search.lagrange.NotBetter`
+    as soon as no strategy that fits can cost less."""
     problem = problem_of(costed, in_flight)
     run = _solver(costed, algo, problem, chained=chained, prune=prune, memory_limit=memory_limit, progress=progress,
                   threads=threads, kernel=kernel)
@@ -298,7 +301,7 @@ def search_within(costed, capacity: float, algo: int = 0, *, prune: bool | str =
     for _ in range(rounds):
         if capacity - reserve < problem.least_memory:
             break
-        b = relax(problem, capacity - reserve, run, memo=memo)
+        b = relax(problem, capacity - reserve, run, memo=memo, cutoff=cutoff)
         searches += b.searches
         r = _named(b.result, costed, algo, problem)
         peak = costed.figures(r.index, r.choices).peak_transient

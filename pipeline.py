@@ -38,32 +38,7 @@ keeps all ``m``; 1F1B ``min(pp - i, m)`` (stage ``i`` from 0); interleaved,
 as Megatron-LM schedules it, ``2 (pp - i - 1) + (v - 1) pp + 1`` chunks of
 ``1 / v`` of the stage (at most ``m v``).
 
-**Search** (:func:`search`): over ``pp`` (the divisors of ``p`` up to the
-number of blocks whose blocks share out evenly enough, ``N / (pp
-ceil(N / pp)) >= 0.85``), the micro-batch size (for each ``pp``, about each
-power of two from an eighth of a stage's devices to all of them, dividing
-the batch, with at least ``pp`` micro-batches, tried from the smallest up
-while the ranking improves), the schedule (1F1B, and interleaved with 2
-chunks when every stage holds an even number of blocks; GPipe runs as fast
-as 1F1B with more memory, so only when asked), and the cuts (blocks shared
-evenly, the first and the last stage taking up to two fewer or one more:
-Alpa's stage DP restricted to partitions of identical blocks).  Every
-setting is ranked by its stages' unconstrained optima: for a stacked model
-each stage length's optimum comes from one short chain (three blocks'
-matrices, :func:`search.chain.stage_costs`); settings with a stage that
-cannot fit (each operator at its least memory) are dropped, and so are
-those whose operators at their cheapest already cost more than the
-ranking's best few.  The best few (``SEARCHED``) are then searched within
-the memory: each kind of stage (the first, the middle ones of a length,
-the last) once, by the exact search with its Lagrangian bound, for the
-most micro-batches in flight among the stages of that kind (its plan
-serves them all).  So each stage's plan is exact (or within its stated
-bound) for its cut, micro-batch and schedule; the choice of ``pp``,
-micro-batch, schedule and cuts is over the candidates above, bounded, not
-exhaustive.  A graph without repeated blocks is cut once per ``pp`` (up to
-8 stages) where the running sum of its operators' least costs reaches each
-stage's share, every stage searched on its own.  Zero-bubble schedules
-(ZB-H1) are not modelled.
+**Search**: :mod:`pipeline_search`.
 """
 
 from __future__ import annotations
@@ -73,13 +48,9 @@ from dataclasses import dataclass, replace
 
 from errors import InputError
 
-__all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "stage_ranges", "evaluate", "search", "SCHEDULES"]
+__all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "stage_ranges", "evaluate", "SCHEDULES"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
-SEARCHED = 4  # pipeline settings searched within the memory, the best ranked first
-ABANDON = 1.02  # a candidate whose stage's bound times m passes the best step by this much is dropped
-DAG_STAGES = 8  # the most stages the search tries on a graph without repeated blocks
-BALANCE = 0.85  # the least share of its busiest stage's time the blocks keep busy (N / (pp ceil(N / pp)))
 
 
 @dataclass(frozen=True)
@@ -246,14 +217,18 @@ def _between_nodes(cluster, q: int, i: int) -> bool:
 
 
 def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, ranges, results,
-             bound: str = "") -> Pipeline:
+             bound: str = "", crossing=None) -> Pipeline:
     """The :class:`Pipeline` of stages over ``ranges`` whose plans cost
-    ``results`` (a :class:`result.Result` per stage, with its ``sync``)."""
+    ``results`` (a :class:`result.Result` per stage, with its ``sync``);
+    ``crossing``: the elements each stage sends on, when known."""
     q = p // pp
     cluster = model.cluster
     stages, times = [], []
     for i, ((lo, hi), r) in enumerate(zip(ranges, results)):
-        sends = _crossing(g, lo, hi) / q if i < pp - 1 else 0.0
+        if i == pp - 1:
+            sends = 0.0
+        else:
+            sends = (crossing[i] if crossing is not None else _crossing(g, lo, hi)) / q
         word = cluster.inter_word if _between_nodes(cluster, q, i) else cluster.word
         p2p = 2.0 * schedule.v * sends * word  # activations forward, their gradients back
         busy = r.compute + r.communication - r.sync / m  # the synchronisation is the step's, not a micro-batch's
@@ -271,27 +246,30 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
     return Pipeline(pp, m, micro, schedule, tuple(stages), run + sync, sync, schedule.bubble(times, m), bound)
 
 
-def stage_result(sub, decisions, model, q: int):
+def stage_result(sub, decisions, model, q: int, ctx=None):
     """The :class:`result.Result` of one stage's plan (the graph ``sub`` of
     its operators, their ``decisions``) for one micro-batch, with ``sync``
     its gradients' synchronisation per step (the result's communication
-    holds what a micro-batch pays only)."""
+    holds what a micro-batch pays only).  ``ctx``: the operators' contexts
+    in the whole model (a stage of one block still recomputes as a block);
+    default: the stage's own."""
     from cost_model import evaluate, make_result
 
-    sc = evaluate(sub, decisions, model, q)
-    sync = stage_sync(sub, decisions, model, q)
+    sc = evaluate(sub, decisions, model, q, ctx=ctx)
+    sync = stage_sync(sub, decisions, model, q, ctx)
     r = make_result(sub, sc, model, q, "evaluate")
     return replace(r, sync=sync)
 
 
-def stage_sync(sub, decisions, model, q: int) -> float:
+def stage_sync(sub, decisions, model, q: int, ctx=None) -> float:
     """The gradients' synchronisation of a stage's operators, per step."""
     from blocks import find_chains
     from cost_model import price_stage, with_options
     from graph import operators
     from options import OPTIONS, contexts
 
-    ctx = contexts(sub, find_chains(sub))
+    if ctx is None:
+        ctx = contexts(sub, find_chains(sub))
     out, seen = [], {}  # identical operators with the same decision and context synchronise the same
     whole = replace(model, micro_batches=None)
     for v, (op, d) in enumerate(zip(operators(sub), decisions)):
@@ -307,14 +285,18 @@ def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
              bound: str = "") -> Pipeline:
     """The pipeline of the given stage ``ranges`` and per-operator
     ``decisions`` (for the micro-batch graph ``g``), costed."""
+    from blocks import find_chains
+    from options import contexts
+
     q = p // pp
     stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m)
+    ctx = contexts(g, find_chains(g))  # each operator's place among the whole model's blocks
     results, done = [], {}  # stages alike with the same decisions cost the same
     for i, (lo, hi) in enumerate(ranges):
         ops = tuple((op.kind, op.space) for op in (g.nodes[v]["op"] for v in range(lo, hi)))
-        key = (i == 0, i == pp - 1, ops, tuple(decisions[lo:hi]))
+        key = (i == 0, i == pp - 1, ops, tuple(decisions[lo:hi]), tuple(c.key for c in ctx[lo:hi]))
         if key not in done:
-            done[key] = stage_result(_subgraph(g, lo, hi), decisions[lo:hi], stage_model, q)
+            done[key] = stage_result(_subgraph(g, lo, hi), decisions[lo:hi], stage_model, q, ctx[lo:hi])
         results.append(done[key])
     return assemble(g, stage_model, p, pp, m, micro, schedule, ranges, results, bound)
 
@@ -330,51 +312,6 @@ def _subgraph(g, lo: int, hi: int):
         sub.nodes[v]["reads"] = tuple(u - lo if u is not None and lo <= u < hi else None for u in reads)
     sub.graph["shared"] = [(v - lo, i) for v, i in g.graph.get("shared", ()) if lo <= v < hi]
     return sub
-
-
-def micro_candidates(batch: int, p: int, pp: int) -> list[int]:
-    """The micro-batch sizes (samples, over all the data-parallel groups of
-    a stage) the search tries for ``pp`` stages: divisors of ``batch``
-    leaving at least ``pp`` micro-batches, about each power of two from an
-    eighth of a stage's devices to all of them (a stage's devices taking
-    from 8 down to 1 sample each, the rest of the split along other
-    dimensions), the largest divisor at or below each."""
-    q = p // pp
-    divisors = [d for d in range(1, batch // pp + 1) if batch % d == 0]
-    if not divisors:
-        return []
-    out = set()
-    t = max(1, q // 8)
-    while t <= q:
-        below = [d for d in divisors if d <= t]
-        out.add(below[-1] if below else divisors[0])
-        t *= 2
-    return sorted(out)
-
-
-class _Slower(Exception):
-    """A candidate the search drops: one stage shows it slower than the best."""
-
-
-def _kind(i: int, pp: int, count: int, lo: int, hi: int, chain) -> tuple:
-    """Stages alike in what they hold: the first, a middle one of
-    ``count`` blocks, the last (one stage: the whole graph); without
-    repeated blocks, each stage its own."""
-    if chain is None:
-        return (lo, hi)
-    return ("first" if i == 0 else "last" if i == pp - 1 else "middle", count, pp == 1)
-
-
-def _cuts(g, chain, costed, pp: int) -> list:
-    """The cuts the search tries: ``(counts, ranges)`` pairs, ``counts``
-    the blocks of each stage (:func:`partitions`), else (no repeated
-    blocks) one cut of the operator order balancing the operators' least
-    costs (``counts`` then the operators per stage)."""
-    n = g.number_of_nodes()
-    if chain is not None:
-        return [(counts, stage_ranges(n, chain, counts)) for counts in partitions(chain.count, pp) if min(counts) >= 1]
-    ranges = balanced_ranges([float(c.min()) for c in costed.node_costs], pp)
-    return [(tuple(hi - lo for lo, hi in ranges), ranges)]
 
 
 def balanced_ranges(weights, pp: int) -> list[tuple[int, int]]:
@@ -397,144 +334,6 @@ def balanced_ranges(weights, pp: int) -> list[tuple[int, int]]:
         bounds.append(min(max(c, bounds[-1] + 1), n - (pp - 1 - j)))
     bounds.append(n)
     return [(bounds[j], bounds[j + 1]) for j in range(pp)]
-
-
-def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=None, schedules=None,
-           memory_limit=None, threads=None, progress=None) -> Pipeline:
-    """The fastest pipeline found (see the module docstring).  ``build(b)``
-    makes the graph at a micro-batch of ``b`` samples; ``model`` the cost
-    model (its cluster's capacity bounds every stage)."""
-    from blocks import find_chains
-    from cost_model import build_costs, with_edges
-    from dp_search import DoesNotFit, problem_of, search as plain_search, search_within, stage_costs
-
-    capacity = model.cluster.capacity
-    g1 = build(micro_values[0] if micro_values else 1)
-    chains = find_chains(g1)
-    chain = max(chains, key=lambda c: c.count * c.size) if chains else None
-    N = chain.count if chain is not None else g1.number_of_nodes()
-    most = N if chain is not None else min(N, DAG_STAGES)
-    pps = pp_values or [d for d in range(1, min(most, p) + 1) if p % d == 0 and N / (d * -(-N // d)) >= BALANCE]
-    ranked = []
-    costs: dict = {}
-    graphs: dict = {}
-    pairs = [(pp, micro) for pp in sorted(pps, reverse=True) if p % pp == 0  # small stages first: quick to cost
-             for micro in (micro_values or micro_candidates(batch, p, pp)) if batch // micro >= pp]
-    bar = progress("ranking pipelines", "settings") if progress is not None else None
-    best_of: dict = {}  # pp -> (micro, its best estimate)
-    for n_done, (pp, micro) in enumerate(pairs):
-        if bar is not None:
-            bar(n_done, len(pairs))
-        last = best_of.get(pp)
-        if last is not None and last[0] != micro and last[1] is None:
-            continue  # a larger micro-batch for this pp after one that ranked worse than the one before it
-        q, m = p // pp, batch // micro
-        if micro not in graphs:
-            graphs[micro] = build(micro)
-        g = graphs[micro]
-        stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m)
-        costed = build_costs(g, q, stage_model, memory_limit=memory_limit, edges=False)
-        if len(ranked) >= SEARCHED:  # a bound: every stage's operators at their cheapest, edges free
-            floor = m * math.fsum(float(c.min()) for c in costed.node_costs) / pp
-            if floor >= sorted(r[0] for r in ranked)[SEARCHED - 1]:
-                continue
-        costed = with_edges(costed)
-        costs[(micro, pp)] = (g, costed, stage_model)
-        table = stage_costs(costed, threads=threads, memory_limit=memory_limit) if chain is not None else None
-        memo: dict = {}
-        least: dict = {}  # in flight -> each operator's least memory (a lower bound of a stage's)
-
-        def stage_cost(lo, hi, i, c):
-            if table is not None:
-                first, middle, last, whole = table
-                return whole if pp == 1 else (first if i == 0 else last if i == pp - 1 else middle)[c - 1]
-            key = _kind(i, pp, c, lo, hi, chain)
-            if key not in memo:
-                memo[key] = plain_search(costed.restrict(range(lo, hi)), threads=threads).cost
-            return memo[key]
-
-        def too_big(ranges, sched):
-            if capacity is None:
-                return False
-            for i, (lo, hi) in enumerate(ranges):
-                f = sched.in_flight(i, pp, m)
-                if f not in least:
-                    least[f] = problem_of(costed, f).least_by_operator()
-                if math.fsum(least[f][lo:hi]) > capacity:
-                    return True
-            return False
-
-        scheds = [Schedule("1f1b")] if schedules is None else list(schedules)
-        if schedules is None and chain is not None and all(c % 2 == 0 for c in _even(N, pp)) and pp > 1:
-            scheds = scheds + [Schedule("interleaved", 2)]
-        for counts, ranges in _cuts(g, chain, costed, pp):
-            times = [stage_cost(lo, hi, i, c) for i, ((lo, hi), c) in enumerate(zip(ranges, counts))]
-            for sched in scheds:
-                if sched.name == "interleaved" and any(c % sched.chunks for c in counts):
-                    continue
-                if too_big(ranges, sched):
-                    continue
-                ranked.append((sched.time(times, m), micro, pp, counts, sched))
-        mine = min((r[0] for r in ranked if r[1] == micro and r[2] == pp), default=math.inf)
-        if last is not None and mine > last[1]:  # worse than the smaller micro-batch: stop growing it
-            best_of[pp] = (None, None)
-        elif mine < math.inf:
-            best_of[pp] = (micro, mine)
-    if bar is not None:
-        bar.close()
-    if not ranked:
-        if capacity is not None and pairs:
-            raise MemoryError(f"no pipeline of up to {max(pps)} stages fits the {capacity / 1e9:.3g} GB of a device")
-        raise InputError(f"no pipeline of the batch of {batch} on {p} devices: at least as many micro-batches as "
-                         "stages are needed")
-    ranked.sort(key=lambda x: (x[0], x[2], x[1]))
-    best, tried, fitted = None, 0, 0
-    for est, micro, pp, counts, sched in ranked:
-        if best is not None and (fitted >= SEARCHED or est >= best.step):
-            break
-        if tried >= 4 * SEARCHED and best is not None:  # enough tried beyond what fits
-            break
-        tried += 1
-        g, costed, stage_model = costs[(micro, pp)]
-        m = batch // micro
-        ranges = dict(_cuts(g, chain, costed, pp))[counts]
-        bounds, plans = [], {}
-        keys = [_kind(i, pp, c, lo, hi, chain) for i, ((lo, hi), c) in enumerate(zip(ranges, counts))]
-        # each kind of stage once, the middle ones first (the most of them, likeliest to be the slowest); the
-        # first of a kind keeps the most micro-batches, so its plan serves every stage of its kind
-        order = sorted(range(pp), key=lambda i: (keys[i][0] != "middle" if chain is not None else False, i))
-        try:
-            for i in order:
-                key = keys[i]
-                if key in plans:
-                    continue
-                lo, hi = ranges[i]
-                f = max(sched.in_flight(j, pp, m) for j in range(pp) if keys[j] == key)
-                sub = costed.restrict(range(lo, hi))
-                if capacity is None:
-                    r = plain_search(sub, threads=threads)
-                    plans[key], floor = r.strategy, r.cost
-                else:
-                    b = search_within(sub, capacity, threads=threads, in_flight=f)
-                    plans[key], floor = b.result.strategy, b.lower_bound
-                    bounds.append(b.gap if b.status == "bound" else 0.0)
-                if best is not None and m * floor >= ABANDON * best.step:
-                    raise _Slower  # this stage alone makes it slower than the best
-        except (DoesNotFit, _Slower):
-            continue
-        decisions = [d for key in keys for d in plans[key]]
-        pipe = evaluate(g, model, p, pp, m, micro, sched, ranges, decisions)
-        if capacity is not None and pipe.peak_memory > capacity * (1 + 1e-12):
-            continue
-        fitted += 1
-        worst = max(bounds, default=0.0)
-        pipe = replace(pipe, bound="exact for its stages" if worst == 0.0 else
-                       f"within {100 * worst:.2f}% of the best for its stages (Lagrangian bound)")
-        if best is None or pipe.step < best.step:
-            best = pipe
-    if best is None:
-        raise MemoryError(f"no pipeline of up to {max(pps)} stages fits the {capacity / 1e9:.3g} GB of a device")
-    return best
 
 
 def as_result(g, pipe: Pipeline, model, p: int, batch: int, mode: str, **fields):

@@ -225,6 +225,9 @@ def render_text(r: Result, summary: bool = False) -> str:
     if r.cost_model.realistic:
         words = f"a second costs {cl.flops:g}e12"
     head = [f"PaSE {what}: {_model_line(r)}, p = {r.procs}", _source_line(r)]
+    if r.model_source and not cl.device and not cl.realistic and (cl.flops, cl.bw) == (10.0, 16.0):
+        head.append(f"On the PaSE paper's machine ({cl.flops:g} TFLOPS, {cl.bw:g} GB/s, {cl.precision}): give --device "
+                    "(h100, a100-80gb, ...) to plan for a real one")  # a real model on the paper's machine: said
     machine, units = cl.describe(r.procs), f"costs in FLOP ({words})"
     head += [f"{machine}; {units}"] if len(machine) + len(units) < 78 else [machine, units[0].upper() + units[1:]]
     rules = f"Cost model: {r.cost_model.describe()}"

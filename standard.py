@@ -41,7 +41,7 @@ from dataclasses import dataclass, fields
 
 from errors import InputError
 
-__all__ = ["Standard", "parse", "complete", "strategy", "KEYS", "SCHEDULES"]
+__all__ = ["Standard", "parse", "complete", "strategy", "decide", "check_roles", "KEYS", "SCHEDULES"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 #: the keys of a specification, what each takes, and what it means
@@ -186,13 +186,33 @@ def _tensor_letter(op, letters: str) -> str | None:
     return next((c for c in letters if c in op.dims and c not in never), None)
 
 
-def strategy(g, std: Standard) -> list:
+def strategy(g, std: Standard, ctx=None) -> list:
     """One :class:`config_space.Decision` per operator of ``g`` for the
-    complete standard configuration ``std`` (see the module docstring)."""
+    complete standard configuration ``std`` (see the module docstring);
+    ``ctx`` the operators' :func:`options.contexts` when known.  Operators
+    alike (equal up to names, in the same context) decide alike: each is
+    decided once."""
     from blocks import find_chains
-    from config_space import Decision
     from graph import operators
-    from options import OPTIONS, contexts
+    from options import contexts
+
+    roles = check_roles(g, std)
+    ops = operators(g)
+    if ctx is None:
+        ctx = contexts(g, find_chains(g)) if std.recompute != "none" or std.zero else [None] * len(ops)
+    out, seen = [], {}
+    for op, c in zip(ops, ctx):
+        key = (op, None if c is None else c.key)
+        if key not in seen:
+            seen[key] = decide(op, std, roles, c)
+        out.append(seen[key])
+    return out
+
+
+def check_roles(g, std: Standard) -> dict:
+    """The model's roles (:mod:`standard`), once the degrees that need one
+    are known to apply to ``g``."""
+    from graph import operators
 
     roles = dict(g.graph.get("roles", {}))
     name = g.graph["name"]
@@ -201,49 +221,56 @@ def strategy(g, std: Standard) -> list:
             if getattr(std, key) not in (0, 1):
                 raise InputError(f"--plan: {key} does not apply to {name}: it names no sequence or experts "
                                  "(only tp, dp, pp, recompute, zero do)")
-    seq, tensor, expert = roles.get("seq", ""), roles.get("tensor", ""), roles.get("expert", "")
+    expert = roles.get("expert", "")
     if std.ep > 1 and not any(expert and expert in op.dims for op in operators(g)):
         raise InputError(f"--plan: ep={std.ep} does not apply to {name}: it has no experts")
-    ctx = contexts(g, find_chains(g)) if std.recompute != "none" or std.zero else None
-    out = []
-    for v, op in enumerate(operators(g)):
-        want = {}
-        if expert and expert in op.dims:
-            want[expert] = std.ep
-            want["b"] = std.dp // std.ep
-        else:
-            want["b"] = std.dp
-        t = _tensor_letter(op, tensor) if roles else next((c for c in op.kind.model_dims(op) if c not in
-                                                          op.never_split), None)
-        if t is not None:
-            want[t] = std.tp
-        seq_split = std.cp * (std.tp if t is None and std.sp else 1)
-        if seq and seq in op.dims and seq not in op.never_split:
-            want[seq] = want.get(seq, 1) * seq_split
-        cfg = []
-        for letter, size in zip(op.dims, op.space):
-            c = want.get(letter, 1)
-            if size % c:
-                key = {"b": "dp", t: "tp", seq: "cp" if std.cp > 1 and not (t is None and std.sp) else "sp",
-                       expert: "ep"}.get(letter, "tp")
-                hint = ""
-                if letter == "v" and key == "tp":  # the vocabulary
-                    pad = -(-size // (128 * c)) * 128 * c
-                    hint = (f"; Megatron-LM pads the vocabulary to a multiple of 128 x tp: give the model a "
-                            f"vocabulary of {pad}")
-                raise InputError(f"--plan: {key}: {op.name} cannot split {letter} ({size}) {c} ways{hint}")
-            cfg.append(c)
-        if op.contiguous_only and cfg != [1] * len(cfg):
-            import numpy as np
+    return roles
 
-            from config_space import contiguous
 
-            if not contiguous(np.asarray([cfg]), op.space)[0]:
-                raise InputError(f"--plan: {op.name} (a reshape) cannot be split {tuple(cfg)}: only from the left")
-        opts = {}
-        for key in ("recompute", "zero"):
-            value = getattr(std, key)
-            if value != OPTIONS[key].default and OPTIONS[key].applies(op, ctx[v]):
-                opts[key] = value
-        out.append(Decision(op.dims, tuple(cfg)).with_options(**opts))
-    return out
+def decide(op, std: Standard, roles: dict, ctx=None):
+    """The :class:`config_space.Decision` of one operator ``op`` (in the
+    context ``ctx``: its options need one) for the complete standard
+    configuration ``std`` of a model whose roles are ``roles``."""
+    from config_space import Decision
+    from options import OPTIONS
+
+    seq, tensor, expert = roles.get("seq", ""), roles.get("tensor", ""), roles.get("expert", "")
+    want = {}
+    if expert and expert in op.dims:
+        want[expert] = std.ep
+        want["b"] = std.dp // std.ep
+    else:
+        want["b"] = std.dp
+    t = _tensor_letter(op, tensor) if roles else next((c for c in op.kind.model_dims(op) if c not in
+                                                      op.never_split), None)
+    if t is not None:
+        want[t] = std.tp
+    seq_split = std.cp * (std.tp if t is None and std.sp else 1)
+    if seq and seq in op.dims and seq not in op.never_split:
+        want[seq] = want.get(seq, 1) * seq_split
+    cfg = []
+    for letter, size in zip(op.dims, op.space):
+        c = want.get(letter, 1)
+        if size % c:
+            key = {"b": "dp", t: "tp", seq: "cp" if std.cp > 1 and not (t is None and std.sp) else "sp",
+                   expert: "ep"}.get(letter, "tp")
+            hint = ""
+            if letter == "v" and key == "tp":  # the vocabulary
+                pad = -(-size // (128 * c)) * 128 * c
+                hint = (f"; Megatron-LM pads the vocabulary to a multiple of 128 x tp: give the model a "
+                        f"vocabulary of {pad}")
+            raise InputError(f"--plan: {key}: {op.name} cannot split {letter} ({size}) {c} ways{hint}")
+        cfg.append(c)
+    if op.contiguous_only and cfg != [1] * len(cfg):
+        import numpy as np
+
+        from config_space import contiguous
+
+        if not contiguous(np.asarray([cfg]), op.space)[0]:
+            raise InputError(f"--plan: {op.name} (a reshape) cannot be split {tuple(cfg)}: only from the left")
+    opts = {}
+    for key in ("recompute", "zero"):
+        value = getattr(std, key)
+        if value != OPTIONS[key].default and OPTIONS[key].applies(op, ctx):
+            opts[key] = value
+    return Decision(op.dims, tuple(cfg)).with_options(**opts)

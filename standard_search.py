@@ -23,20 +23,22 @@ The grid, for ``p`` devices and a model's roles (:mod:`standard`):
   batch.
 
 Points the model cannot take (a degree that does not divide what it
-splits) are left out.  Within one structure (every degree but the two
-options) the options are costed in an order that lets dominated ones be
-skipped: ZeRO stages 0 to 2 take the same time (stages 1 and 2 move what
-the all-reduce moves) in less memory, and recomputation only adds time, so
-once a pair fits, the pairs of a higher stage within 0-2 or a heavier
-recomputation are skipped (stage 3, whose weight gathers also overlap the
-forward pass, may be faster or slower: it is compared only with itself);
-of pairs of equal time the lower stage and the lighter recomputation is
-kept (what frameworks run by default).  The result is exactly the best
-point of the grid.
+splits) are left out.  The result is exactly the best point of the grid
+(the first in the grid's order of those that cost least, the lower ZeRO
+stage and the lighter recomputation first), found without costing most
+points (:func:`search`): every point is costed by counting
+(:mod:`standard_costs`); a structure (every degree but the two options)
+is bounded first, by its states against the capacity and by its step
+without recomputation, and the structures are costed from the lowest
+bound up until it passes the best point that fits; a structure whose two
+leanest pairs (full recomputation, the highest ZeRO stage below 3 and
+stage 3) do not fit has no pair that does.  Ties and memories within
+rounding of the capacity are decided by the plan's own evaluation.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from errors import InputError
@@ -51,16 +53,19 @@ MIN_TOKENS_PER_CP = 2048
 class Found:
     """The search's answer: the best configuration (``None`` when nothing
     fits), its step time (FLOP of the critical path) and memory, the points
-    costed and skipped, and the least memory any point needed."""
+    costed, skipped (bounded out before any was costed), that did not fit
+    and structures the model cannot take, and the least memory any point
+    needed (``least_is_bound``: a lower bound, nothing costed needed less)."""
 
     best: object
     cost: float
     memory: float
     costed: int
-    dominated: int
+    skipped: int
     unfit: int
     invalid: int
     least_memory: float
+    least_is_bound: bool = False
 
 
 def _divisors(n: int) -> list[int]:
@@ -112,80 +117,166 @@ def grid(std) -> list[tuple[int, str]]:
     return [(z, r) for r in RECOMPUTE for z in zeros]
 
 
-def search(g, p: int, batch: int, node: int, blocks: int, cost_of, capacity: float | None,
+_TIE = 1e-9  # estimates this close (relative) to the best, or to the capacity, are decided by the plan's own figures
+
+
+def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: float | None, exact,
            progress=None) -> Found:
-    """The best point: ``cost_of(std) -> (step cost, memory bytes)`` costs
-    one complete configuration (an :class:`InputError` when the model
-    cannot take it); ``capacity`` the device memory (``None``: unbounded)."""
-    best = None  # (cost, zero, recompute index, memory, std)
-    costed = dominated = unfit = invalid = 0
-    least = float("inf")
+    """The best point of the grid (see the module docstring):
+    ``costing`` a :class:`standard_costs.Costing` of the model, ``exact(std)
+    -> (step cost, memory bytes)`` the plan's own figures of one complete
+    configuration, ``capacity`` the device memory (``None``: unbounded).
+
+    Each structure is bounded before any of its options is costed (its
+    states at its most sharded against the capacity; its step without
+    options, :meth:`standard_costs.Costing.floor`), then the structures are
+    costed from the lowest bound up until the bound passes the best point
+    that fits: what is left can neither win nor, without a winner, fit.
+    Estimates within rounding of the best or of the capacity are decided by
+    ``exact``."""
+    import heapq
+
     shapes = list(structures(g, p, batch, node, blocks))
-    if progress is not None:
-        progress = progress(len(shapes))
-    try:
-        for i, shape in enumerate(shapes):
-            if progress is not None:
-                progress(i, len(shapes))
-            fitted = _structure(shape, batch, cost_of, capacity)
-            costed += fitted[1]
-            dominated += fitted[2]
-            unfit += fitted[3]
-            invalid += fitted[4]
-            least = min(least, fitted[5])
-            if fitted[0] is not None:
-                key = fitted[0][:3]
-                if best is None or key < best[:3]:
-                    best = fitted[0]
-    finally:
-        if progress is not None and hasattr(progress, "close"):
-            progress.close()
-    if best is None:
-        return Found(None, float("inf"), float("inf"), costed, dominated, unfit, invalid, least)
-    return Found(best[4], best[0], best[3], costed, dominated, unfit, invalid, least)
+    tally = {"costed": 0, "skipped": 0, "unfit": 0, "invalid": 0}
+    least = [math.inf, False]  # the least memory seen, and whether it is a bound (nothing costed needed less)
+    queue = []
+    bar = progress(len(shapes)) if progress is not None else None
 
+    def admit(shape, index: int, depth: int) -> None:
+        """Bound the structure ``shape`` (at its micro-batch) and queue it."""
+        pairs = grid(shape)
+        if capacity is not None:
+            states = costing.least_states(shape, max(z for z, _ in pairs))
+            if states > capacity:  # no option makes it fit
+                tally["skipped"] += len(pairs)
+                if states < least[0]:
+                    least[:] = [states, True]
+                return
+        try:
+            costing.register(shape)
+        except InputError:
+            tally["invalid"] += 1
+            return
+        queue.append((shape, index, depth))
 
-def _structure(shape, batch, cost_of, capacity):
-    """The best option pair of one structure (and, without stages, of its
-    gradient accumulations when nothing fits the whole batch)."""
-    out = None
-    costed = dominated = unfit = invalid = 0
-    least = float("inf")
-    micro = shape.microbatch
-    while True:
-        s = replace(shape, microbatch=micro)
-        fits = []  # (cost, memory) of the pairs that fit
-        for zero, rec in grid(s):
-            std = replace(s, zero=zero, recompute=rec)
-            rec_i = RECOMPUTE.index(rec)
-            # a pair that fits and is no slower, with no more memory than this one can have, dominates it
-            if any(_dominates(f_z, f_r, zero, rec_i) for f_z, f_r, _, _ in fits):
-                dominated += 1
-                continue
-            try:
-                cost, memory = cost_of(std)
-            except InputError:
-                invalid += 1
-                break  # the structure itself cannot be taken: no option changes that
-            costed += 1
-            least = min(least, memory)
+    for i, shape in enumerate(shapes):
+        admit(shape, i, 0)
+    heap = []
+    for shape, i, depth in queue:
+        try:
+            heapq.heappush(heap, (costing.floor(shape, _zeros(shape)), i, depth, shape))
+        except InputError:
+            tally["invalid"] += 1
+    fitted = []  # (estimate, zero, recompute index, structure, depth, std, signature)
+    best = [math.inf]
+
+    def cost_all(shape, i: int, depth: int) -> bool:
+        """Cost every option pair of ``shape``; whether one fits."""
+        pairs = grid(shape)
+        if capacity is not None:  # first the pairs that need the least memory: if they do not fit, none does
+            least_of = min(costing.estimate(replace(shape, zero=z, recompute="full")).memory for z in _leanest(pairs))
+            tally["costed"] += len(_leanest(pairs))
+            if least_of < least[0]:
+                least[:] = [least_of, False]
+            if least_of > capacity * (1 + _TIE):
+                tally["unfit"] += len(_leanest(pairs))
+                tally["skipped"] += len(pairs) - len(_leanest(pairs))
+                return False
+            tally["costed"] -= len(_leanest(pairs))  # costed again below (the estimates are kept)
+        fits = False
+        for zero, rec in pairs:
+            std = replace(shape, zero=zero, recompute=rec)
+            est = costing.estimate(std)
+            tally["costed"] += 1
+            memory = est.memory
+            if capacity is not None and abs(memory - capacity) <= _TIE * capacity:
+                memory = exact(std)[1]  # at the capacity: the plan's own figure decides
+            if memory < least[0]:
+                least[:] = [memory, False]
             if capacity is not None and memory > capacity:
-                unfit += 1
+                tally["unfit"] += 1
                 continue
-            fits.append((zero, rec_i, cost, memory))
-            key = (cost, zero, rec_i, memory, std)
-            if out is None or key[:3] < out[:3]:
-                out = key
-        if out is not None or s.pp > 1 or micro % 2 or invalid:
-            break
-        micro //= 2  # gradient accumulation: half the samples at a time
-    return out, costed, dominated, unfit, invalid, least
+            fits = True
+            fitted.append((est.cost, zero, RECOMPUTE.index(rec), i, depth, std, est.sig))
+            best[0] = min(best[0], est.cost)
+        return fits
+
+    def half(shape, i: int, depth: int):
+        """``shape`` accumulating half its micro-batch's samples at a time,
+        bounded (``None``: it cannot accumulate, or the model cannot take it)."""
+        if shape.pp > 1 or shape.microbatch % 2:
+            return None
+        shape = replace(shape, microbatch=shape.microbatch // 2)
+        try:
+            costing.register(shape)
+            return costing.floor(shape, _zeros(shape)), i, depth + 1, shape
+        except InputError:
+            tally["invalid"] += 1
+            return None
+
+    done = 0
+    try:
+        while heap:
+            floor, i, depth, shape = heapq.heappop(heap)
+            if bar is not None:
+                done += 1
+                bar(min(done, len(shapes)), len(shapes))
+            if floor <= best[0] * (1 + _TIE):
+                if not cost_all(shape, i, depth):
+                    nxt = half(shape, i, depth)
+                    if nxt is not None:
+                        heapq.heappush(heap, nxt)
+                continue
+            # it cannot win; its halves are tried only if it fits nothing, and may win
+            tally["skipped"] += len(grid(shape))
+            nxt = half(shape, i, depth)
+            while nxt is not None and nxt[0] > best[0] * (1 + _TIE):
+                tally["skipped"] += len(grid(nxt[3]))
+                nxt = half(nxt[3], i, nxt[2])
+            if nxt is not None and not _fits_somewhere(cost_all, shape, i, depth, nxt, tally):
+                heapq.heappush(heap, nxt)
+    finally:
+        if bar is not None and hasattr(bar, "close"):
+            bar.close()
+    if not fitted:
+        return Found(None, math.inf, math.inf, tally["costed"], tally["skipped"], tally["unfit"], tally["invalid"],
+                     least[0], least[1])
+    near = [f for f in fitted if f[0] <= best[0] * (1 + _TIE)]
+    if len({(f[0], f[6]) for f in near}) > 1:  # not one figure: the plan's own figures decide
+        near = [(exact(f[5])[0],) + f[1:] for f in near]
+    cost, *_, std, _ = min(near, key=lambda f: f[:5])
+    cost, memory = exact(std)
+    return Found(std, cost, memory, tally["costed"], tally["skipped"], tally["unfit"], tally["invalid"], least[0],
+                 least[1])
 
 
-def _dominates(f_zero: int, f_rec: int, zero: int, rec: int) -> bool:
-    """Whether a fitting pair (``f_zero``, ``f_rec``) makes the pair
-    (``zero``, ``rec``) not worth costing: stages 0 to 2 take the same time
-    (a higher one only saves memory), recomputation only adds time; stage 3
-    may be faster or slower than 0-2 (its weight gathers overlap the forward
-    pass too), so it is compared only with itself."""
-    return f_rec <= rec and (f_zero == 3) == (zero == 3)
+def _zeros(shape) -> set:
+    return {z for z, _ in grid(shape)}
+
+
+def _leanest(pairs) -> tuple[int, ...]:
+    """The ZeRO stages whose pairs with full recomputation need the least
+    memory of a structure's ``pairs``: recomputing everything keeps less
+    than any other choice, whatever the ZeRO stage (what a block no longer
+    keeps is at least what one block holds again while it recomputes);
+    ZeRO stages 1 and 2 each keep less than the one before, with nothing
+    held on top; stage 3 shards the weights too but holds them gathered
+    while an operator runs, so it is compared apart."""
+    zeros = sorted({z for z, _ in pairs})
+    lower = [z for z in zeros if z < 3]
+    return tuple(([lower[-1]] if lower else []) + ([3] if 3 in zeros else []))
+
+
+def _fits_somewhere(cost_all, shape, i, depth, nxt, tally) -> bool:
+    """Whether a point between ``shape`` (bounded out) and its half ``nxt``
+    (which could win) fits: those are costed (not skipped) to know."""
+    import dataclasses
+
+    while True:
+        tally["skipped"] -= len(grid(shape))
+        if cost_all(shape, i, depth):
+            return True
+        shape = dataclasses.replace(shape, microbatch=shape.microbatch // 2)
+        depth += 1
+        if depth >= nxt[2]:
+            return False

@@ -89,7 +89,7 @@ def run(s: Settings, out=None):
     from planner import plan
     from report import render_text
 
-    planned = plan(s, progress=Progress)
+    planned = plan(s, progress=None if s.summary else Progress)  # -q: no progress either
     s, g, result, profile = planned
     rendered = render_exports(exports, planned)  # a format that cannot express the plan says so before any file
     stdout_export = next((text for e, text in rendered if e.path is None), None)

@@ -51,20 +51,22 @@ def check_strategy(g, strategy, p: int | None = None) -> list[Decision]:
     return out
 
 
-def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None) -> StrategyCost:
+def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None, ctx=None) -> StrategyCost:
     """Cost of a strategy (one configuration per node id), which need not lie
     in any enumerated space, with the formulas the cost arrays are built from.
     Validates it first (see :func:`check_strategy`).  With ``p``, says which
-    configurations the search space for ``p`` devices holds (else: none)."""
+    configurations the search space for ``p`` devices holds (else: none).
+    ``ctx``: the operators' contexts when ``g`` is a part of a larger graph
+    (a pipeline stage's operators keep their place among its blocks)."""
     from blocks import find_chains
     from options import OPTIONS, contexts
 
     strategy = check_strategy(g, strategy)
     ops = operators(g)
     comp, comm, weights, acts, parts, transient = [], [], [], [], [], []
-    uses_options = any(d.options for d in strategy) or model.options
-    chains = find_chains(g) if uses_options else ()
-    ctx = contexts(g, chains)
+    if ctx is None:
+        uses_options = any(d.options for d in strategy) or model.options
+        ctx = contexts(g, find_chains(g) if uses_options else ())
     seen = {}  # identical operators (up to names) with the same decision and context cost the same
     for v, (op, d) in enumerate(zip(ops, strategy)):
         key = (op, d, ctx[v].key)

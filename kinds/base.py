@@ -126,6 +126,14 @@ class Operator:
             stray = set("".join(t.axes)) - set(self.dims)
             if stray:
                 raise InputError(f"{self.name}: tensor axes {t.axes} use letters {sorted(stray)} not in {self.dims!r}")
+        # worked out once: operators key the cost arrays they share, and are hashed many times
+        object.__setattr__(self, "_hash", hash((self.kind, self.dims, self.space, self.inputs, self.outputs)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):  # made again where it is read: a hash is only good in the process that made it
+        return (type(self), (self.kind, self.dims, self.space, self.inputs, self.outputs, self.name))
 
     @property
     def never_split(self) -> str:

@@ -220,19 +220,28 @@ def _params(cfg: DecoderConfig, name: str, given: dict) -> dict:
     return {"batch": batch, "seq": seq, "attention": attention}
 
 
-def load_config(path: str, **params):
+def load_config(path: str, layers_at_most: int | None = None, **params):
     """The graph of the decoder ``path`` describes (a ``config.json``) with
     ``batch``, ``seq`` and ``attention`` (``fused``, the default, or
-    ``materialized``)."""
+    ``materialized``); with ``layers_at_most``, only its first layers (a
+    model the same but for its depth: ``graph.graph["layers"]`` says how
+    many the config has)."""
+    from dataclasses import replace
+
     from graph import GraphBuilder
 
     cfg = read_config(path)
+    layers = cfg.layers
+    if layers_at_most is not None:
+        cfg = replace(cfg, layers=min(layers, layers_at_most))
     name = _model_name(path, cfg)
     values = _params(cfg, name, params)
     B = GraphBuilder(name, 1, params=values, expert="mesh_tensorflow", model_dims=MODEL_DIMS,
                      batch=values["batch"], source=file_identity(path), defaults={"attention": "fused"},
                      roles={"seq": "s", "tensor": "ghfv", "expert": "x"})
     build_decoder(B, cfg, **values)
+    if layers_at_most is not None:
+        B.graph.graph["layers"] = layers
     if cfg.positions is not None and values["seq"] > cfg.positions:  # planned as asked, but worth saying
         B.graph.graph["notes"] = (f"The sequence of {values['seq']:,} tokens exceeds the {cfg.positions:,} "
                                   f"positions {name} has ({cfg.positions_key}); planned as asked.",)

@@ -79,6 +79,19 @@ def build_graph(name: str, batch: int | None = None, width: int | None = None, *
     return build(name, **given)
 
 
+def build_first_layers(name: str, first: int, batch: int | None = None, **params):
+    """The model ``name`` with only its ``first`` layers where it is
+    a config (a decoder: its layers are its repeated blocks), and how many
+    it has; ``None`` for other models."""
+    given = {k: v for k, v in dict(params, batch=batch).items() if v is not None}
+    if name in MODELS or locate(name)[0] != "config":
+        return None
+    from models.hf_config import load_config
+
+    g = load_config(locate(name)[1], layers_at_most=first, **given)
+    return g, g.graph["layers"]
+
+
 def graph_names() -> tuple[str, ...]:
     """The built-in models' names."""
     return tuple(MODELS)

@@ -36,6 +36,11 @@ class DoesNotFit(MemoryError):
         self.least, self.capacity = least, capacity
 
 
+class NotBetter(Exception):
+    """The search was given up: no solution that fits can cost less than
+    the ``cutoff`` it was given (a plan found otherwise)."""
+
+
 @dataclass(frozen=True)
 class Bounded:
     """The outcome of :func:`within_memory`."""
@@ -69,7 +74,7 @@ def within_memory(node_costs, node_memory, edge_costs, capacity: float, run, *, 
 
 
 def relax(problem: Problem, capacity: float, solve, *, max_searches: int = 8, rtol: float = 1e-9,
-          memo: dict | None = None) -> Bounded:
+          memo: dict | None = None, cutoff: float | None = None) -> Bounded:
     """The cheapest solution of ``problem`` (a :class:`search.options.Problem`)
     whose memory, a sum over operators, is at most ``capacity``, by
     Lagrangian relaxation on the same dynamic program.
@@ -93,6 +98,8 @@ def relax(problem: Problem, capacity: float, solve, *, max_searches: int = 8, rt
     bounds that capacity too, the one closest above it and the repaired ones
     start the crossing there, so that a call at a slightly smaller capacity
     takes a few solves more, not all again.
+
+    ``cutoff``: :class:`NotBetter` as soon as the lower bound reaches it.
     """
     least = problem.least_memory
     if least > capacity:
@@ -115,6 +122,8 @@ def relax(problem: Problem, capacity: float, solve, *, max_searches: int = 8, rt
         return SearchResult(c, list(s.index), r.elimination, 0.0, r.stats, choice=s)
 
     r0, s0, cost0, mem0 = at(0.0)
+    if cutoff is not None and cost0 >= cutoff:
+        raise NotBetter
     if mem0 <= capacity:
         return Bounded(result(r0, s0, cost0), cost0, mem0, cost0, "unconstrained optimum fits", 0.0, searches, least)
     # What fits to start from: the unconstrained optimum repaired by local
@@ -154,6 +163,8 @@ def relax(problem: Problem, capacity: float, solve, *, max_searches: int = 8, rt
         dual = c + lam * (m - capacity)
         if dual > bound:
             bound, lam_best = dual, lam
+        if cutoff is not None and bound >= cutoff:
+            raise NotBetter
         fixed = repair(problem, s, capacity)
         if fixed is not None and problem.cost(fixed) < best[2]:
             best = (r, fixed, problem.cost(fixed), problem.memory(fixed))

@@ -174,16 +174,30 @@ class Problem:
     def least_by_operator(self) -> list[float]:
         """Each operator's smallest memory over its configurations and
         options (see :attr:`least_memory`)."""
-        extra = [0.0] * self.n
+        mins: dict = {}  # operators alike share their arrays: each is reduced once
+
+        def row_min(a):
+            if id(a) not in mins:
+                mins[id(a)] = (a, a.min(axis=1))
+            return mins[id(a)][1]
+
+        blocks = [[] for _ in range(self.n)]
         for g in self.groups:
             for u, _, gm in g.members:
-                extra[u] = extra[u] + gm.min(axis=1)
-        least = []
+                blocks[u].append(gm)
+        least, seen = [], {}
         for v in range(self.n):
-            m = np.asarray(self.node_memory[v], float)
-            if self.own[v] is not None:
-                m = m + self.own[v][1].min(axis=1)
-            least.append(float((m + extra[v]).min()))
+            own = self.own[v][1] if self.own[v] is not None else None
+            key = (id(self.node_memory[v]), id(own), tuple(id(a) for a in blocks[v]))
+            if key not in seen:
+                m = np.asarray(self.node_memory[v], float)
+                if own is not None:
+                    m = m + row_min(own)
+                extra = 0.0
+                for a in blocks[v]:
+                    extra = extra + row_min(a)
+                seen[key] = (self.node_memory[v], own, blocks[v], float((m + extra).min()))
+            least.append(seen[key][3])
         return least
 
     def flat(self, s: Choice):

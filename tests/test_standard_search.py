@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, not_progress, run_cli
 
 LLAMA8B = ROOT / "tests" / "data" / "configs" / "llama3-8b"
 
@@ -35,43 +35,70 @@ def _setup(model, p, batch, seq, memory):
     return s, g, cost_model_for(s), _chain(g).count
 
 
-@pytest.mark.parametrize("memory", [80, 1.2])
-def test_the_best_point_of_the_grid(tmp_path, memory):
-    """Against every point of the grid costed (no dominance): the same best."""
+def _brute_force(s, g, model, blocks, p):
+    """Every point of the grid costed by the plan's own evaluation (the
+    accumulation of a structure only where nothing fits its whole batch),
+    and the best: (cost, zero, recompute, std) of the first that is least."""
     import planner
     import standard_search
     from errors import InputError
 
-    s, g, model, blocks = _setup(_tiny_llama(tmp_path), 8, 16, 2048, memory)
     batch, graphs = g.graph["batch"], {}
-
-    def cost_of(std):
-        r = planner._standard_result(s, g, std, model, graphs)
-        return r.total_cost, r.memory_bytes
-
-    found = standard_search.search(g, 8, batch, 8, blocks, cost_of, model.cluster.capacity)
-    assert found.best is not None and found.dominated > 0
-    every = []
-    for shape in standard_search.structures(g, 8, batch, 8, blocks):
+    every, costs = [], {}
+    node = model.cluster.gpus_per_node or 8
+    for shape in standard_search.structures(g, p, batch, node, blocks):
         micro = shape.microbatch
         while True:
             fit = []
             for zero, rec in standard_search.grid(replace(shape, microbatch=micro)):
                 std = replace(shape, microbatch=micro, zero=zero, recompute=rec)
                 try:
-                    cost, mem = cost_of(std)
+                    r = planner._standard_result(s, g, std, model, graphs)
                 except InputError:
                     break
-                if mem <= model.cluster.capacity:
-                    fit.append((cost, zero, standard_search.RECOMPUTE.index(rec), std))
+                costs[std] = (r.total_cost, r.memory_bytes)
+                if model.cluster.capacity is None or r.memory_bytes <= model.cluster.capacity:
+                    fit.append((r.total_cost, zero, standard_search.RECOMPUTE.index(rec), std))
             every += fit
             if fit or shape.pp > 1 or micro % 2:
                 break
             micro //= 2
-    best = min(every, key=lambda x: x[:3])
-    assert found.best == best[3] and found.cost == best[0]
+    return (min(every, key=lambda x: x[:3]) if every else None), costs
+
+
+def _searched(s, g, model, blocks, p):
+    import planner
+    import standard_search
+
+    batch, graphs = g.graph["batch"], {}
+
+    def exact(std):
+        r = planner._standard_result(s, g, std, model, graphs)
+        return r.total_cost, r.memory_bytes
+
+    costing = planner.standard_costing(s, model, batch, planner._chain(g))
+    node = model.cluster.gpus_per_node or 8
+    return standard_search.search(g, p, batch, node, blocks, costing, model.cluster.capacity, exact), costing
+
+
+@pytest.mark.parametrize("memory, layers", [(80, 2), (1.2, 2), (0.3, 2), (1.2, 5)])
+def test_the_best_point_of_the_grid(tmp_path, memory, layers):
+    """Against every point of the grid costed by the plan's own evaluation:
+    the same best, and every estimate the plan's figures up to rounding
+    (five layers: estimated from the first three, the blocks counted)."""
+    s, g, model, blocks = _setup(_tiny_llama(tmp_path, layers), 8, 16, 2048, memory)
+    found, costing = _searched(s, g, model, blocks, 8)
+    assert all(L.short == (layers > 3) for L in costing._layouts.values())
+    best, costs = _brute_force(s, g, model, blocks, 8)
+    assert found.best is not None and found.best == best[3] and found.cost == best[0]
+    assert found.costed + found.skipped + found.unfit >= found.costed > 0
+    for std, (cost, memory_bytes) in costs.items():
+        est = costing.estimate(std)
+        assert abs(est.cost - cost) <= 1e-12 * cost and abs(est.memory - memory_bytes) <= 1e-12 * memory_bytes, std
     if memory < 10:  # the bound makes the answer use the options
         assert found.best.recompute != "none" or found.best.zero > 0 or found.best.pp > 1
+    if memory < 1:  # nothing fits the whole batch: micro-batches accumulated
+        assert found.best.pp > 1 or found.best.microbatch * found.best.dp < g.graph["batch"]
 
 
 def test_cli_with_compare_shows_the_gap(tmp_path):
@@ -130,4 +157,4 @@ def test_nothing_fits_says_what_the_smallest_needs(tmp_path):
     proc = run_cli("-g", _tiny_llama(tmp_path), "-p", 8, "-b", 16, "--seq", 2048, "--device", "h100",
                    "--device-memory", "0.05", "--headroom", "0", "--search", "standard", ok=False)
     assert proc.returncode == 1 and "no standard configuration fits" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    assert len(not_progress(proc.stderr).strip().splitlines()) == 1

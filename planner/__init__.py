@@ -22,6 +22,9 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from errors import InputError, SettingError
+from planner.configurations import (_accumulation, _search_standard, _standard_pipeline,  # noqa: F401
+                                    _standard_result, standard_costing)
+from planner.graphs import _chain, _micro_graph, _model_batch, _model_params, pipe_graph  # noqa: F401
 from settings import CLUSTER_SETTINGS, MODEL_PARAMS, OPTION_SETTINGS, Settings
 
 __all__ = ["Planned", "plan", "cost_model_for", "cluster_for"]
@@ -157,10 +160,6 @@ def options_for(s: Settings) -> tuple:
     return tuple(out)
 
 
-def _model_params(s: Settings) -> dict:
-    return {k: getattr(s, k) for k in MODEL_PARAMS if getattr(s, k) is not None}
-
-
 def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
     """The computation ``s`` asks for (see the module docstring), with
     ``baselines`` (keys; default: all three with ``compare``, else none).
@@ -178,14 +177,22 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
         recorded = file.recorded
         s = _with_file_settings(s, recorded)
 
-    from cost_model import build_costs, check_procs, evaluate, make_result
-    from dp_search import default_memory_limit
+    from cost_model import check_procs, evaluate, make_result
+    from dp_search import DoesNotFit, default_memory_limit
     from graph import operators
     from models import build_graph
 
     check_procs(s.procs)
+    from planner.defaults import with_defaults
+
+    given_pp = s.pp
+    s = with_defaults(s, cluster_for(s, recorded))  # what a real device searches unless a flag fixes it
+    # stages searched by default compete with none at all (the whole batch at once); --pp auto searches stages
+    with_plain = given_pp is None and s.pp == "auto" and s.microbatches in (None, "auto")
     model = cost_model_for(s, recorded)
     g = build_graph(s.graph, **_model_params(s))
+    if with_plain and _chain(g) is None:  # stages by default cut repeated blocks: without any, none are searched
+        s, with_plain = replace(s, pp=None), False
     limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
     profile = None
     pipelined = s.pp not in (None, 1) or s.microbatches is not None or (file is not None and
@@ -201,16 +208,18 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
         if given:
             raise InputError(f"--search standard searches {' and '.join(given)} with the rest: give "
                              f"{'them' if len(given) > 1 else 'it'} with --plan to fix a value")
-        found = _search_standard(s, g, model, progress)
+        found, result = _search_standard(s, g, model, progress)
         s = replace(s, plan=found.best.spec())
-    if s.plan is not None:
+    if found is not None:
+        pass  # the search's answer, costed already
+    elif s.plan is not None:
         if s.evaluate is not None:
             raise InputError("--plan and --evaluate each give the plan to cost: give one")
         from standard import complete, parse
 
         result = _standard_result(s, g, complete(parse(s.plan), s.procs, g.graph["batch"]), model)
     elif pipelined:
-        result = _pipeline(s, g, model, limit, file)
+        result, profile = _pipeline(s, g, model, limit, file, progress, with_plain)
     elif file is not None:
         _check_model(g, recorded, s.evaluate)
         try:
@@ -226,19 +235,12 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
             result = replace(result, notes=result.notes + (
                 f"This strategy uses at most {most} of the {s.procs} devices.",))
     else:
-        bar = progress("building the cost tables", "edges") if progress is not None else None
         try:
-            costed = build_costs(g, s.procs, model, memory_limit=limit, progress=bar)
-        finally:
-            if bar is not None:
-                bar.close()
-        result, profile = _search(s, g, model, costed, limit, progress)
-        most = max(int(c.prod(axis=1).max()) for c in costed.configs)
-        if most < s.procs:
-            used = max(layer.devices for layer in result.layers)
-            result = replace(result, notes=result.notes + (
-                f"No operator can use more than {most} of the {s.procs} devices (no configuration splits further "
-                f"at cutoff {g.graph['cutoff']}); this strategy uses at most {used}.",))
+            result, profile = _plain(s, g, model, limit, progress)
+        except DoesNotFit as e:
+            from planner.defaults import what_would_fit
+
+            raise MemoryError(f"{e}{what_would_fit(s, model.cluster, e.least)}") from None
     if s.distinct_rows is not None:
         why = None
         if not any(op.kind.sparse_rows for op in operators(g)):
@@ -251,9 +253,9 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
         result = replace(result, notes=tuple(g.graph["notes"]) + result.notes)
     if found is not None:
         result = replace(result, notes=result.notes + (
-            f"Best standard configuration of {found.costed + found.dominated} points costed or dominated "
-            f"({found.costed} costed; {found.unfit} did not fit, {found.invalid} structures the model cannot "
-            f"take): {found.best.describe()}{_accumulation(found.best, g.graph['batch'])}.",))
+            f"Best standard configuration of {found.costed + found.skipped} points ({found.costed} costed, "
+            f"{found.skipped} bounded out before costing; {found.unfit} did not fit, {found.invalid} structures the "
+            f"model cannot take): {found.best.describe()}{_accumulation(found.best, g.graph['batch'])}.",))
     idle = _idle_note(result, model, s.procs)
     if idle:
         result = replace(result, notes=result.notes + (idle,))
@@ -269,14 +271,6 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
     return Planned(s, g, result, profile)
 
 
-def _accumulation(std, batch: int) -> str:
-    """What :meth:`standard.Standard.describe` leaves out without stages:
-    gradient accumulation."""
-    if std.pp == 1 and std.microbatch * std.dp < batch:
-        return f", {batch // (std.microbatch * std.dp)} micro-batches of {std.microbatch} accumulated"
-    return ""
-
-
 def _beside_the_optimum(s: Settings, result, best, batch: int, progress):
     """``result`` (the best standard configuration ``best``) with the
     per-operator optimum among its baselines and the gap in its notes: the
@@ -284,7 +278,7 @@ def _beside_the_optimum(s: Settings, result, best, batch: int, progress):
     the standard configuration uses them."""
     staged = best.pp > 1 or best.microbatch * best.dp < batch
     per_op = replace(s, search=None, plan=None, compare=False, recompute="auto", zero="auto",
-                     **({"pp": "auto", "microbatches": "auto"} if staged else {}))
+                     **({"pp": "auto", "microbatches": "auto"} if staged else {"pp": 1}))
     try:
         optimum = plan(per_op, baselines=(), progress=progress).result
     except MemoryError as e:
@@ -297,50 +291,6 @@ def _beside_the_optimum(s: Settings, result, best, batch: int, progress):
             "The best standard configuration is as fast as the per-operator optimum"
             + (f" (which is {100 * -gap:.1f}% slower: its search is bounded)" if gap < -1e-9 else ""))
     return replace(result, notes=result.notes + (note,))
-
-
-def _standard_result(s: Settings, g, std, model, graphs: dict | None = None):
-    """The result of the complete standard configuration ``std`` on the
-    settings' model ``g``: through :func:`_standard_pipeline` with stages or
-    micro-batches accumulated (``graphs``: the micro-batch graphs built so
-    far), else its decisions costed on ``g``."""
-    from cost_model import evaluate, make_result
-    from standard import strategy
-
-    if std.pp > 1 or std.microbatch * std.dp < g.graph["batch"]:  # stages, or micro-batches accumulated
-        return _standard_pipeline(s, std, model, graphs)
-    return make_result(g, evaluate(g, strategy(g, std), model, s.procs), model, s.procs, "evaluate",
-                       label=f"standard configuration {std.describe()}")
-
-
-def _search_standard(s: Settings, g, model, progress):
-    """The best standard configuration (:mod:`standard_search`) of the
-    settings' model within the device memory."""
-    import standard_search
-
-    batch = g.graph["batch"]
-    chain = _chain(g)
-    blocks = chain.count if chain is not None else 0
-    node = model.cluster.gpus_per_node or 8
-
-    graphs = {batch: (g, chain)}
-
-    def cost_of(std):
-        r = _standard_result(s, g, std, model, graphs)
-        return r.total_cost, r.memory_bytes
-
-    bar = None
-    if progress is not None:
-        def bar(total):
-            return progress("costing standard configurations", "configurations")
-    found = standard_search.search(g, s.procs, batch, node, blocks, cost_of, model.cluster.capacity, bar)
-    if found.best is None:
-        if not math.isfinite(found.least_memory):
-            raise InputError(f"--search standard: no standard configuration applies to {g.graph['name']} on "
-                             f"{s.procs} devices")
-        raise MemoryError(f"no standard configuration fits in {model.cluster.capacity / 1e9:.4g} GB per device: "
-                          f"the smallest needs {found.least_memory / 1e9:.4g} GB")
-    return found
 
 
 def _idle_note(result, model, p: int) -> str:
@@ -363,77 +313,44 @@ def _idle_note(result, model, p: int) -> str:
             f"spread ({why}); the others stay idle.")
 
 
-def _micro_graph(s: Settings, micro: int):
-    """The model's graph at a micro-batch of ``micro`` samples."""
-    from models import build_graph
+def _plain(s: Settings, g, model, limit, progress, cutoff: float | None = None):
+    """The per-operator search of the whole batch (no stages): its result,
+    and the profile's text with ``s.profile``; with ``cutoff`` (the step of
+    a plan found otherwise), ``None`` when it cannot be faster (its
+    operators at their cheapest, or the search's bound, reach it)."""
+    from cost_model import build_costs, with_edges
+    from dp_search import NotBetter
 
-    return build_graph(s.graph, **{**_model_params(s), "batch": micro})
-
-
-def _standard_pipeline(s: Settings, std, model, graphs: dict | None = None):
-    """A standard configuration with pipeline stages, costed: Megatron-LM's
-    layout (the blocks split evenly, the embedding in the first stage, the
-    head in the last)."""
-    import pipeline
-    from standard import strategy
-
-    batch = _model_batch(s)
-    micro = std.microbatch * std.dp  # the samples of a micro-batch over the data-parallel groups
-    if graphs is not None and micro in graphs:  # built already (a search over configurations)
-        g, chain = graphs[micro]
-    else:
-        g = _micro_graph(s, micro)
-        chain = _chain(g)
-        if graphs is not None:
-            graphs[micro] = (g, chain)
-    if chain is not None:
-        counts = pipeline._even(chain.count, std.pp)
-        if min(counts) < 1:
-            raise InputError(f"--plan: pp={std.pp} is more stages than the {chain.count} blocks")
-        ranges = pipeline.stage_ranges(g.number_of_nodes(), chain, counts)
-    else:  # no repeated blocks: the operator order cut where the operators' work balances
-        from cost_model import op_costs
-        from graph import operators
-
-        ops = operators(g)
-        work = [float(op_costs(op, [(1,) * len(op.dims)], replace(model, micro_batches=None))[0]) for op in ops]
-        try:
-            ranges = pipeline.balanced_ranges(work, std.pp)
-        except InputError as e:
-            raise InputError(f"--plan: {e}") from None
-        counts = [hi - lo for lo, hi in ranges]
-    m = batch // micro
-    sched = pipeline.Schedule(std.schedule, std.chunks)
-    if sched.name == "interleaved" and chain is None:
-        raise InputError("--plan: the interleaved schedule splits stages into chunks of blocks; "
-                         f"{g.graph['name']} has no repeated blocks")
-    if sched.name == "interleaved" and any(c % sched.chunks for c in counts):
-        raise InputError(f"--plan: interleaved:{sched.chunks} needs each stage's blocks ({counts[0]}) to divide "
-                         f"into {sched.chunks} chunks")
-    pipe = pipeline.evaluate(g, model, s.procs, std.pp, m, micro, sched, ranges, strategy(g, std))
-    return pipeline.as_result(g, pipe, model, s.procs, batch, "evaluate",
-                              label=f"standard configuration {std.describe()}")
+    bar = progress("building the cost tables", "edges") if progress is not None else None
+    try:
+        costed = build_costs(g, s.procs, model, memory_limit=limit, edges=False)
+        if cutoff is not None and math.fsum(float(c.min()) for c in costed.node_costs) >= cutoff:
+            return None, None
+        costed = with_edges(costed, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    try:
+        result, profile = _search(s, g, model, costed, limit, progress, cutoff)
+    except NotBetter:
+        return None, None
+    if cutoff is not None and not result.total_cost < cutoff:
+        return None, None
+    most = max(int(c.prod(axis=1).max()) for c in costed.configs)
+    if most < s.procs:
+        used = max(layer.devices for layer in result.layers)
+        result = replace(result, notes=result.notes + (
+            f"No operator can use more than {most} of the {s.procs} devices (no configuration splits further "
+            f"at cutoff {g.graph['cutoff']}); this strategy uses at most {used}.",))
+    return result, profile
 
 
-def _model_batch(s: Settings) -> int:
-    """The model's batch (the flag's, else the model's default)."""
-    from models import build_graph
-
-    return s.batch if s.batch is not None else build_graph(s.graph, **_model_params(s)).graph["batch"]
-
-
-def _chain(g):
-    """The graph's longest chain of repeated blocks (``None``: none)."""
-    from blocks import find_chains
-
-    chains = find_chains(g)
-    return max(chains, key=lambda c: c.count * c.size) if chains else None
-
-
-def _pipeline(s: Settings, g, model, limit, file):
+def _pipeline(s: Settings, g, model, limit, file, progress=None, with_plain: bool = False):
     """A pipelined plan: searched (``--pp``, ``--microbatches``,
-    ``--schedule``), or the one a plan file records, costed again."""
+    ``--schedule``), or the one a plan file records, costed again; with
+    ``with_plain``, the plan without stages where it is faster."""
     import pipeline
+    import pipeline_search
 
     batch = g.graph["batch"]
     if file is not None:  # the stages a plan file records
@@ -453,7 +370,7 @@ def _pipeline(s: Settings, g, model, limit, file):
             raise InputError(f"--evaluate: {e}") from None
         _check_ranges(ranges, gm.number_of_nodes(), s.evaluate)
         pipe = pipeline.evaluate(gm, model, s.procs, pp, m, micro, sched, ranges, strategy)
-        return pipeline.as_result(gm, pipe, model, s.procs, batch, "evaluate", source=s.evaluate)
+        return pipeline.as_result(gm, pipe, model, s.procs, batch, "evaluate", source=s.evaluate), None
     if s.procs % (s.pp if isinstance(s.pp, int) else 1):
         raise InputError(f"--pp {s.pp} does not divide the {s.procs} devices")
     micro_values = None
@@ -462,15 +379,40 @@ def _pipeline(s: Settings, g, model, limit, file):
             raise InputError(f"--microbatches {s.microbatches} does not divide the batch of {batch}")
         micro_values = [batch // s.microbatches]
     schedules = [pipeline.parse_schedule(s.schedule)] if s.schedule is not None else None
-    pipe = pipeline.search(lambda b: _micro_graph(s, b), model, s.procs, batch,
-                           pp_values=[s.pp] if isinstance(s.pp, int) else [1] if s.pp is None else None,
-                           micro_values=micro_values,
-                           schedules=schedules, memory_limit=limit, threads=s.threads)
-    return pipeline.as_result(pipe_graph(s, pipe), pipe, model, s.procs, batch, "search")
+    pipe = failed = None
+    try:
+        pipe = pipeline_search.search(lambda b: _micro_graph(s, b), model, s.procs, batch,
+                               pp_values=[s.pp] if isinstance(s.pp, int) else [1] if s.pp is None else None,
+                               micro_values=micro_values, schedules=schedules, memory_limit=limit,
+                               threads=s.threads, progress=progress)
+    except pipeline_search.PipelineDoesNotFit as e:
+        if not with_plain:
+            _nothing_fits(s, model, e)
+        failed = e
+    if with_plain:  # searched within what the pipeline found: given up where it cannot be faster
+        try:
+            plain, profile = _plain(s, g, model, limit, progress, cutoff=None if pipe is None else pipe.step)
+        except MemoryError as e:
+            if pipe is None:
+                _nothing_fits(s, model, failed, e)
+            plain = None
+        if plain is not None:
+            return plain, profile
+    return pipeline.as_result(pipe_graph(s, pipe), pipe, model, s.procs, batch, "search"), None
 
 
-def pipe_graph(s: Settings, pipe):
-    return _micro_graph(s, pipe.micro)
+def _nothing_fits(s: Settings, model, *errors):
+    """Raise the one line saying that no plan fits: the least need any
+    search found, and what would change it."""
+    from planner.defaults import what_would_fit
+
+    needs = [x.least for x in errors if math.isfinite(getattr(x, "least", math.inf))]
+    if not needs or model.cluster.capacity is None:
+        raise errors[-1]
+    what = "with or without pipeline stages" if len(errors) > 1 else "with the pipelines searched"
+    raise MemoryError(f"no plan fits in {model.cluster.capacity / 1e9:.4g} GB per device {what}: the smallest "
+                      f"needs at least {min(needs) / 1e9:.4g} GB{what_would_fit(s, model.cluster, min(needs))}"
+                      ) from None
 
 
 def _check_ranges(ranges, n: int, path: str) -> None:
@@ -483,8 +425,9 @@ def _check_ranges(ranges, n: int, path: str) -> None:
         raise InputError(f"--evaluate: {path}: the pipeline's stages must cover the {n} operators")
 
 
-def _search(s: Settings, g, model, costed, limit, progress):
-    """The searched result, and the profile's text with ``s.profile``."""
+def _search(s: Settings, g, model, costed, limit, progress, cutoff=None):
+    """The searched result, and the profile's text with ``s.profile``
+    (``cutoff``: see :func:`dp_search.search_within`)."""
     from cost_model import make_result
     from dp_search import search, search_within
     from result import MemoryBound
@@ -495,7 +438,7 @@ def _search(s: Settings, g, model, costed, limit, progress):
         if capacity is None:
             return search(costed, s.algo, memory_limit=limit, progress=callback, threads=s.threads)
         return search_within(costed, capacity, s.algo, memory_limit=limit, progress=callback,
-                             threads=s.threads)
+                             threads=s.threads, cutoff=cutoff)
 
     profile = None
     if s.profile:

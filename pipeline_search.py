@@ -1,0 +1,297 @@
+"""The pipeline search (``--pp auto``, ``--microbatches auto``): the
+stages, micro-batches and schedule of the fastest pipeline found, each
+stage's plan searched (:mod:`pipeline` costs a pipeline).
+
+**Search** (:func:`search`): over ``pp`` (the divisors of ``p`` up to the
+number of blocks whose blocks share out evenly enough, ``N / (pp
+ceil(N / pp)) >= 0.85``), the micro-batch size (for each ``pp``, about each
+power of two from an eighth of a stage's devices to all of them, dividing
+the batch, with at least ``pp`` micro-batches, tried from the smallest up
+while the ranking improves), the schedule (1F1B, and interleaved with 2
+chunks when every stage holds an even number of blocks; GPipe runs as fast
+as 1F1B with more memory, so only when asked), and the cuts (blocks shared
+evenly, the first and the last stage taking up to two fewer or one more:
+Alpa's stage DP restricted to partitions of identical blocks).  Every
+setting is ranked by its stages' unconstrained optima: for a stacked model
+each stage length's optimum comes from one short chain (three blocks'
+matrices, :func:`search.chain.stage_costs`); settings with a stage that
+cannot fit (each operator at its least memory) are dropped, and so are
+those whose operators at their cheapest already cost more than the
+ranking's best few.  The best few (``SEARCHED``) are then searched within
+the memory: each kind of stage (the first, the middle ones of a length,
+the last) once, by the exact search with its Lagrangian bound, for the
+most micro-batches in flight among the stages of that kind (its plan
+serves them all).  So each stage's plan is exact (or within its stated
+bound) for its cut, micro-batch and schedule; the choice of ``pp``,
+micro-batch, schedule and cuts is over the candidates above, bounded, not
+exhaustive.  A graph without repeated blocks is cut once per ``pp`` (up to
+8 stages) where the running sum of its operators' least costs reaches each
+stage's share, every stage searched on its own.  Zero-bubble schedules
+(ZB-H1) are not modelled.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from errors import InputError
+from pipeline import Pipeline, Schedule, _even, balanced_ranges, evaluate, partitions, stage_cluster, stage_ranges
+
+__all__ = ["search", "micro_candidates", "PipelineDoesNotFit", "SEARCHED"]
+
+SEARCHED = 4  # pipeline settings searched within the memory, the best ranked first
+ABANDON = 1.02  # a candidate whose stage's bound times m passes the best step by this much is dropped
+DAG_STAGES = 8  # the most stages the search tries on a graph without repeated blocks
+BALANCE = 0.85  # the least share of its busiest stage's time the blocks keep busy (N / (pp ceil(N / pp)))
+
+
+def micro_candidates(batch: int, p: int, pp: int) -> list[int]:
+    """The micro-batch sizes (samples, over all the data-parallel groups of
+    a stage) the search tries for ``pp`` stages: divisors of ``batch``
+    leaving at least ``pp`` micro-batches, about each power of two from an
+    eighth of a stage's devices to all of them (a stage's devices taking
+    from 8 down to 1 sample each, the rest of the split along other
+    dimensions), the largest divisor at or below each."""
+    q = p // pp
+    divisors = [d for d in range(1, batch // pp + 1) if batch % d == 0]
+    if not divisors:
+        return []
+    out = set()
+    t = max(1, q // 8)
+    while t <= q:
+        below = [d for d in divisors if d <= t]
+        out.add(below[-1] if below else divisors[0])
+        t *= 2
+    return sorted(out)
+
+
+class _Slower(Exception):
+    """A candidate the search drops: one stage shows it slower than the best."""
+
+
+def _kind(i: int, pp: int, count: int, lo: int, hi: int, chain) -> tuple:
+    """Stages alike in what they hold: the first, a middle one of
+    ``count`` blocks, the last (one stage: the whole graph); without
+    repeated blocks, each stage its own."""
+    if chain is None:
+        return (lo, hi)
+    return ("first" if i == 0 else "last" if i == pp - 1 else "middle", count, pp == 1)
+
+
+def _cuts(g, chain, costed, pp: int) -> list:
+    """The cuts the search tries: ``(counts, ranges)`` pairs, ``counts``
+    the blocks of each stage (:func:`partitions`), else (no repeated
+    blocks) one cut of the operator order balancing the operators' least
+    costs (``counts`` then the operators per stage)."""
+    n = g.number_of_nodes()
+    if chain is not None:
+        return [(counts, stage_ranges(n, chain, counts)) for counts in partitions(chain.count, pp) if min(counts) >= 1]
+    ranges = balanced_ranges([float(c.min()) for c in costed.node_costs], pp)
+    return [(tuple(hi - lo for lo, hi in ranges), ranges)]
+
+
+def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=None, schedules=None,
+           memory_limit=None, threads=None, progress=None, incumbent: float | None = None) -> Pipeline | None:
+    """The fastest pipeline found (see the module docstring); with
+    ``incumbent`` (the step of a plan found otherwise), only one faster,
+    else ``None``.  ``build(b)``
+    makes the graph at a micro-batch of ``b`` samples; ``model`` the cost
+    model (its cluster's capacity bounds every stage)."""
+    from blocks import find_chains
+    from cost_model import build_costs, with_edges
+    from dp_search import search as plain_search, stage_costs
+
+    capacity = model.cluster.capacity
+    g1 = build(micro_values[0] if micro_values else 1)
+    chains = find_chains(g1)
+    chain = max(chains, key=lambda c: c.count * c.size) if chains else None
+    N = chain.count if chain is not None else g1.number_of_nodes()
+    most = N if chain is not None else min(N, DAG_STAGES)
+    pps = pp_values or [d for d in range(1, min(most, p) + 1) if p % d == 0 and N / (d * -(-N // d)) >= BALANCE]
+    ranked = []
+    costs: dict = {}
+    graphs: dict = {}
+    chains_of: dict = {}  # micro-batch -> its graph's chains, found once
+    pairs = [(pp, micro) for pp in sorted(pps, reverse=True) if p % pp == 0  # small stages first: quick to cost
+             for micro in (micro_values or micro_candidates(batch, p, pp)) if batch // micro >= pp]
+    smallest = [math.inf]  # the least memory a device of any pipeline tried needs (its stages' bound)
+    bar = progress("ranking pipelines", "settings") if progress is not None else None
+    best_of: dict = {}  # pp -> (micro, its best estimate)
+    for n_done, (pp, micro) in enumerate(pairs):
+        if bar is not None:
+            bar(n_done + 1, len(pairs))
+        last = best_of.get(pp)
+        if last is not None and last[0] != micro and last[1] is None:
+            continue  # a larger micro-batch for this pp after one that ranked worse than the one before it
+        q, m = p // pp, batch // micro
+        if micro not in graphs:
+            graphs[micro] = build(micro)
+            chains_of[micro] = find_chains(graphs[micro])
+        g = graphs[micro]
+        stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m)
+        costed = build_costs(g, q, stage_model, memory_limit=memory_limit, edges=False, chains=chains_of[micro])
+        # a bound: every stage's operators at their cheapest, edges free
+        floor = m * math.fsum(float(c.min()) for c in costed.node_costs) / pp
+        if incumbent is not None and floor >= incumbent:
+            continue
+        if len(ranked) >= SEARCHED and floor >= sorted(r[0] for r in ranked)[SEARCHED - 1]:
+            continue
+        least: dict = {}  # in flight -> each operator's least memory (a lower bound of a stage's)
+
+        def too_big(ranges, sched):
+            if capacity is None:
+                return False
+            need = 0.0
+            for i, (lo, hi) in enumerate(ranges):
+                f = sched.in_flight(i, pp, m)
+                if f not in least:
+                    least[f] = least_memory(costed, f)
+                need = max(need, math.fsum(least[f][lo:hi]))
+            smallest[0] = min(smallest[0], need)
+            return need > capacity
+
+        scheds = [Schedule("1f1b")] if schedules is None else list(schedules)
+        if schedules is None and chain is not None and all(c % 2 == 0 for c in _even(N, pp)) and pp > 1:
+            scheds = scheds + [Schedule("interleaved", 2)]
+        # the settings whose stages can fit, before anything else is costed (edges, the stages' optima)
+        fitting = [(counts, ranges, sched) for counts, ranges in _cuts(g, chain, costed, pp) for sched in scheds
+                   if not (sched.name == "interleaved" and any(c % sched.chunks for c in counts))
+                   and not too_big(ranges, sched)]
+        if not fitting:
+            continue
+        costed = with_edges(costed)
+        costs[(micro, pp)] = (g, costed, stage_model)
+        table = stage_costs(costed, threads=threads, memory_limit=memory_limit) if chain is not None else None
+        memo: dict = {}
+
+        def stage_cost(lo, hi, i, c):
+            if table is not None:
+                first, middle, last, whole = table
+                return whole if pp == 1 else (first if i == 0 else last if i == pp - 1 else middle)[c - 1]
+            key = _kind(i, pp, c, lo, hi, chain)
+            if key not in memo:
+                memo[key] = plain_search(costed.restrict(range(lo, hi)), threads=threads).cost
+            return memo[key]
+
+        for counts, ranges, sched in fitting:
+            times = [stage_cost(lo, hi, i, c) for i, ((lo, hi), c) in enumerate(zip(ranges, counts))]
+            ranked.append((sched.time(times, m), micro, pp, counts, sched))
+        mine = min((r[0] for r in ranked if r[1] == micro and r[2] == pp), default=math.inf)
+        if last is not None and mine > last[1]:  # worse than the smaller micro-batch: stop growing it
+            best_of[pp] = (None, None)
+        elif mine < math.inf:
+            best_of[pp] = (micro, mine)
+    if bar is not None:
+        bar.close()
+    if not ranked:
+        if incumbent is not None:
+            return None
+        if capacity is not None and pairs:
+            raise PipelineDoesNotFit(max(pps), capacity, smallest[0])
+        raise InputError(f"no pipeline of the batch of {batch} on {p} devices: at least as many micro-batches as "
+                         "stages are needed")
+    ranked.sort(key=lambda x: (x[0], x[2], x[1]))
+    bar = progress("searching the best pipelines", "settings") if progress is not None else None
+    try:
+        return _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, threads, pps, smallest,
+                              bar)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def least_memory(costed, in_flight: float) -> list[float]:
+    """Each operator's least memory (bytes) over its configurations and the
+    values of its searched options, with the activations of ``in_flight``
+    micro-batches: a stage's least is their sum (operators alike share
+    their arrays, each reduced once)."""
+    import numpy as np
+
+    out, seen = [], {}
+    for v, parts in enumerate(costed.parts):
+        tables = costed.tables[v] if costed.tables else ()
+        key = (id(parts), tuple(id(t) for t in tables))
+        if key not in seen:
+            m = parts[0] + parts[1] + parts[2] + in_flight * parts[3]
+            for t in tables:  # each option's least, per configuration
+                m = m + (t.kept if in_flight == 1 else t.kept_with(in_flight)).min(axis=1)
+            seen[key] = (parts, tables, float(np.min(m)))
+        out.append(seen[key][2])
+    return out
+
+
+def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, threads, pps, smallest, bar):
+    """The best of the ``ranked`` pipeline settings (best first), each
+    stage searched within the memory (see :func:`search`)."""
+    from dp_search import DoesNotFit, search as plain_search, search_within
+
+    best, tried, fitted = None, 0, 0
+    to_beat = math.inf if incumbent is None else incumbent
+    failed = [math.inf]  # the least a stage searched within the memory needed, where none fitted
+    for est, micro, pp, counts, sched in ranked:
+        if best is not None and (fitted >= SEARCHED or est >= best.step):
+            break
+        if est >= to_beat:
+            break
+        if tried >= 4 * SEARCHED and best is not None:  # enough tried beyond what fits
+            break
+        tried += 1
+        if bar is not None:
+            bar(tried, len(ranked))
+        g, costed, stage_model = costs[(micro, pp)]
+        m = batch // micro
+        ranges = dict(_cuts(g, chain, costed, pp))[counts]
+        bounds, plans = [], {}
+        keys = [_kind(i, pp, c, lo, hi, chain) for i, ((lo, hi), c) in enumerate(zip(ranges, counts))]
+        # each kind of stage once, the middle ones first (the most of them, likeliest to be the slowest); the
+        # first of a kind keeps the most micro-batches, so its plan serves every stage of its kind
+        order = sorted(range(pp), key=lambda i: (keys[i][0] != "middle" if chain is not None else False, i))
+        try:
+            for i in order:
+                key = keys[i]
+                if key in plans:
+                    continue
+                lo, hi = ranges[i]
+                f = max(sched.in_flight(j, pp, m) for j in range(pp) if keys[j] == key)
+                sub = costed.restrict(range(lo, hi))
+                if capacity is None:
+                    r = plain_search(sub, threads=threads)
+                    plans[key], floor = r.strategy, r.cost
+                else:
+                    b = search_within(sub, capacity, threads=threads, in_flight=f)
+                    plans[key], floor = b.result.strategy, b.lower_bound
+                    bounds.append(b.gap if b.status == "bound" else 0.0)
+                if m * floor >= ABANDON * min(best.step if best is not None else math.inf, to_beat):
+                    raise _Slower  # this stage alone makes it slower than the best
+        except DoesNotFit as e:
+            failed[0] = min(failed[0], e.least)
+            continue
+        except _Slower:
+            continue
+        decisions = [d for key in keys for d in plans[key]]
+        pipe = evaluate(g, model, p, pp, m, micro, sched, ranges, decisions)
+        if capacity is not None and pipe.peak_memory > capacity * (1 + 1e-12):
+            continue
+        fitted += 1
+        worst = max(bounds, default=0.0)
+        pipe = replace(pipe, bound="exact for its stages" if worst == 0.0 else
+                       f"within {100 * worst:.2f}% of the best for its stages (Lagrangian bound)")
+        if best is None or pipe.step < best.step:
+            best = pipe
+    if best is None:
+        if incumbent is not None:
+            return None
+        raise PipelineDoesNotFit(max(pps), capacity, failed[0] if math.isfinite(failed[0]) else smallest[0])
+    return best
+
+
+class PipelineDoesNotFit(MemoryError):
+    """No pipeline tried fits the device memory: ``least`` the least any
+    needed (each stage's operators at their least memory, a bound)."""
+
+    def __init__(self, stages: int, capacity: float | None, least: float):
+        need = f": the smallest needs at least {least / 1e9:.4g} GB" if math.isfinite(least) else ""
+        where = f"the {capacity / 1e9:.4g} GB of a device" if capacity is not None else "the memory"
+        super().__init__(f"no pipeline of up to {stages} stages fits {where}{need}")
+        self.least, self.capacity = least, capacity

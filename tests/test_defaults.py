@@ -1,0 +1,161 @@
+"""What a run searches when no flag says (planner/defaults.py), what it
+says when nothing fits, the paper's machine named in a model file's
+report, and progress on a non-terminal (cli/progress.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from conftest import ROOT, not_progress, run_cli
+
+LLAMA8B = ROOT / "tests" / "data" / "configs" / "llama3-8b"
+
+
+def _tiny_llama(tmp_path, layers=4):
+    cfg = json.loads((LLAMA8B / "config.json").read_text())
+    cfg.update(hidden_size=512, intermediate_size=1792, num_hidden_layers=layers, num_attention_heads=8,
+               num_key_value_heads=8, vocab_size=32768)
+    d = tmp_path / "tiny-llama"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def _plan(*args):
+    from cli.args import parse_args
+    from planner import plan
+
+    return plan(parse_args([str(a) for a in args]))
+
+
+TIGHT = ("-p", 8, "-b", 32, "--seq", 2048, "--device", "h100", "--device-memory", "0.6", "--headroom", "0")
+
+
+def test_a_real_device_searches_recomputation_zero_and_stages(tmp_path):
+    """A memory the plan as built cannot meet: nothing searched fails (and
+    says what would fit); by default on the device, a plan fits, at least
+    as fast as each search asked for by flags."""
+    model = _tiny_llama(tmp_path)
+    fixed = run_cli("-g", model, *TIGHT, "--recompute", "none", "--zero", "0", "--pp", "1", ok=False)
+    assert fixed.returncode == 1 and "no strategy fits" in fixed.stderr
+    line = not_progress(fixed.stderr).strip()
+    assert len(line.splitlines()) == 1 and "it would fit with more devices (about" in line
+    assert "--recompute auto, --zero auto, --pp auto (not searched here)" in line
+    default = _plan("-g", model, *TIGHT)
+    r = default.result
+    assert r.fits and default.settings.recompute == default.settings.zero == default.settings.pp == "auto"
+    others = []  # what each search asked for by flags finds, where it finds a plan that fits
+    for flags in (("--pp", "1", "--recompute", "auto", "--zero", "auto"), ("--pp", "auto"),
+                  ("--pp", "1", "--microbatches", "auto")):
+        try:
+            others.append(_plan("-g", model, *TIGHT, *flags).result.total_cost)
+        except MemoryError:
+            pass
+    assert others and r.total_cost <= min(others) * (1 + 1e-12)
+
+
+def test_the_papers_setting_keeps_its_defaults():
+    """No device preset, no cluster file: nothing is searched the flags do
+    not ask for, a capacity from --device-memory included."""
+    for args in (("-g", "transformer", "-p", 16), ("-g", "alexnet", "-p", 8, "--device-memory", "100"),
+                 ("-g", "alexnet", "-p", 8, "--device", "paper", "--device-memory", "100")):
+        planned = _plan(*args)
+        s = planned.settings
+        assert (s.recompute, s.zero, s.pp) == (None, None, None)
+        assert planned.result.pipeline is None and not any(layer.decision.options for layer in planned.result.layers)
+
+
+def test_a_flag_fixes_what_it_gives(tmp_path):
+    model = _tiny_llama(tmp_path)
+    planned = _plan("-g", model, "-p", 8, "-b", 32, "--seq", 2048, "--device", "h100", "--zero", "0", "--pp", "1")
+    s = planned.settings
+    assert s.recompute == "auto" and str(s.zero) == "0" and s.pp == 1
+    assert planned.result.pipeline is None
+    assert not any(dict(layer.decision.options).get("zero") for layer in planned.result.layers)
+
+
+def test_a_cluster_file_with_a_capacity_is_a_real_device(tmp_path):
+    cluster = tmp_path / "c.toml"
+    cluster.write_text('device = "h100"\ndevice_memory = 80\n')
+    planned = _plan("-g", _tiny_llama(tmp_path), "-p", 8, "-b", 32, "--seq", 2048, "--cluster", cluster)
+    assert planned.settings.pp == "auto"
+    bare = tmp_path / "bare.toml"
+    bare.write_text("flops = 10\n")
+    assert _plan("-g", "alexnet", "-p", 4, "--cluster", bare).settings.pp is None
+
+
+def test_nothing_fits_with_everything_searched_says_more_devices(tmp_path):
+    proc = run_cli("-g", _tiny_llama(tmp_path), "-p", 8, "-b", 32, "--seq", 2048, "--device", "h100",
+                   "--device-memory", "0.02", "--headroom", "0", ok=False)
+    line = not_progress(proc.stderr).strip()
+    assert proc.returncode == 1 and len(line.splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert "no plan fits in 0.02 GB per device with or without pipeline stages: the smallest needs at least" in line
+    assert "more devices (about" in line and "not searched here" not in line
+
+
+def test_standard_search_refuses_an_impossible_memory_from_its_bound():
+    """Llama 3 8B on 64 H100s cannot keep its states in 2 GB a device: the
+    bound says so before any configuration is costed."""
+    proc = run_cli("-g", LLAMA8B, "-p", 64, "--device", "h100", "--device-memory", 5, "--search", "standard",
+                   ok=False)
+    line = not_progress(proc.stderr).strip()
+    assert proc.returncode == 1 and len(line.splitlines()) == 1
+    assert "no standard configuration fits in 2 GB per device: the smallest needs at least 2.008 GB" in line
+    assert "more devices (about" in line
+
+
+@pytest.mark.parametrize("args, named", [
+    (("-g", LLAMA8B, "-p", 8), True),
+    (("-g", ROOT / "tests" / "data" / "onnx" / "hf-gpt2-dynamo.onnx", "-p", 8, "--seq", 128), True),
+    (("-g", ROOT / "tests" / "data" / "configs" / "gpt2", "-p", 8, "--device", "h100", "--pp", "1"), False),
+    (("-g", "transformer", "-p", 8), False),
+])
+def test_a_model_file_on_the_papers_machine_says_so(args, named):
+    out = run_cli(*args, "-q").stdout
+    head = out.splitlines()[:4]
+    assert any(line.startswith("On the PaSE paper's machine (10 TFLOPS, 16 GB/s, fp64): give --device")
+               for line in head) == named, head
+
+
+# -- progress ----------------------------------------------------------------------------------------
+
+def test_progress_off_a_terminal_is_one_line_per_step():
+    from cli.progress import LINE, Progress
+
+    out = io.StringIO()
+    bar = Progress("searching", "operators", stream=out, after=0.0)
+    for i in range(1, 453):
+        bar(i, 452)
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 and LINE.match(lines[0]) and lines[0].startswith("scheduler.py: searching: 452 operators in")
+    quick = io.StringIO()
+    bar = Progress("searching", "operators", stream=quick, after=60.0)
+    bar(1, 1)
+    bar.close()
+    assert quick.getvalue() == ""  # a step shorter than the threshold shows nothing
+
+
+def test_no_progress_line_for_a_step_an_error_ends():
+    from cli.progress import Progress
+
+    out = io.StringIO()
+    with pytest.raises(ValueError):
+        bar = Progress("searching", "operators", stream=out, after=0.0)
+        try:
+            bar(1, 2)
+            raise ValueError("the error's own line says it")
+        finally:
+            bar.close()
+    assert out.getvalue() == ""
+
+
+def test_progress_lines_on_stderr_and_none_with_q():
+    args = ("-g", "transformer", "-p", 256)
+    full = run_cli(*args)
+    assert all(line.startswith("scheduler.py: ") for line in full.stderr.splitlines())  # progress lines only
+    quiet = run_cli(*args, "-q")
+    assert quiet.stderr == ""
