@@ -122,6 +122,9 @@ def _time_lines(r: Result) -> list[str]:
         if r.recomputed_flops:
             hw = r.hardware_flops / r.step_seconds / r.procs / 1e12
             line += f"; with the recomputation {hw:.1f} T ({100 * hw / cl.flops:.1f}%)"
+        fw = r.cost_model.framework
+        if fw is not None and fw.float8:
+            line += f"; Float8 products counted against the {cl.precision} peak"
         lines.append(line)
     return lines
 
