@@ -152,8 +152,8 @@ def zero(tmp: Path):
         res = run("-g", LLAMA8B, "-p", n, "-b", n, "--seq", 256, "--precision", "bf16", "--plan",
                   f"dp={n},zero={stage}")
         per = sum(res.memory[:3]) / res.parameters
-        yield row("ZeRO SC'20 Fig. 1", f"7.5B, 64 GPUs, stage {stage}", "GB per device", pub, per * psi / 1e9,
-                  "{:.1f}")
+        yield row("ZeRO SC'20 Fig. 1", f"7.5B, 64 GPUs, stage {stage} (figure rounded)", "GB per device", pub,
+                  per * psi / 1e9, "{:.2f}")
     # DeepSpeed 0.19's estimators (deepspeed/runtime/zero/stage_1_and_2.py and stage3.py, no offload):
     # ZeRO-2 2P + 18P/N, ZeRO-3 4 x largest layer + 18P/N; Llama 3 8B's largest layer is its 128,256 x 4,096
     # embedding (and output) matrix
