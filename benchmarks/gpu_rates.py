@@ -124,9 +124,9 @@ def main() -> None:
     t_fb = timed(torch, both, iters=iters)
     model = peak * dev.attention_eff
     print(f"\nfused attention (b {b_}, {h} heads of {d}, {s} positions, causal)")
-    print(f"  forward            {fwd_flop / t_f / 1e12:8.1f} TFLOP/s ({100 * fwd_flop / t_f / 1e12 / peak:.1f}% of peak)")
-    print(f"  forward + backward {3.5 * fwd_flop / t_fb / 1e12:8.1f} TFLOP/s ({100 * 3.5 * fwd_flop / t_fb / 1e12 / peak:.1f}% "
-          f"of peak); model {model:.1f}")
+    fwd, both_rate = fwd_flop / t_f / 1e12, 3.5 * fwd_flop / t_fb / 1e12
+    print(f"  forward            {fwd:8.1f} TFLOP/s ({100 * fwd / peak:.1f}% of peak)")
+    print(f"  forward + backward {both_rate:8.1f} TFLOP/s ({100 * both_rate / peak:.1f}% of peak); model {model:.1f}")
     del q, k_, v
     x = torch.randn(16384, 4096 * 16, device="cuda", dtype=torch.bfloat16)
     y = torch.randn_like(x)

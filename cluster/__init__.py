@@ -138,8 +138,8 @@ class Cluster:
     latency: float = _field(0.0, "--latency", "nonnegative", "microseconds per collective step (default: 0)",
                             metavar="US", label="latency (us)", tag="lat")
     device: str = _field("", "--device", "device", "a device preset: peak TFLOPS at the precision, memory and "
-                         "bandwidth inside a node (v100, a100-40gb, a100-80gb, h100, h100-96gb, h100-nvl, h800, h200, b200, "
-                         "paper); flags override it",
+                         "bandwidth inside a node (v100, a100-40gb, a100-80gb, h100, h100-96gb, h100-nvl, h800, "
+                         "h200, b200, paper); flags override it",
                          metavar="NAME")
     precision: str = _field(DEFAULT_PRECISION, "--precision", "precision", "training precision: fp64 (the original "
                             "8-byte word, default), fp32, bf16 or fp16 (mixed precision)", metavar="P")
