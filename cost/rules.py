@@ -177,7 +177,8 @@ class CostModel:
             return (f"realistic ({c.device or 'a measured device'}): vendor FLOP at {100 * c.matmul_eff:.0f}% of peak "
                     f"for matrix products, {100 * c.attention_eff:.0f}% for fused attention, memory-bound work at "
                     f"{100 * c.memory_eff:.0f}% of {c.mem_bw:g} GB/s (roofline); gradients and gathered weights "
-                    "overlap computation")
+                    + ("overlap computation" if c.overlap == 1.0 else "do not overlap computation" if c.overlap == 0.0
+                       else f"overlap computation ({100 * c.overlap:.0f}% of them)"))
         if self.original:
             return "original PaSE (embedding = one-hot GEMM, dense gradients)"
         compute = "row lookup" if self.embedding_lookup else "one-hot GEMM"

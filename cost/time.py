@@ -226,8 +226,10 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
             comm = x if comm is None else comm + x
         compute = work.compute if not work.replays else work.compute + work.replays * work.forward
         return compute, np.zeros(len(C)) if comm is None else comm
-    t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, _, step = _real_parts(work, C, model, op)
+    t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step = _real_parts(work, C, model, op)
     exposed = _exposed(overlapped_bwd, t_bwd, net.overlap) + _exposed(gathers, t_fwd, net.overlap)
+    if inputs is not None:  # inputs gathered again, under the backward pass
+        exposed = exposed + _exposed(inputs, t_bwd, 1.0)
     exposed = exposed + _contention(model, overlapped_bwd, t_bwd) + _contention(model, gathers, t_fwd)
     K = len(C)
     compute = t_fwd * (1.0 + work.replays) + t_bwd
@@ -250,12 +252,13 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
     """What :func:`price` and :func:`price_stage` read of a work record on
     a real device: the forward and backward pass times, the blocking
     collectives, half the weights' gathers (one pass's), the gradients'
-    collectives, what overlaps the backward pass (its half of the gathers,
-    the inputs gathered again and the gradients, added in the record's
-    order), the inputs gathered again alone (``None``: none), and what the
-    step adds once as a framework runs it (``None``
-    without one): its optimizer step over the weights the device updates
-    and the copies of its gathered weights.
+    collectives, what overlaps the backward pass (its half of the gathers
+    and the gradients, added in the record's order), the inputs gathered
+    again for it (``None``: none; a framework's own asynchronous
+    collective, overlapped whatever the cluster's ``overlap``), and what
+    the step adds once as a framework runs it (``None`` without one): its
+    optimizer step over the weights the device updates and the copies of
+    its gathered weights.
 
     The matrix units run at the device's ``power`` share of their peak;
     FP8 products (Float8) at its FP8 peak."""
@@ -286,9 +289,8 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
                 gathers = gathers + x / 2.0
                 overlapped_bwd = overlapped_bwd + x / 2.0
                 gathered = gathered + np.asarray(c.words)
-            elif c.role == "inputs":  # gathered again for the backward pass, under it
-                overlapped_bwd = overlapped_bwd + x
-                inputs = x if inputs is None else inputs + x
+            elif c.role == "inputs":  # gathered again for the backward pass, under it (the framework's own
+                inputs = x if inputs is None else inputs + x  # asynchronous collective, whatever the overlap)
             else:
                 sync = sync + x
                 overlapped_bwd = overlapped_bwd + x
@@ -323,7 +325,7 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator):
     t_fwd, t_bwd, blocking, gathers, sync, _, inputs, step = _real_parts(work, C, model, op)
     exposed = _exposed(gathers, t_bwd, net.overlap) + _exposed(gathers, t_fwd, net.overlap)
     if inputs is not None:  # inputs gathered again, under the backward pass
-        exposed = exposed + _exposed(inputs, t_bwd, net.overlap)
+        exposed = exposed + _exposed(inputs, t_bwd, 1.0)
     exposed = exposed + _contention(model, gathers, t_bwd) + _contention(model, gathers, t_fwd)
     compute = t_fwd * (1.0 + work.replays) + t_bwd
     if step is not None:  # once per step: a micro-batch's share of it
