@@ -64,7 +64,13 @@ def _memory_lines(r: Result) -> list[str]:
         room = fmt_bytes(r.capacity) + (f" ({cl.device_memory:g} GB less {cl.headroom:g} GB headroom)"
                                         if cl.headroom else "")
         line += f": fits the {room}" if r.fits else f": OVER the {room} of a device"
-    return [line, f"  {parts}"]
+    lines = [line, f"  {parts}"]
+    if cm.framework is not None:
+        reserve, outside = r.beyond_tensors
+        lines.append(f"  as {cm.framework.title} runs it: {fmt_bytes(r.reserved_bytes)} in its allocator (its reserve "
+                     f"{fmt_bytes(reserve)}), {fmt_bytes(r.reserved_bytes + outside)} with the CUDA context and "
+                     f"NCCL's buffers")
+    return lines
 
 
 def _pipeline_lines(r: Result) -> list[str]:
@@ -116,6 +122,9 @@ def _time_lines(r: Result) -> list[str]:
         if r.recomputed_flops:
             hw = r.hardware_flops / r.step_seconds / r.procs / 1e12
             line += f"; with the recomputation {hw:.1f} T ({100 * hw / cl.flops:.1f}%)"
+        fw = r.cost_model.framework
+        if fw is not None and fw.float8:
+            line += f"; Float8 products counted against the {cl.precision} peak"
         lines.append(line)
     return lines
 
@@ -232,6 +241,8 @@ def render_text(r: Result, summary: bool = False) -> str:
     head += [f"{machine}; {units}"] if len(machine) + len(units) < 78 else [machine, units[0].upper() + units[1:]]
     rules = f"Cost model: {r.cost_model.describe()}"
     head.append(rules + (f" (as {r.rules_from} records)" if r.rules_from else ""))
+    if r.cost_model.framework is not None:
+        head.append(f"Framework: {r.cost_model.framework.describe()}")
     outside = r.mode != "search" and not r.in_search_space
     with_options = any(layer.decision.options for layer in r.layers)
     rows = [("id", "name", "kind", "dims", "config", "cost", "memory") + (("saves", "options") if with_options

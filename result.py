@@ -223,6 +223,22 @@ class Result:
         return math.fsum([*self.memory, self.transient])
 
     @property
+    def beyond_tensors(self) -> tuple[float, float] | None:
+        """What the framework's process holds beyond the tensors' peak
+        (:meth:`frameworks.Framework.beyond`): the caching allocator's
+        reserve, and the CUDA context and NCCL's buffers outside it; ``None``
+        without a framework."""
+        fw = self.cost_model.framework
+        return None if fw is None else fw.beyond(self.memory_bytes)
+
+    @property
+    def reserved_bytes(self) -> float | None:
+        """The allocator's peak as a framework runs the plan (tensors and
+        its reserve: what ``torch.cuda.max_memory_reserved`` reports)."""
+        extra = self.beyond_tensors
+        return None if extra is None else self.memory_bytes + extra[0]
+
+    @property
     def capacity(self) -> float | None:
         """Bytes per device a plan may use (its memory less the headroom),
         if the cluster says."""

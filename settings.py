@@ -113,8 +113,17 @@ _PIPELINE = (
 _RUN = (
     Setting("optimizer", ("--optimizer",), "name", "sgd, momentum or adam: 0, 1 or 2 extra copies of the weights in "
             "the memory model (default: adam)", metavar="NAME", sweep=True),
+    Setting("framework", ("--framework",), "name", "the training framework that runs the plan: megatron, "
+            "torchtitan or deepspeed (its model states, what sequence parallelism and recomputation keep, its "
+            "kernels, its memory beyond tensors; see docs/frameworks.md), or none (default: the tool's own model)",
+            choices=("megatron", "torchtitan", "deepspeed", "none"), metavar="NAME"),
+    Setting("compile", ("--compile",), "switch", "with --framework torchtitan or deepspeed: torch.compile fuses "
+            "the element-wise work of each block (default: eager kernels)", False),
+    Setting("float8", ("--float8",), "switch", "with --framework: the linear layers of the blocks multiply in "
+            "FP8 (torchao's Float8Linear, Transformer Engine) at the device's FP8 peak; MFU stays against the "
+            "training precision's peak", False),
     Setting("cluster", ("--cluster",), "path", "a cluster file (JSON or TOML) with any of "
-            f"{', '.join(CLUSTER_FIELDS)}; flags override it", metavar="FILE"),
+            f"{', '.join(CLUSTER_FIELDS)}, and framework, compile, float8; flags override it", metavar="FILE"),
     Setting("algo", ("--algo",), "count", "search order: 0 GENERATESEQ, 1 breadth-first (default: 0)", 0,
             choices=(0, 1)),
     Setting("profile", ("--profile",), "switch", "profile the search with cProfile and print the top entries", False),
@@ -140,8 +149,9 @@ _RUN = (
             "compare flag)",
             choices=("plan", "standard"), metavar="WHAT"),
     Setting("plan", ("--plan",), "spec", "cost the standard configuration SPEC instead of searching: "
-            "comma-separated key=value of tp, dp, cp, ep, sp, pp, microbatch, schedule, recompute, zero "
-            "(Megatron-LM's rules; dp defaults to what is left of p), e.g. tp=8,recompute=full", metavar="SPEC"),
+            "comma-separated key=value of tp, dp, cp, ep, sp, pp, microbatch, schedule, recompute, zero, "
+            "framework (Megatron-LM's rules; dp defaults to what is left of p), e.g. tp=8,recompute=full",
+            metavar="SPEC"),
     Setting("mem_limit_gb", ("--mem-limit",), "positive", "memory the cost arrays and the search may use, in GB "
             "(default: half the memory available now; the process itself needs up to 100 MB more)",
             metavar="GB"),

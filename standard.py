@@ -56,6 +56,7 @@ KEYS = {
     "schedule": "pipeline schedule: gpipe, 1f1b, interleaved or interleaved:V",
     "recompute": "activation recomputation of every block: none, selective, full",
     "zero": "ZeRO stage of every operator: 0, 1, 2, 3",
+    "framework": "the training framework that runs it: megatron, torchtitan, deepspeed (as --framework)",
 }
 
 
@@ -75,6 +76,7 @@ class Standard:
     chunks: int = 1  # interleaved schedule: model chunks per device
     recompute: str = "none"
     zero: int = 0
+    framework: str | None = None  # the framework named by the specification, if any (planner.py reads it)
 
     def __repr__(self) -> str:
         default = Standard()
@@ -105,7 +107,8 @@ class Standard:
             parts.append(f"microbatch={self.microbatch}")
         if self.pp > 1:
             parts.append(f"schedule={sched}")
-        return ",".join(parts + [f"recompute={self.recompute}", f"zero={self.zero}"])
+        parts += [f"recompute={self.recompute}", f"zero={self.zero}"]
+        return ",".join(parts + ([f"framework={self.framework}"] if self.framework else []))
 
     @property
     def devices(self) -> int:
@@ -144,6 +147,12 @@ def parse(spec: str) -> Standard:
                 raise InputError(f"--plan: schedule must be gpipe, 1f1b, interleaved or interleaved:V, got {text!r}")
             values["schedule"] = name
             values["chunks"] = _int("schedule's chunks", chunks, 2) if chunks else (2 if name == "interleaved" else 1)
+        elif key == "framework":
+            from frameworks import FRAMEWORKS
+
+            if text.lower() not in FRAMEWORKS:
+                raise InputError(f"--plan: framework must be one of {', '.join(FRAMEWORKS)}, got {text!r}")
+            values["framework"] = text.lower()
         elif key == "sp":
             if text not in ("0", "1"):
                 raise InputError(f"--plan: sp must be 0 or 1, got {text!r}")

@@ -232,7 +232,7 @@ class Costing:
         self._ops: dict = {}  # (micro, variant, class, options) -> {config: figures}
         self._edges: dict = {}  # (micro, variant, edge class) -> {(source config, target config): cost}
         self._wanted: dict = {}  # (micro, variant) -> per class, the configurations registered
-        self._models = {PLAIN: model}
+        self._models = {}  # variant (see shape) -> its cost model
         self.calls = 0  # batched calls of the cost model's functions
         self._params = None
         self._estimates: dict = {}
@@ -263,19 +263,26 @@ class Costing:
         return self._layouts[micro]
 
     def shape(self, std):
-        """``(micro, variant, staged)``: the graph's batch, the cluster the
-        operators run on, and whether the step is a pipeline's (stages, or
-        micro-batches accumulated)."""
+        """``(micro, variant, staged)``: the graph's batch, the variant of
+        the cost model the operators are costed under (where they run: the
+        whole cluster or a stage's devices; and whether a framework keeps
+        sequence-parallel activations), and whether the step is a
+        pipeline's (stages, or micro-batches accumulated)."""
         staged = std.pp > 1 or std.microbatch * std.dp < self.batch
+        sp = bool(std.sp) and self.model.framework is not None  # only a framework's rules read it
         if not staged:
-            return self.batch, PLAIN, False
-        from pipeline import stage_cluster
+            micro, variant = self.batch, (PLAIN, sp)
+        else:
+            from pipeline import stage_cluster
 
-        cluster = stage_cluster(self.model.cluster, self.p // std.pp)
-        variant = ("stage", cluster.gpus_per_node)
+            cluster = stage_cluster(self.model.cluster, self.p // std.pp)
+            micro, variant = std.microbatch * std.dp, (("stage", cluster.gpus_per_node), sp)
         if variant not in self._models:
-            self._models[variant] = replace(self.model, cluster=cluster, micro_batches=None)
-        return std.microbatch * std.dp, variant, True
+            model = self.model.with_sequence_parallel(sp)
+            if staged:
+                model = replace(model, cluster=cluster, micro_batches=None)
+            self._models[variant] = model
+        return micro, variant, staged
 
     def decisions(self, L: _Layout, micro: int, std) -> tuple:
         """One decision per class of ``L`` (:func:`standard.decide`); an
@@ -363,7 +370,7 @@ class Costing:
         given = {name: dict(options).get(name, OPTIONS[name].default) for name in OPTIONS}
         K = len(todo)
         self.calls += 1
-        if variant == PLAIN:
+        if variant[0] == PLAIN:
             na = node_arrays(op, todo, model, ctx, given=given)
             comp, comm, sync, parts, trans = na.compute, na.comm, np.zeros(K), na.parts, na.transient
         else:

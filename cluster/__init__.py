@@ -141,7 +141,8 @@ class Cluster:
     latency: float = _field(0.0, "--latency", "nonnegative", "microseconds per collective step (default: 0)",
                             metavar="US", label="latency (us)", tag="lat")
     device: str = _field("", "--device", "device", "a device preset: peak TFLOPS at the precision, memory and "
-                         "bandwidth inside a node (v100, a100-40gb, a100-80gb, h100, paper); flags override it",
+                         "bandwidth inside a node (v100, a100-40gb, a100-80gb, h100, h100-96gb, h100-nvl, h800, "
+                         "h200, b200, paper); flags override it",
                          metavar="NAME")
     precision: str = _field(DEFAULT_PRECISION, "--precision", "precision", "training precision: fp64 (the original "
                             "8-byte word, default), fp32, bf16 or fp16 (mixed precision)", metavar="P")
@@ -193,6 +194,13 @@ class Cluster:
     grad_precision: str = _field("", "--grad-precision", "precision", "precision the gradients are reduced in "
                                  "(realistic model; default: fp32 under 16-bit training, as Megatron-LM and "
                                  "torchtitan reduce them, else the training precision)", metavar="P", sweep=False)
+    fp8_flops: float | None = _field(None, "--fp8-flops", "positive", "peak dense FP8 TFLOPS per device, at which "
+                                     "--float8 runs the linear layers' products (realistic model; default: the "
+                                     "--device's, none without a device)", metavar="TFLOPS",
+                                     label="peak FP8 TFLOPS per device", tag="fp8")
+    power: float = _field(1.0, "--power", "fraction", "share of its peak a device's matrix units sustain under its "
+                          "power limit (realistic model; default: the --device's, 1 at its rated power)",
+                          metavar="F", label="power-limit factor", tag="pow")
     headroom: float | None = _field(None, "--headroom", "nonnegative", "memory of a device the plan leaves free for "
                                     "the framework, the CUDA context, workspaces and fragmentation, in GB (default: "
                                     "the --device's)", metavar="GB", label="memory headroom (GB)", tag="free")

@@ -11,7 +11,11 @@ A cluster file holds any of :data:`FIELDS`, e.g. (TOML)::
     latency = 5          # microseconds per collective step
 
 A strategy file written with ``--output`` records the same fields under
-``"cluster"``, so it can serve as a cluster file too.
+``"cluster"``, so it can serve as a cluster file too.  Beside the cluster's
+fields a cluster file may name the training framework that runs on it
+(:data:`RUN_KEYS`: ``framework``, ``compile``, ``float8``; see
+``frameworks/``), which :func:`read_cluster_file` returns with them and the
+planner takes apart.
 """
 
 from __future__ import annotations
@@ -23,7 +27,10 @@ from cluster.presets import device as preset
 from cluster.presets import known, network
 from errors import InputError, SettingError, shown
 
-__all__ = ["check_fields", "read_cluster_file", "record", "resolve"]
+__all__ = ["check_fields", "read_cluster_file", "record", "resolve", "RUN_KEYS"]
+
+#: what a cluster file may say beside the cluster's fields: the framework running on it
+RUN_KEYS = ("framework", "compile", "float8")
 
 MAX_FILE_BYTES = 1 << 20
 #: what each kind of declared field holds, as a file's value
@@ -48,8 +55,11 @@ def check_fields(fields: dict, where: str) -> dict:
     for key, value in fields.items():
         if value is None:
             continue
+        if key in RUN_KEYS:
+            out[key] = _run_value(key, value, where)
+            continue
         if key not in FIELDS:
-            raise InputError(f"{where}: unknown key {key!r}; the keys are {', '.join(FIELDS)}")
+            raise InputError(f"{where}: unknown key {key!r}; the keys are {', '.join((*FIELDS, *RUN_KEYS))}")
         kind = FIELDS[key].kind
         if not _typed(kind, value):
             raise InputError(f"{where}: {key} must be {_TYPES[kind]}, got {value!r}")
@@ -66,6 +76,19 @@ def check_fields(fields: dict, where: str) -> dict:
             raise InputError(f"{where}: {key} {e.problem}") from None
         out[key] = value
     return out
+
+
+def _run_value(key: str, value, where: str):
+    """A cluster file's framework (a known name, or ``none``) or switch (true or false)."""
+    if key == "framework":
+        from frameworks import FRAMEWORKS
+
+        if not isinstance(value, str) or value.strip().lower() not in (*FRAMEWORKS, "none"):
+            raise InputError(f"{where}: framework must be one of {', '.join(FRAMEWORKS)} or none, got {value!r}")
+        return value.strip().lower()
+    if not isinstance(value, bool):
+        raise InputError(f"{where}: {key} must be true or false, got {value!r}")
+    return value
 
 
 def read_cluster_file(path: str) -> dict:
@@ -95,7 +118,7 @@ def record(c: Cluster) -> dict:
 #: the figures of a device (a preset sets them all): a plan file's record of them is used again only for
 #: the device and precision it was made for
 DEVICE_FIGURES = ("flops", "bw", "device_memory", "mem_bw", "matmul_eff", "attention_eff", "memory_eff",
-                  "link_eff", "allreduce_eff", "latency", "headroom", "sms")
+                  "link_eff", "allreduce_eff", "latency", "headroom", "sms", "fp8_flops", "power")
 #: the figures of a network between nodes (a network preset sets them)
 NETWORK_FIGURES = ("inter_bw", "net_eff", "inter_latency")
 

@@ -13,10 +13,38 @@ vendors' data sheets):
   HBM2 1,555 GB/s (40 GB) and HBM2e 2,039 GB/s (80 GB); NVLink 600 GB/s in
   total, 300 GB/s each way;
 * ``h100``: NVIDIA H100 SXM5 80 GB (H100 data sheet, 2023): FP64 tensor 67,
-  FP32 67, BF16 and FP16 tensor 989.5 TFLOPS (dense; twice that with
-  sparsity); HBM3 3,350 GB/s; NVLink 900 GB/s in total, 450 GB/s each way;
+  FP32 67, BF16 and FP16 tensor 989.5 TFLOPS, FP8 1,979 (dense; twice that
+  with sparsity); HBM3 3,350 GB/s; NVLink 900 GB/s in total, 450 GB/s each
+  way;
+* ``h100-96gb``: NVIDIA H100 SXM5 96 GB, the HBM2e part of Meta's Grand
+  Teton hosts that torchtitan's benchmarks ran on (torchtitan's
+  ``benchmarks/llama3_h100_202412_torchtitan.md``: "96GB HBM2e with 2.4
+  TB/sec peak memory bandwidth", "the default 500W power limit", "the
+  actual peak TFLOPs number is between SXM and NVL"): the H100 SXM5's
+  peaks (989.5 bf16, 1,979 FP8 dense) and NVLink; 2,400 GB/s; at 500 W its
+  matrix units sustain ``power`` 0.896 of the SXM5's peak, the H100 NVL's
+  835 TFLOPS at 400 W and the SXM5's 989.5 at 700 W interpolated at 500 W;
+  400 Gb/s RoCE per device between hosts;
+* ``h100-nvl``: NVIDIA H100 NVL 94 GB (H100 NVL product brief, 2024): 835
+  bf16 and 1,671 FP8 TFLOPS dense (twice with sparsity), FP32 60, HBM3
+  3,900 GB/s; an NVLink bridge of 600 GB/s joins a pair (300 each way), so
+  a node here is a pair;
+* ``h800``: NVIDIA H800 SXM5 80 GB: the H100 SXM5's compute and memory,
+  NVLink 400 GB/s in total, 200 each way;
+* ``h200``: NVIDIA H200 SXM 141 GB (H200 data sheet, 2024): the H100
+  SXM5's peaks (989.5 bf16, 1,979 FP8), HBM3e 4,800 GB/s, NVLink 900 GB/s;
+* ``b200``: NVIDIA B200 in an HGX/DGX B200 (DGX B200 data sheet, 2024: 72
+  PFLOPS FP8 training and 1,440 GB of HBM3e at 64 TB/s for 8 GPUs;
+  NVLink 5 at 1.8 TB/s per GPU): 2,250 bf16 and 4,500 FP8 TFLOPS dense,
+  180 GB at 8,000 GB/s, 900 GB/s each way, 148 multiprocessors; the data
+  sheet gives no FP32 or FP64 rate the model uses, so it trains in bf16 or
+  fp16 only;
 * ``paper``: the PaSE paper's device, 10 TFLOPS and 16 GB/s at every
   precision, memory unbounded, no memory bandwidth: the paper's model.
+
+``fp8`` is a device's dense FP8 peak (``--float8`` runs the linear layers'
+products at it); ``power`` the share of its peak its matrix units sustain
+under the power limit it runs at (1 at its rated power).
 
 A real device implies its training precision (bf16; fp16 on the V100), the
 node of its DGX system (8 devices) and that system's network (below), and
@@ -40,7 +68,9 @@ model and plan):
 * ``link_eff``: NCCL's all-reduce reaches a bus bandwidth of 80 % of the
   NVLink peak (nccl-tests on DGX A100: about 230 of 300 GB/s; DGX H100:
   about 360 of 450 GB/s without NVLink SHARP), with ``latency`` 1 us per
-  ring step inside a node.
+  ring step inside a node.  The H100's variants (``h100-96gb``,
+  ``h100-nvl``, ``h800``, ``h200``) and the ``b200`` take the H100's
+  efficiencies: no published figure of their own.
 
 **Networks between nodes** (per device, one direction; ``net_eff`` the
 share of it NCCL's bus bandwidth reaches across nodes, ``inter_latency``
@@ -85,6 +115,8 @@ class Device:
     link_eff: float = 1.0
     latency: float = 0.0  # microseconds per ring step inside a node
     sms: int | None = None  # streaming multiprocessors: a matrix product runs in waves of tiles over them
+    fp8: float | None = None  # peak dense FP8 TFLOPS
+    power: float = 1.0  # share of the peak sustained under the power limit it runs at
 
 
 @dataclass(frozen=True)
@@ -106,7 +138,19 @@ DEVICES = {d.name: d for d in (
     Device("a100-80gb", {"fp64": 19.5, "fp32": 19.5, "bf16": 312.0, "fp16": 312.0}, 80.0, 300.0, 2039.0, "bf16",
            "ib-hdr", headroom=3.0, matmul_eff=0.8, attention_eff=0.55, sms=108, **_REAL),
     Device("h100", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 80.0, 450.0, 3350.0, "bf16",
-           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, **_REAL),
+           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, **_REAL),
+    Device("h100-96gb", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 96.0, 450.0, 2400.0, "bf16",
+           "roce-400", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0,
+           power=round(835.0 + (989.5 - 835.0) * (500.0 - 400.0) / (700.0 - 400.0), 1) / 989.5, **_REAL),
+    Device("h100-nvl", {"fp64": 60.0, "fp32": 60.0, "bf16": 835.0, "fp16": 835.0}, 94.0, 300.0, 3900.0, "bf16",
+           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1670.5,
+           **{**_REAL, "gpus_per_node": 2}),
+    Device("h800", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 80.0, 200.0, 3350.0, "bf16",
+           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, **_REAL),
+    Device("h200", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 141.0, 450.0, 4800.0, "bf16",
+           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, **_REAL),
+    Device("b200", {"bf16": 2250.0, "fp16": 2250.0}, 180.0, 900.0, 8000.0, "bf16", "ib-ndr", headroom=3.0,
+           matmul_eff=0.75, attention_eff=0.45, sms=148, fp8=4500.0, **_REAL),
     Device("paper", {"fp64": 10.0, "fp32": 10.0, "bf16": 10.0, "fp16": 10.0}, None, 16.0),
 )}
 
@@ -145,7 +189,9 @@ def device(name: str, precision: str) -> dict:
     if d.mem_bw is not None:
         fields.update(mem_bw=d.mem_bw, matmul_eff=d.matmul_eff, attention_eff=d.attention_eff,
                       memory_eff=d.memory_eff, link_eff=d.link_eff, latency=d.latency,
-                      gpus_per_node=d.gpus_per_node, headroom=d.headroom, sms=d.sms)
+                      gpus_per_node=d.gpus_per_node, headroom=d.headroom, sms=d.sms, power=d.power)
+        if d.fp8 is not None:
+            fields["fp8_flops"] = d.fp8
         fields.update(network_fields(d.network))
     return fields
 

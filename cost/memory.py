@@ -3,18 +3,24 @@
 options change them, from its kind's formula and the cost model's bytes per
 element (:meth:`cost.rules.CostModel.memory_bytes`).  Execution options
 (``options/``) adjust a :class:`kinds.base.Footprint` on top of this.
+
+A training framework (:mod:`frameworks`) changes what is kept as it runs
+the operator (:func:`as_kept`): the loss's fp32 log-probabilities and
+gradients, an activation's input kept beside its output, an input kept as
+this device's shard under sequence parallelism, the FP8 copies of a
+Float8 product's operands.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from cost.rules import CostModel, extents
+from cost.rules import CostModel, extents, regathered
 from graph import Operator
 from kinds import Extents, shard
 from kinds.base import Footprint, shard_bytes
 
-__all__ = ["op_memory", "footprint", "shared_weights"]
+__all__ = ["op_memory", "footprint", "shared_weights", "as_kept", "kept_items"]
 
 def op_memory(op: Operator, configs, shared=()) -> tuple[np.ndarray, np.ndarray]:
     """Per-device elements of ``op``'s (weights, kept activations) at each
@@ -30,10 +36,12 @@ def op_memory(op: Operator, configs, shared=()) -> tuple[np.ndarray, np.ndarray]
             np.broadcast_to(a, (K,)).astype(float, copy=True))
 
 
-def footprint(op: Operator, C: Extents, model: CostModel, shared=()) -> Footprint:
+def footprint(op: Operator, C: Extents, model: CostModel, shared=(), inside: bool = False) -> Footprint:
     """The bytes ``op`` holds at each configuration with its options at
     their default: its kind's weights and kept activations
-    (:func:`op_memory`'s elements) at the precision's bytes."""
+    (:func:`op_memory`'s elements) at the precision's bytes, as the
+    model's framework keeps them (:func:`as_kept`; ``inside``: the
+    operator belongs to a repeated block)."""
     w, a = op.kind.memory(op, C)
     for i in shared:
         w = w - shard(op.inputs[i], C)
@@ -45,7 +53,67 @@ def footprint(op: Operator, C: Extents, model: CostModel, shared=()) -> Footprin
     if any(t.bytes for t in kept):  # a tensor of its own bytes per element (a dropout's mask)
         b = model.cluster.word_bytes
         ab = np.broadcast_to(sum((shard_bytes(t, C, b) for t in kept), np.zeros(K)), (K,)).astype(float)
-    return Footprint(wb, gb, ob, ab, np.zeros(K))
+    fp = Footprint(wb, gb, ob, ab, np.zeros(K))
+    return fp if model.framework is None else as_kept(op, C, model, fp, inside)
+
+
+def as_kept(op: Operator, C: Extents, model: CostModel, fp: Footprint, inside: bool) -> Footprint:
+    """``fp`` as the model's framework keeps it:
+
+    * the loss (a softmax cross-entropy) keeps ``loss[0]`` bytes per logit
+      (fp32 log-probabilities) and holds ``loss[1]`` more at its peak (its
+      fp32 gradients, or temporaries), a transient; ``loss_split`` with the
+      vocabulary split;
+    * a product whose epilogue is an activation keeps the activation's
+      input (the product's output) beside its own input when the framework
+      says so (Megatron-LM's bias-GeLU: Korthikanti et al.'s ``8 s b h``);
+    * an input kept as this device's shard under sequence parallelism
+      (:func:`cost.rules.regathered`) counts ``1 / q`` of itself;
+    * with Float8, a weighted product of a block holds FP8 copies (a byte
+      per element) of its weights and input while it runs (a transient).
+    """
+    fw = model.framework
+    b = float(model.cluster.word_bytes)
+    acts, transient = fp.activations, fp.transient
+    if op.kind.name == "SoftmaxCrossEntropy":
+        logits = shard(op.inputs[0], C)
+        split = C[op.dims[op.kind.axis]] > 1  # (K,) a vocabulary-parallel loss
+        acts = np.where(split, fw.loss_split[0], fw.loss[0]) * logits
+        transient = transient + np.where(split, fw.loss_split[1], fw.loss[1]) * logits
+    if fw.activation_input and getattr(op.kind, "activation", False):
+        acts = acts + b * shard(op.outputs[0], C)
+    for i, letters in regathered(op, C, model):
+        t = op.inputs[i]
+        acts = acts - shard_bytes(t, C, b) * (1.0 - 1.0 / C[letters])
+    if fw.float8 and inside and any(t.role == "weight" for t in op.inputs) and op.kind.name in ("Einsum", "FC"):
+        copies = sum(shard(t, C) for t in op.inputs if t.role != "data")
+        transient = transient + copies
+    K = len(C)
+    return Footprint(fp.weights, fp.gradients, fp.optimizer, np.broadcast_to(acts, (K,)).astype(float),
+                     np.broadcast_to(transient, (K,)).astype(float))
+
+
+def kept_items(op: Operator, C: Extents, model: CostModel) -> list:
+    """``(origin, bytes)`` of each thing ``op`` keeps for its backward
+    pass as the model's framework keeps it (what a recomputation may
+    drop): each kept tensor (``("in", i)``, ``("out", j)``, ``("own",
+    None)``), a sequence-parallel input at its shard's bytes
+    (:func:`cost.rules.regathered`), and an activation's input kept beside
+    the product's output (``("act", None)``, :func:`as_kept`)."""
+    b = model.cluster.word_bytes
+    shards = dict(regathered(op, C, model))
+    out = []
+    for t in op.kind.saved(op):
+        origin = next((("in", i) for i, x in enumerate(op.inputs) if x is t), None) or \
+            next((("out", j) for j, x in enumerate(op.outputs) if x is t), ("own", None))
+        size = shard_bytes(t, C, b)
+        if origin[0] == "in" and origin[1] in shards:
+            size = size / C[shards[origin[1]]]
+        out.append((origin, size))
+    fw = model.framework
+    if fw is not None and fw.activation_input and getattr(op.kind, "activation", False):
+        out.append((("act", None), float(b) * shard(op.outputs[0], C)))
+    return out
 
 
 def shared_weights(g) -> dict[int, tuple[int, ...]]:

@@ -10,7 +10,7 @@ applies (:mod:`cost.time`).  Nothing here prices work or counts bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -19,7 +19,8 @@ from errors import SettingError, shown
 from graph import Operator
 from kinds import Extents
 
-__all__ = ["CostModel", "AUTO", "EMBEDDING_SYNC", "MAX_PROCS", "OPTIMIZERS", "check_procs", "extents"]
+__all__ = ["CostModel", "AUTO", "EMBEDDING_SYNC", "MAX_PROCS", "OPTIMIZERS", "check_procs", "extents",
+           "regathered"]
 
 EMBEDDING_SYNC = ("dense", "sparse", "best")
 AUTO = "auto"  # an option the search chooses
@@ -59,6 +60,12 @@ class CostModel:
     for one of that many micro-batches (:func:`price`): what each
     micro-batch pays, and the gradients' synchronisation, paid once per
     step, shared among them.
+
+    ``framework``: the training framework that runs the plan
+    (:class:`frameworks.Framework`), or ``None``: the tool's own model.
+    Its model states replace :meth:`parameter_bytes`' layout, and the time
+    (:mod:`cost.time`) and memory (:mod:`cost.memory`, ``options/``) rules
+    read it.
     """
 
     cluster: Cluster = Cluster()
@@ -68,6 +75,7 @@ class CostModel:
     optimizer: str = "adam"
     options: tuple = ()
     micro_batches: int | None = None
+    framework: object = None
 
     def __post_init__(self):
         if not isinstance(self.cluster, Cluster):
@@ -85,6 +93,11 @@ class CostModel:
             raise SettingError("distinct_rows", f"must be an integer >= 1, got {shown(u)}")
         if self.optimizer not in OPTIMIZERS:
             raise SettingError("optimizer", f"must be one of {', '.join(OPTIMIZERS)}, got {shown(self.optimizer)}")
+        if self.framework is not None:
+            from frameworks import Framework
+
+            if not isinstance(self.framework, Framework):
+                raise TypeError(f"framework must be a Framework, got {self.framework!r}")
         from options import OPTIONS
 
         opts = dict(self.options)
@@ -108,6 +121,15 @@ class CostModel:
 
         return dict(self.options).get(name, OPTIONS[name].default)
 
+    def with_sequence_parallel(self, sp: bool) -> "CostModel":
+        """The model with its framework running sequence parallelism or not
+        (a standard configuration's ``sp``; only a framework's rules read
+        it: without one, the model itself)."""
+        fw = self.framework
+        if fw is None or fw.sp == bool(sp):
+            return self
+        return replace(self, framework=replace(fw, sp=bool(sp)))
+
     def parameter_bytes(self) -> tuple[float, float, float]:
         """Bytes per weight element of (weights, gradients, optimizer state).
 
@@ -117,11 +139,34 @@ class CostModel:
         weights and gradients, and a 4-byte master copy of the weights plus
         4 bytes per optimizer copy (Adam: 2 + 2 + 12 = 16 bytes).
         """
+        if self.framework is not None:  # the framework's layout, nothing sharded
+            s = self.framework.state_bytes(0, OPTIMIZERS[self.optimizer])
+            return s.weights[0], s.gradients[0], s.optimizer[0]
         b = self.cluster.word_bytes
         copies = OPTIMIZERS[self.optimizer]
         if self.cluster.precision in ("bf16", "fp16"):
             return float(b), float(b), 4.0 + 4.0 * copies
         return float(b), float(b), float(b * copies)
+
+    def stage_bytes(self, stage: int) -> tuple:
+        """Bytes per weight element of (weights, gradients, optimizer state)
+        at ZeRO stage ``stage``, each as ``(held whole, sharded)`` over the
+        replicas: the framework's, else :meth:`parameter_bytes`' copies
+        sharded stage by stage (optimizer state from stage 1, gradients from
+        2, weights from 3)."""
+        if self.framework is not None:
+            s = self.framework.state_bytes(stage, OPTIMIZERS[self.optimizer])
+            return s.weights, s.gradients, s.optimizer
+        wb, gb, ob = self.parameter_bytes()
+        return tuple((0.0, x) if stage >= level else (x, 0.0) for x, level in ((wb, 3), (gb, 2), (ob, 1)))
+
+    def gathered_bytes(self) -> float:
+        """Bytes per weight element held while its operator (a block's
+        operators) runs with its weights sharded (ZeRO stage 3)."""
+        if self.framework is not None:
+            return self.framework.gathered
+        wb, gb, _ = self.parameter_bytes()
+        return 2.0 * wb + gb
 
     def memory_bytes(self, weights, activations) -> tuple:
         """(weights, gradients, optimizer state, activations) bytes of the
@@ -141,7 +186,8 @@ class CostModel:
             return (f"realistic ({c.device or 'a measured device'}): vendor FLOP at {100 * c.matmul_eff:.0f}% of peak "
                     f"for matrix products, {100 * c.attention_eff:.0f}% for fused attention, memory-bound work at "
                     f"{100 * c.memory_eff:.0f}% of {c.mem_bw:g} GB/s (roofline); gradients and gathered weights "
-                    "overlap computation")
+                    + ("overlap computation" if c.overlap == 1.0 else "do not overlap computation" if c.overlap == 0.0
+                       else f"overlap computation ({100 * c.overlap:.0f}% of them)"))
         if self.original:
             return "original PaSE (embedding = one-hot GEMM, dense gradients)"
         compute = "row lookup" if self.embedding_lookup else "one-hot GEMM"
@@ -155,6 +201,29 @@ def check_procs(p) -> int:
     if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not 1 <= p <= MAX_PROCS:
         raise SettingError("p", f"must be an integer from 1 to {MAX_PROCS:,}, got {shown(p)}")
     return int(p)
+
+
+def regathered(op: Operator, C: Extents, model: CostModel) -> list:
+    """``(input position, letters)`` of each activation ``op`` keeps that
+    arrives all-gathered from a sequence-parallel region and that the
+    framework keeps as this device's shard, all-gathered again for the
+    backward pass (Megatron-LM's sequence parallelism, Korthikanti et al.
+    2022, section 4.2.2): with sequence parallelism on, an activation input
+    the operator's configurations replicate over the devices that split
+    its other letters (a column-parallel product's input, replicated over
+    its tensor-parallel group).  ``letters`` name those devices (empty
+    when none: nothing to gather).  Nothing without such a framework."""
+    fw = model.framework
+    if fw is None or not fw.sp or fw.sequence_parallel != "shard":
+        return []
+    out = []
+    kept = op.kind.saved(op)
+    for i, t in enumerate(op.inputs):
+        if t.role != "activation" or not any(t is k for k in kept):
+            continue
+        mine = set("".join(t.axes))
+        out.append((i, "".join(c for c in op.dims if c not in mine)))
+    return out
 
 
 def extents(op: Operator, configs) -> tuple[Extents, Extents]:

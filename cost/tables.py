@@ -18,7 +18,7 @@ import numpy as np
 from config_space import Decision, configurations, count_configurations
 from cost.memory import footprint
 from cost.rules import AUTO, CostModel, check_procs, extents
-from cost.time import edge_costs, price
+from cost.time import as_run, edge_costs, price
 from errors import InputError
 from graph import Operator, operators
 from result import total
@@ -91,7 +91,9 @@ def with_options(op: Operator, configs, model: CostModel, context, given=None):
     given = {k: v for k, v in model.options if v != AUTO} if given is None else given
     D, C = extents(op, configs)
     work = op.kind.work(op, D, C, model)
-    fp = footprint(op, C, model, tuple(sorted(context.shared)))
+    fp = footprint(op, C, model, tuple(sorted(context.shared)), context.block is not None)
+    if model.framework is not None:  # what the framework adds as it runs the operator
+        work = as_run(op, C, work, context, model)
     for name, value in given.items():
         opt = OPTIONS[name]
         if value != opt.default and opt.applies(op, context):

@@ -20,18 +20,67 @@ from dataclasses import replace
 import numpy as np
 
 from cluster import Cluster
-from cost.rules import CostModel, extents
+from cost.rules import CostModel, extents, regathered
 from graph import Operator
 from kinds import Extents, need, shard, tensor_splits
 from kinds.base import OVERLAPPED, Comm, Work
 
 __all__ = ["op_work", "collective_cost", "wave_share", "traffic", "price", "price_stage", "op_cost_parts", "op_costs",
-           "edge_costs", "TILE"]
+           "edge_costs", "TILE", "as_run"]
 
 def op_work(op: Operator, configs, model: CostModel) -> Work:
     """What ``op`` does in a step at each configuration (its kind's record)."""
     D, C = extents(op, configs)
     return op.kind.work(op, D, C, model)
+
+
+def as_run(op: Operator, C: Extents, work: Work, context, model: CostModel) -> Work:
+    """``op``'s work record as the model's framework runs it
+    (:mod:`frameworks`):
+
+    * eager kernels (:func:`frameworks.eager.passes`): the bytes each
+      element-wise operation moves beyond a fused pass, and the kernels it
+      launches; none when compiled or fused;
+    * the loss (a softmax cross-entropy) moves ``loss_passes`` bytes per
+      logit (an fp32 loss of its own, eager or not) instead of its fused
+      pass;
+    * an input kept as this device's shard under sequence parallelism
+      (:func:`cost.rules.regathered`) is all-gathered again for the
+      backward pass (role ``inputs``: overlapped with it);
+    * Float8: a weighted matrix product of a repeated block (not the output
+      layer) runs in FP8, and casts its input and weights, forward, and its
+      output's gradient and weights, backward, each read twice (the scale,
+      then the cast) and written at a byte per element, with the
+      transposed copies the weight gradient's product reads;
+    * the weights the device updates at the optimizer step (``updated``):
+      those it holds, a weight another operator holds (tied) counted there.
+    """
+    fw = model.framework
+    b = float(model.cluster.word_bytes)
+    extra, extra_back, kernels = 0.0, 0.0, (0.0, 0.0)
+    if fw.eager:
+        from frameworks.eager import passes
+
+        extra, extra_back, kernels = passes(op, C, work, model.cluster.word_bytes)
+    if op.kind.name == "SoftmaxCrossEntropy":
+        logits = shard(op.inputs[0], C)
+        fused_fwd, fused_bwd = 2.0 * b, 3.0 * b  # the fused pass: logits in and out; forward and backward
+        extra = (fw.loss_passes[0] - fused_fwd) * logits
+        extra_back = (fw.loss_passes[1] - fused_bwd) * logits
+    comms = work.comms
+    for i, letters in regathered(op, C, model):
+        comms = comms + (Comm("inputs", "allgather", shard(op.inputs[i], C), letters),)
+    weights = [t for i, t in enumerate(op.inputs) if t.role == "weight" and i not in context.shared]
+    fp8 = bool(fw.float8 and np.any(work.macs) and work.kernel == "matmul" and weights and context.block is not None)
+    if fp8:
+        x = sum((shard(t, C) for t in op.inputs if t.role != "weight"), 0.0)
+        w = sum((shard(t, C) for t in op.inputs if t.role == "weight"), 0.0)
+        y = shard(op.outputs[0], C)
+        extra = extra + 5.0 * (x + w)
+        extra_back = extra_back + 5.0 * (y + w) + 2.0 * (x + y)
+    updated = sum((shard(t, C) for t in weights), 0.0) if weights else 0.0
+    return replace(work, extra=extra, extra_back=extra_back, kernels=kernels, fp8=fp8, comms=comms,
+                   updated=updated if work.updated is None else work.updated)
 
 
 def collective_cost(c: Comm, C: Extents, net: Cluster, latency_scale=None):
@@ -111,12 +160,13 @@ def traffic(op: Operator, C: Extents, work: Work):
     return fwd, outs + kept + grads
 
 
-def _pass_times(op, C: Extents, work: Work, net: Cluster, eff: float, per_byte: float):
+def _pass_times(op, C: Extents, work: Work, net: Cluster, eff: float, per_byte: float, launch: float = 0.0):
     """FLOP-equivalents of ``op``'s forward and backward pass on a real
     device: the roofline of its matrix products (in waves) and its memory
     traffic, and an activation's pass of its own over the product's output
     (read and written forward; the gradient, the input and the result
-    backward)."""
+    backward); as a framework runs it, the bytes it moves beyond those
+    passes and ``launch`` per kernel it launches (:func:`as_run`)."""
     fwd_moved, bwd_moved = traffic(op, C, work)
     b = float(net.word_bytes)
     gemm_fwd, gemm_bwd = _gemm_times(work, net, eff)
@@ -125,6 +175,12 @@ def _pass_times(op, C: Extents, work: Work, net: Cluster, eff: float, per_byte: 
     if np.any(work.epilogue):
         t_fwd = t_fwd + 2.0 * work.epilogue * b * per_byte
         t_bwd = t_bwd + 3.0 * work.epilogue * b * per_byte
+    if np.any(work.extra) or np.any(work.extra_back):
+        t_fwd = t_fwd + work.extra * per_byte
+        t_bwd = t_bwd + work.extra_back * per_byte
+    if launch and any(work.kernels):
+        t_fwd = t_fwd + work.kernels[0] * launch
+        t_bwd = t_bwd + work.kernels[1] * launch
     return t_fwd, t_bwd
 
 
@@ -170,40 +226,81 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
             comm = x if comm is None else comm + x
         compute = work.compute if not work.replays else work.compute + work.replays * work.forward
         return compute, np.zeros(len(C)) if comm is None else comm
-    t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd = _real_parts(work, C, net, op)
+    t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step = _real_parts(work, C, model, op)
     exposed = _exposed(overlapped_bwd, t_bwd, net.overlap) + _exposed(gathers, t_fwd, net.overlap)
+    if inputs is not None:  # inputs gathered again, under the backward pass
+        exposed = exposed + _exposed(inputs, t_bwd, 1.0)
+    exposed = exposed + _contention(model, overlapped_bwd, t_bwd) + _contention(model, gathers, t_fwd)
     K = len(C)
-    compute = np.broadcast_to(t_fwd * (1.0 + work.replays) + t_bwd, (K,))
-    return compute, np.broadcast_to(blocking + exposed, (K,))
+    compute = t_fwd * (1.0 + work.replays) + t_bwd
+    if step is not None:
+        compute = compute + step
+    return np.broadcast_to(compute, (K,)), np.broadcast_to(blocking + exposed, (K,))
 
 
-def _real_parts(work: Work, C: Extents, net: Cluster, op: Operator):
+def _contention(model: CostModel, overlapped, window):
+    """The computation a framework's collectives slow down while they run
+    under it: ``contention`` times the part of them that overlaps."""
+    fw = model.framework
+    if fw is None or not fw.contention:
+        return 0.0
+    o = model.cluster.overlap
+    return fw.contention * np.minimum(o * overlapped, window)
+
+
+def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
     """What :func:`price` and :func:`price_stage` read of a work record on
     a real device: the forward and backward pass times, the blocking
     collectives, half the weights' gathers (one pass's), the gradients'
-    collectives, and what overlaps the backward pass (its half of the
-    gathers and the gradients, added in the record's order)."""
+    collectives, what overlaps the backward pass (its half of the gathers
+    and the gradients, added in the record's order), the inputs gathered
+    again for it (``None``: none; a framework's own asynchronous
+    collective, overlapped whatever the cluster's ``overlap``), and what
+    the step adds once as a framework runs it (``None`` without one): its
+    optimizer step over the weights the device updates and the copies of
+    its gathered weights.
+
+    The matrix units run at the device's ``power`` share of their peak;
+    FP8 products (Float8) at its FP8 peak."""
+    net = model.cluster
+    fw = model.framework
     peak = net.flops * 1e12  # FLOP/s
     eff = net.attention_eff if work.kernel == "attention" else net.matmul_eff
+    if net.power != 1.0:
+        eff = eff * net.power
+    if work.fp8 and net.fp8_flops:
+        eff = eff * net.fp8_flops / net.flops
     per_byte = peak / (net.mem_bw * 1e9 * net.memory_eff)  # FLOP-equivalents of one byte moved
-    t_fwd, t_bwd = _pass_times(op, C, work, net, eff, per_byte)
+    launch = fw.launch_us * 1e-6 * peak if fw is not None and fw.eager else 0.0
+    t_fwd, t_bwd = _pass_times(op, C, work, net, eff, per_byte, launch)
+    if fw is not None and fw.overhead:
+        t_fwd, t_bwd = t_fwd * (1.0 + fw.overhead), t_bwd * (1.0 + fw.overhead)
     b = float(net.word_bytes)
     blocking = gathers = sync = overlapped_bwd = 0.0
+    inputs = None
     bucket = net.bucket_mb * 1e6
+    gathered = 0.0
     for c in work.comms:
         if c.role in OVERLAPPED:
             c = _in_grad_precision(c, net)
             scale = np.asarray(c.words if c.words is not None else 0.0) * b / bucket  # a bucket's share of latency
-            x = c.count * collective_cost(c, C, net, scale)
+            x = c.count * collective_cost(c, C, net, scale if c.role != "inputs" else None)
             if c.role == "weights":  # gathered twice: before the forward and before the backward pass
                 gathers = gathers + x / 2.0
                 overlapped_bwd = overlapped_bwd + x / 2.0
+                gathered = gathered + np.asarray(c.words)
+            elif c.role == "inputs":  # gathered again for the backward pass, under it (the framework's own
+                inputs = x if inputs is None else inputs + x  # asynchronous collective, whatever the overlap)
             else:
                 sync = sync + x
                 overlapped_bwd = overlapped_bwd + x
         else:
             blocking = blocking + c.count * collective_cost(c, C, net)
-    return t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd
+    step = None
+    if fw is not None:
+        step = (fw.optimizer_bytes * np.asarray(work.updated if work.updated is not None else 0.0)
+                + fw.gather_bytes * gathered) * per_byte
+    return t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step
 
 
 def price_stage(work: Work, C: Extents, model: CostModel, op: Operator):
@@ -225,9 +322,14 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator):
                 comm = comm + x
         compute = work.compute if not work.replays else work.compute + work.replays * work.forward
         return np.broadcast_to(compute, (K,)), np.broadcast_to(comm, (K,)), np.broadcast_to(sync, (K,))
-    t_fwd, t_bwd, blocking, gathers, sync, _ = _real_parts(work, C, net, op)
+    t_fwd, t_bwd, blocking, gathers, sync, _, inputs, step = _real_parts(work, C, model, op)
     exposed = _exposed(gathers, t_bwd, net.overlap) + _exposed(gathers, t_fwd, net.overlap)
+    if inputs is not None:  # inputs gathered again, under the backward pass
+        exposed = exposed + _exposed(inputs, t_bwd, 1.0)
+    exposed = exposed + _contention(model, gathers, t_bwd) + _contention(model, gathers, t_fwd)
     compute = t_fwd * (1.0 + work.replays) + t_bwd
+    if step is not None:  # once per step: a micro-batch's share of it
+        compute = compute + step / float(model.micro_batches or 1)
     return (np.broadcast_to(compute, (K,)), np.broadcast_to(blocking + exposed, (K,)),
             np.broadcast_to(sync, (K,)))
 

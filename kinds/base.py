@@ -51,10 +51,13 @@ COMM_ROLES = {
     "exchange": "elements sent point to point",
     "weights": "weights gathered from the devices that shard them (ZeRO stage 3), before the forward and the "
                "backward pass",
+    "inputs": "an input kept as this device's shard and all-gathered again for the backward pass (Megatron-LM's "
+              "sequence parallelism)",
 }
 #: the roles whose collectives a real device overlaps with computation: gradients with the backward pass
-#: (the layers before), gathered weights with the pass that needs them (prefetched)
-OVERLAPPED = ("gradients", "weights")
+#: (the layers before), gathered weights with the pass that needs them (prefetched), inputs gathered again
+#: with the backward pass that needs them (its input-gradient product)
+OVERLAPPED = ("gradients", "weights", "inputs")
 COMM_PATTERNS = ("allreduce", "allgather", "reducescatter", "send", "cheapest")
 
 
@@ -241,8 +244,14 @@ class Work:
     the forward pass runs (a recomputation); ``shape``: a matrix product's
     per-device extents ``(batch, M, N, K)``, for the device's tiling;
     ``epilogue``: the elements of a matrix product's output an activation
-    (its pointwise work) reads and writes in a pass of its own.  Arrays are
-    (K,) or numbers; nothing here is priced.
+    (its pointwise work) reads and writes in a pass of its own.  What a
+    training framework adds as it runs the operator (``cost.time.as_run``):
+    ``extra`` and ``extra_back``, bytes the forward and the backward pass
+    move beyond the operator's own passes (an eager kernel's intermediate
+    results, Float8 casts); ``kernels``, the (forward, backward) kernels it
+    launches; ``fp8``: its matrix products run in FP8; ``updated``: the
+    weight elements the device updates at the optimizer step (``None``:
+    those it holds).  Arrays are (K,) or numbers; nothing here is priced.
     """
 
     compute: object
@@ -256,6 +265,11 @@ class Work:
     replays: float = 0.0
     shape: tuple = ()  # a matrix product's per-device (batch, M, N, K) extents, (K,) each
     epilogue: object = 0.0  # elements of its output a pointwise pass (an activation) reads and writes again
+    extra: object = 0.0  # bytes the forward pass moves beyond its own passes, as a framework runs it
+    extra_back: object = 0.0  # the same, backward
+    kernels: tuple = (0.0, 0.0)  # kernels launched (forward, backward), as a framework runs it
+    fp8: bool = False  # the matrix products run in FP8 (Float8 training)
+    updated: object = None  # weight elements the device updates at the optimizer step (None: those it holds)
 
     def __post_init__(self):
         if self.forward is None:

@@ -77,13 +77,21 @@ class Einsum(Kind):
     m and one n letter.  A letter of size 1 that only one operand has (and
     not the output) is squeezed away; it ends the space.  ``bias``: a weight
     over the n letters is added to the output (free, as in :class:`FC`);
-    ``unsplit``: letters never split (e.g. a head's width).
+    ``unsplit``: letters never split (e.g. a head's width).  What a
+    training framework reads (its cost here is the same either way):
+    ``activation``, the pointwise epilogue is an activation function (GeLU),
+    whose input a framework may keep; ``products``, the separate matrix
+    products a fused one stands for, as the parts of its output each makes,
+    in order (a fused q, k, v projection of ``r`` query heads per key:
+    ``(r, 1, 1)``; empty: one product).
     """
 
     equation: str
     pw: int = 0
     bias: bool = False
     unsplit: str = ""
+    activation: bool = False
+    products: tuple = ()
 
     def build(self, name, refs):
         x, y = refs

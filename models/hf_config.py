@@ -265,15 +265,15 @@ def build_decoder(B, cfg: DecoderConfig, batch: int, seq: int, attention: str = 
         n = norm(f"{pre}/norm", x)
         if cfg.kv_heads == cfg.heads:  # one fused projection, heads h
             h = cfg.heads
-            qkv = B.add(f"{pre}/qkv", Einsum("bse,jehd->jbhsd", pw=rotary, bias=cfg.qkv_bias, unsplit="jd"), n,
-                        B.weight((3, e, h, d), "jehd"))
+            qkv = B.add(f"{pre}/qkv", Einsum("bse,jehd->jbhsd", pw=rotary, bias=cfg.qkv_bias, unsplit="jd",
+                                             products=(1, 1, 1)), n, B.weight((3, e, h, d), "jehd"))
             q, k, val = B.add(f"{pre}/split", Unstack(), qkv)
             heads, w_out = "bh", (h, d, e)
             kv = "bhtd"
         else:  # grouped-query: g key/value heads, each with r query heads, a key and a value (u = r + 2 slots)
             g, r = cfg.kv_heads, cfg.heads // cfg.kv_heads
-            qkv = B.add(f"{pre}/qkv", Einsum("bse,egud->bgusd", pw=rotary, bias=cfg.qkv_bias, unsplit="ud"), n,
-                        B.weight((e, g, r + 2, d), "egud"))
+            qkv = B.add(f"{pre}/qkv", Einsum("bse,egud->bgusd", pw=rotary, bias=cfg.qkv_bias, unsplit="ud",
+                                             products=(r, 1, 1)), n, B.weight((e, g, r + 2, d), "egud"))
             q, k, val = B.add(f"{pre}/split", Split(2, (r, 1, 1)), qkv)
             heads, w_out, kv = "bgr", (g, r, d, e), "bgutd"  # a key's slot u (size 1) is squeezed
         if attention == "fused":  # scale, causal mask, softmax and context in one kernel
@@ -298,7 +298,8 @@ def build_decoder(B, cfg: DecoderConfig, batch: int, seq: int, attention: str = 
         wl = tuple(sizes[c] for c in w_lead)
         slots = "c" if "c" in lead else ""  # an expert's capacity is never split
         gu = B.add(f"{pre}/gate_up", Einsum(f"{lead}e,j{w_lead}ef->j{lead}f", bias=cfg.mlp_bias,
-                                            unsplit="j" + slots), x, B.weight((2,) + wl + (e, f), f"j{w_lead}ef"))
+                                            unsplit="j" + slots, products=(1, 1)), x,
+                   B.weight((2,) + wl + (e, f), f"j{w_lead}ef"))
         gate, up = B.add(f"{pre}/split", Unstack(), gu)
         y = B.add(f"{pre}/act", Elementwise(pw=1, keeps_inputs=True), gate, up)
         return B.add(f"{pre}/down", Einsum(f"{lead}f,{w_lead}fe->{lead}e", bias=cfg.mlp_bias, unsplit=slots), y,
@@ -307,7 +308,7 @@ def build_decoder(B, cfg: DecoderConfig, batch: int, seq: int, attention: str = 
     def mlp(pre, x):
         n = norm(f"{pre}/norm", x)
         if cfg.gpt2:
-            y = B.add(f"{pre}/up", Einsum("bse,ef->bsf", pw=1, bias=True), n, B.weight((e, f), "ef"))
+            y = B.add(f"{pre}/up", Einsum("bse,ef->bsf", pw=1, bias=True, activation=True), n, B.weight((e, f), "ef"))
             y = B.add(f"{pre}/down", Einsum("bsf,fe->bse", bias=True), y, B.weight((f, e), "fe"))
         elif cfg.experts:
             y = experts(pre, n)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from errors import InputError
 
-__all__ = ["Option", "OPTIONS", "register", "check_options", "Context", "contexts"]
+__all__ = ["Option", "OPTIONS", "register", "check_options", "Context", "contexts", "products_of"]
 
 OPTIONS: dict[str, "Option"] = {}
 
@@ -21,19 +21,24 @@ class Context:
     it keeps (``drops``: ``("in", i)``, ``("out", j)``, ``("own", None)``)
     and whether it re-runs its forward pass then (``replays``), and
     ``shared``: the
-    positions of weights another operator holds (a tied embedding)."""
+    positions of weights another operator holds (a tied embedding);
+    ``products``: for a weighted matrix product of a block, how many
+    separate products (:func:`products_of`) the block runs before it, in
+    the order of its operators (torchtitan's op-level selective
+    recomputation saves every second one)."""
 
     block: int | None = None
     outside: frozenset = frozenset()
     drops: frozenset = frozenset()
     replays: bool = False
     shared: frozenset = frozenset()
+    products: int = 0
 
     @property
     def key(self) -> tuple:
         """What the options' effects depend on (not which block it is):
         operators equal up to names with equal keys have equal arrays."""
-        return (self.block is not None, self.outside, self.drops, self.replays, self.shared)
+        return (self.block is not None, self.outside, self.drops, self.replays, self.shared, self.products % 2)
 
 
 class Option:
@@ -130,10 +135,27 @@ def contexts(g, chains=()) -> list[Context]:
             for w in g.successors(c):
                 if block[w] == block[v] and w not in core:
                     drops[w].update(("in", i) for i, u in enumerate(reads[w]) if u == c)
+    before, seen = {}, {}  # products of each block so far; each weighted product's count before it
+    for v, op in enumerate(ops):
+        if block[v] is not None and products_of(op):
+            seen[v] = before.get(block[v], 0)
+            before[block[v]] = seen[v] + len(products_of(op))
     out = []
     for v in range(n):
         b = block[v]
         outside = frozenset(i for i, u in enumerate(reads[v]) if u is None or block[u] != b) if b is not None \
             else frozenset()
-        out.append(Context(b, outside, frozenset(drops[v]), v in replays, frozenset(shared.get(v, ()))))
+        out.append(Context(b, outside, frozenset(drops[v]), v in replays, frozenset(shared.get(v, ())),
+                           seen.get(v, 0)))
     return out
+
+
+def products_of(op) -> tuple:
+    """The separate matrix products a weighted product operator (an
+    einsum or a fully connected layer with a weight) stands for, as the
+    parts of its output each makes (:class:`kinds.gemm.Einsum`'s
+    ``products``; one when it does not say); empty for any other
+    operator."""
+    if op.kind.name not in ("Einsum", "FC") or not any(t.role == "weight" for t in op.inputs):
+        return ()
+    return tuple(getattr(op.kind, "products", ())) or (1,)

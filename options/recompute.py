@@ -12,6 +12,12 @@ Large Transformer Models" (2022):
   the backward pass re-runs the forward pass of every operator of the block,
   and holds the block's activations while it does (a transient, counted in
   the peak, not in what is kept).
+
+A training framework (``frameworks/``) may select otherwise: torchtitan's
+op-level selective checkpointing (``selective = "ops"``) saves the results
+of matrix products, every second one (the first, third, ... separate
+product of a block, :func:`options.base.products_of`), and of fused
+attention, and recomputes everything else; the block's input stays kept.
 """
 
 from __future__ import annotations
@@ -36,7 +42,15 @@ class Recompute(Option):
         """The forward pass runs once more: in every operator of the block
         (``full``), or in those of the attention core (``selective``),
         with the reductions of its partial sums (a tensor-parallel
-        layer's all-reduces run again)."""
+        layer's all-reduces run again); under op-level selection, the part
+        of each operator whose result is not saved."""
+        if value == "selective" and _by_ops(rules):
+            share = _saved(op, context)
+            again = 1.0 - share
+            if not again:
+                return work
+            more = tuple(replace(c, count=c.count * again) for c in work.comms if c.role == "partial sums")
+            return replace(work, replays=work.replays + again, comms=work.comms + more)
         if value == "full" or value == "selective" and context.replays:
             again = tuple(c for c in work.comms if c.role == "partial sums")
             return replace(work, replays=work.replays + 1.0, comms=work.comms + again)
@@ -49,16 +63,69 @@ class Recompute(Option):
         transient)."""
         if value == "none":
             return footprint
-        if value == "full":
-            drop = [t for origin, t in kept_tensors(op) if not (origin[0] == "in" and origin[1] in context.outside)]
+        if value == "selective" and _by_ops(rules):
+            return _ops_memory(op, C, footprint, context, rules)
+        if rules.framework is not None:  # what the framework keeps, item by item
+            from cost.memory import kept_items
+
+            items = kept_items(op, C, rules)
         else:
-            drop = [t for origin, t in kept_tensors(op) if origin in context.drops]
+            from kinds.base import shard_bytes
+
+            items = [(origin, t) for origin, t in kept_tensors(op)]
+        if value == "full":
+            drop = [x for origin, x in items if not (origin[0] == "in" and origin[1] in context.outside)]
+        else:
+            drop = [x for origin, x in items if origin in context.drops]
         if not drop:
             return footprint
-        from kinds.base import shard_bytes
-
-        gone = sum(shard_bytes(t, C, rules.cluster.word_bytes) for t in drop)  # (K,) bytes
+        if rules.framework is None:
+            drop = [shard_bytes(t, C, rules.cluster.word_bytes) for t in drop]
+        gone = sum(drop)  # (K,) bytes
         return replace(footprint, activations=footprint.activations - gone, transient=footprint.transient + gone)
+
+
+def _by_ops(rules) -> bool:
+    """Whether the framework's selective recomputation is op-level."""
+    fw = rules.framework
+    return fw is not None and fw.selective == "ops"
+
+
+def _saved(op, context) -> float:
+    """The share of ``op``'s result op-level selection saves: all of fused
+    attention's, the share of a weighted product's output its odd-numbered
+    separate products make (counted through the block), none of anything
+    else's."""
+    from options.base import products_of
+
+    if op.kind.name == "FusedAttention":
+        return 1.0
+    parts = products_of(op)
+    if not parts:
+        return 0.0
+    return sum(x for j, x in enumerate(parts) if (context.products + j) % 2 == 0) / float(sum(parts))
+
+
+def _ops_memory(op, C, footprint, context, rules):
+    """Op-level selection: ``op`` keeps the block's input it reads and the
+    share of its result that is saved (fused attention: its output and
+    statistics); what it kept otherwise is recomputed for the backward pass
+    (a transient)."""
+    from cost.memory import kept_items
+    from kinds.base import shard_bytes
+
+    b = rules.cluster.word_bytes
+    if op.kind.name == "FusedAttention":
+        gone = [x for origin, x in kept_items(op, C, rules) if origin[0] == "in" and origin[1] not in context.outside]
+    else:
+        gone = [x for origin, x in kept_items(op, C, rules) if not (origin[0] == "in" and origin[1] in context.outside)]
+    if not gone and not op.outputs:
+        return footprint
+    share = _saved(op, context) if op.kind.name != "FusedAttention" else 0.0
+    dropped = sum(gone) if gone else 0.0
+    saved = share * shard_bytes(op.outputs[0], C, b) if share else 0.0
+    return replace(footprint, activations=footprint.activations - dropped + saved,
+                   transient=footprint.transient + dropped)
 
 
 def kept_tensors(op):

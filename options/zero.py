@@ -5,6 +5,8 @@ operator's configuration:
 
 * stage 1 shards the optimizer state, stage 2 the gradients too, stage 3
   the weights too, each over the ``q`` replicas (``1/q`` of it per device);
+  a training framework (``frameworks/``) says which of its copies each
+  stage shards and how many bytes each takes;
 * stages 1 and 2 replace the gradients' all-reduce by a reduce-scatter and
   an all-gather, which move what the all-reduce moves on a ring: the same
   cost; stage 3 gathers the weights before the forward pass and again
@@ -39,6 +41,11 @@ class Zero(Option):
         each weight is all-gathered over its replicas before the forward and
         before the backward pass (two all-gathers: with the reduce-scatter,
         1.5 times an all-reduce's volume)."""
+        if value >= 1 and rules.framework is not None:  # the optimizer step updates this device's share
+            from kinds.base import shard
+
+            work = replace(work, updated=sum((shard(t, C) / C[letters] for t, letters in weights_of(op, context)),
+                                             0.0))
         if value < 3:
             return work
         from kinds.base import Comm, shard
@@ -54,23 +61,41 @@ class Zero(Option):
         and the weight itself (3) divided among its ``q`` replicas; stage 3
         holds the gathered weights while the operator runs, the one in use
         and the next one prefetched, and its gradient before the
-        reduce-scatter (a transient)."""
+        reduce-scatter (a transient).  As a framework keeps them (its bytes
+        per copy and stage); in a pipeline stage, a framework may keep the
+        gathered weights and whole gradients for the step (``staged``)."""
         if value == 0:
             return footprint
         from kinds.base import shard
 
-        wb, gb, ob = rules.parameter_bytes()
+        (w_whole, w_sh), (g_whole, g_sh), (o_whole, o_sh) = rules.stage_bytes(value)
+        gathered = rules.gathered_bytes()
+        fw = rules.framework
+        if value >= 3 and fw is not None and rules.micro_batches is not None and any(fw.staged):
+            # a pipeline stage's weights gathered once, its gradients accumulated whole (a bf16 gradient
+            # held while its operator runs)
+            w_whole, g_whole, gathered = w_whole + fw.staged[0], g_whole + fw.staged[1], 2.0
         w = g = o = transient = 0.0
         for t, letters in weights_of(op, context):
             held = shard(t, C)  # (K,) elements of the weight a device holds without ZeRO
             mine = held / C[letters]  # (K,) its share of them among the q replicas
-            o = o + mine * ob
-            g = g + (mine if value >= 2 else held) * gb
-            w = w + (mine if value >= 3 else held) * wb
+            o = o + _part(held, mine, o_whole, o_sh)
+            g = g + _part(held, mine, g_whole, g_sh)
+            w = w + _part(held, mine, w_whole, w_sh)
             if value >= 3:
-                transient = transient + held * (2.0 * wb + gb)
+                transient = transient + held * gathered
         return replace(footprint, weights=footprint.weights * 0.0 + w, gradients=footprint.gradients * 0.0 + g,
                        optimizer=footprint.optimizer * 0.0 + o, transient=footprint.transient + transient)
+
+
+def _part(held, mine, whole: float, sharded: float):
+    """Bytes of one part of a weight's states: ``whole`` bytes per element
+    it holds, ``sharded`` per element of its share."""
+    if not sharded:
+        return held * whole
+    if not whole:
+        return mine * sharded
+    return held * whole + mine * sharded
 
 
 def weights_of(op, context):

@@ -67,15 +67,12 @@ def _with_file_settings(s: Settings, recorded: dict) -> Settings:
 def cluster_for(s: Settings, recorded: dict | None = None):
     """The :class:`cluster.Cluster` the settings, a cluster file, a device
     preset and a plan file's record describe (see ``cluster/config.py``)."""
-    from cluster.config import check_fields, read_cluster_file, resolve
+    from cluster.config import RUN_KEYS, check_fields, resolve
 
     recorded = recorded or {}
     file_fields = None
     if s.cluster is not None:
-        try:
-            file_fields = read_cluster_file(s.cluster)
-        except ValueError as e:
-            raise InputError(f"--cluster: {e}") from None
+        file_fields = {k: v for k, v in _cluster_file(s).items() if k not in RUN_KEYS}
     old = recorded.get("cluster")
     if not isinstance(old, dict):  # files written before the cluster was recorded
         old = {k: recorded[k] for k in ("flops", "bw") if k in recorded}
@@ -131,9 +128,22 @@ def _check_model(g, recorded: dict, path: str) -> None:
         raise InputError(f"--evaluate: {path} is a strategy for {recorded['graph']}, not for {mine}")
 
 
+def _cluster_file(s: Settings) -> dict:
+    """The cluster file's fields (and framework keys), or none."""
+    from cluster.config import read_cluster_file
+
+    if s.cluster is None:
+        return {}
+    try:
+        return read_cluster_file(s.cluster)
+    except ValueError as e:
+        raise InputError(f"--cluster: {e}") from None
+
+
 def cost_model_for(s: Settings, recorded: dict | None = None):
     """The :class:`cost_model.CostModel` the settings (and a plan file's
-    record) ask for."""
+    record) ask for, with the framework they name
+    (:func:`frameworks.planning.framework_for`)."""
     from cost_model import CostModel
 
     recorded = recorded or {}
@@ -143,8 +153,15 @@ def cost_model_for(s: Settings, recorded: dict | None = None):
     elif "embedding_lookup" in recorded or "embedding_sync" in recorded:
         rules = {k: recorded[k] for k in ("embedding_lookup", "embedding_sync") if k in recorded}
     optimizer = s.optimizer if s.optimizer is not None else recorded.get("optimizer", "adam")
-    return CostModel(cluster_for(s, recorded), distinct_rows=s.distinct_rows, optimizer=optimizer,
-                     options=options_for(s), **rules)
+    from frameworks.planning import framework_cluster, framework_for
+
+    cluster = cluster_for(s, recorded)
+    file = _cluster_file(s)
+    fw = framework_for(s, recorded, cluster, file)
+    if fw is not None:
+        cluster = framework_cluster(s, recorded, cluster, fw, file)
+    return CostModel(cluster, distinct_rows=s.distinct_rows, optimizer=optimizer, options=options_for(s),
+                     framework=fw, **rules)
 
 
 def options_for(s: Settings) -> tuple:

@@ -30,6 +30,7 @@ def _standard_result(s: Settings, g, std, model, graphs: dict | None = None):
     from cost_model import evaluate, make_result
     from standard import strategy
 
+    model = model.with_sequence_parallel(std.sp)  # a framework's own rules for sequence parallelism
     if std.pp > 1 or std.microbatch * std.dp < g.graph["batch"]:  # stages, or micro-batches accumulated
         return _standard_pipeline(s, std, model, graphs)
     return make_result(g, evaluate(g, strategy(g, std), model, s.procs), model, s.procs, "evaluate",

@@ -202,7 +202,7 @@ def test_cli_names_the_cluster_and_predicts_the_step_time(tmp_path):
     assert {k: v for k, v in data["cluster"].items() if v is not None} == {
         "flops": 10.0, "bw": 16.0, "inter_bw": 4.0, "gpus_per_node": 16, "latency": 2.0, "precision": "fp64",
         "matmul_eff": 1.0, "attention_eff": 1.0, "memory_eff": 1.0, "link_eff": 1.0, "net_eff": 1.0,
-        "bucket_mb": 25.0, "overlap": 1.0}
+        "bucket_mb": 25.0, "overlap": 1.0, "power": 1.0}
     assert data["step_seconds"] == pytest.approx(data["total_cost"] / 10e12, rel=1e-12)
     assert "Predicted step time: " in out
     # the recorded cluster is used again; a flag overrides one field

@@ -76,6 +76,9 @@ def _layer_bytes(tmp_path, p, spec) -> tuple[float, dict]:
 GELU = 8  # our feed-forward GEMM applies GeLU to its output: its input (8 s b h bytes) is not kept
 
 
+# Without a framework the model keeps its own ways (tests/test_frameworks.py checks --framework megatron, where
+# every setting holds exactly): the feed-forward product applies GeLU to its output and keeps only its input, and
+# a column-parallel product keeps its gathered input.
 @pytest.mark.parametrize("p, spec, published, ours", [
     # no parallelism: s b h (34 + 5 a s / h)
     (1, "dp=1", 34 + AS, 34 + AS - GELU),

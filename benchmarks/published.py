@@ -1,0 +1,198 @@
+"""Every published figure the model is checked against, beside the
+prediction and the error: one table, fitted rows marked.
+
+    python benchmarks/published.py [--markdown] [--only megatron,korthikanti,torchtitan,zero]
+
+Each row is costed as the command line costs it (``--plan`` with the
+framework that ran it):
+
+- **Narayanan et al. (SC'21), Table 1** (``megatron``): TFLOP/s per GPU of
+  the ten GPT models on A100s, ``--framework megatron``, full recomputation,
+  micro-batch 1 (eq. (3)'s FLOP over the predicted step time);
+- **Korthikanti et al. (2022), Table 5** (``korthikanti``): step seconds of
+  their 22B, 175B, 530B and 1T models with full recomputation, and with
+  selective recomputation and sequence parallelism, and the peak memory
+  against the A100's 80 GB; their Table 2 (activation bytes of a layer,
+  per ``s b h``) for each setting, term by term;
+- **torchtitan's December 2024 benchmark** (``torchtitan``): tokens/s per
+  GPU and the allocator's peak (GiB) of Llama 3.1 8B, 70B and 405B on
+  H100 96 GB (``--device h100-96gb --framework torchtitan``);
+- **ZeRO (Rajbhandari et al., SC'20), Figure 1** and **DeepSpeed's
+  estimators** (``zero``): model states per device, without a framework and
+  with ``--framework deepspeed``.
+
+The constants fitted on published rows are the torchtitan profile's
+``overhead`` (time) and ``reserve`` (memory), both on one row, marked
+"fitted": FSDP + torch.compile on 8 GPUs.  Every other row is held out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the published tables as the tests read them
+
+from cli.args import parse_args  # noqa: E402
+from megatron_table import ROWS as SC21, config, eq3  # noqa: E402
+from planner import plan  # noqa: E402
+from table import render  # noqa: E402
+
+DATA = ROOT / "tests" / "data" / "published"
+LLAMA8B = ROOT / "tests" / "data" / "configs" / "llama3-8b" / "config.json"
+GPT2 = ROOT / "tests" / "data" / "configs" / "gpt2" / "config.json"
+GROUPS = ("megatron", "korthikanti", "torchtitan", "zero")
+
+
+def run(*argv):
+    return plan(parse_args([str(a) for a in argv])).result
+
+
+def gpt(where: Path, name: str, heads: int, hidden: int, layers: int, seq: int, vocab: int) -> Path:
+    d = where / name
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_head": heads, "n_embd": hidden,
+                                               "n_layer": layers, "n_positions": seq, "vocab_size": vocab}))
+    return d / "config.json"
+
+
+def row(source, label, figure, published, predicted, fmt="{:,.1f}", fitted=False, bound=False):
+    """A table row; ``bound``: the published figure is a limit (a device's
+    memory) that the prediction must stay within, not a measurement."""
+    err = predicted / published - 1.0 if published else (0.0 if predicted == published else math.inf)
+    return {"source": source, "row": label, "figure": figure, "published": fmt.format(published),
+            "predicted": fmt.format(predicted), "error": err, "fitted": fitted, "bound": bound}
+
+
+#: Korthikanti et al.'s Table 2, bytes of a layer's activations per s b h, by --plan setting
+TABLE2 = {
+    "dp=1": lambda a, s, h, t: 34 + 5 * a * s / h,
+    "tp=8,dp=1": lambda a, s, h, t: 10 + 24 / t + 5 * a * s / (h * t),
+    "tp=8,sp=1,dp=1": lambda a, s, h, t: (34 + 5 * a * s / h) / t,
+    "tp=8,dp=1,recompute=selective": lambda a, s, h, t: 10 + 24 / t,
+    "tp=8,sp=1,dp=1,recompute=selective": lambda a, s, h, t: 34 / t,
+    "dp=1,recompute=full": lambda a, s, h, t: 2.0,
+    "tp=8,sp=1,dp=1,recompute=full": lambda a, s, h, t: 2.0 / t,
+}
+
+
+def megatron(tmp: Path):
+    for r in SC21:
+        cfg = config(tmp, r)
+        res = run("-g", cfg, "-p", r["gpus"], "-b", r["batch"], "--device", "a100-80gb", "--attention",
+                  "materialized", "--framework", "megatron", "--plan",
+                  f"tp={r['tp']},pp={r['pp']},recompute=full,microbatch=1")
+        tf = eq3(r) / res.step_seconds / r["gpus"] / 1e12
+        yield row("Megatron-LM SC'21 T1", f"{r['params_b']}B, {r['gpus']} GPUs", "TFLOP/s per GPU",
+                  r["tflops_per_gpu"], tf)
+
+
+def korthikanti(tmp: Path):
+    data = json.loads((DATA / "korthikanti2022.json").read_text())
+    rows = [dict(zip(data["columns"], r)) for r in data["rows"]]
+    for r in rows:
+        cfg = gpt(tmp, f"k{r['model']}", r["heads"], r["hidden"], r["layers"], data["seq"], data["vocab"])
+        sched = f",schedule=interleaved:{r['chunks']}" if r["chunks"] > 1 else ""
+        for mode, spec, pub in (("full", "recompute=full", r["full_s"]),
+                                ("selective + SP", "sp=1,recompute=selective", r["selective_sp_s"])):
+            res = run("-g", cfg, "-p", r["gpus"], "-b", r["batch"], "--seq", data["seq"], "--device", "a100-80gb",
+                      "--attention", "materialized", "--framework", "megatron", "--plan",
+                      f"tp={r['tp']},pp={r['pp']},microbatch={r['microbatch']},{spec}{sched}")
+            yield row("Korthikanti T5", f"{r['model']} {mode}", "step s", pub, res.step_seconds, "{:.2f}")
+            if r["model"] == "1T" and mode != "full":  # what they ran fits the A100's 80 GB
+                peak = res.memory_bytes + sum(res.beyond_tensors)
+                yield row("Korthikanti T5", "1T selective + SP", "peak GB (80 GB)", 80.0, peak / 1e9, "{:.1f}",
+                          bound=True)
+    s, b, h, a = data["seq"], 4, 6144, 64  # their 22B model's layer at a micro-batch of 4
+    cfg = gpt(tmp, "k22-layer", a, h, 2, s, data["vocab"])
+    for label, spec, formula in data["activations"]["settings"]:
+        p = 8 if "tp=8" in spec else 1
+        res = run("-g", cfg, "-p", p, "-b", b, "--seq", s, "--precision", "bf16", "--attention", "materialized",
+                  "--framework", "megatron", "--plan", spec)
+        kept = sum(layer.memory[3] for layer in res.layers if layer.name.startswith("layer1/"))
+        want = TABLE2[spec](a, s, h, 8)
+        yield row("Korthikanti T2", f"{label}: {formula}", "bytes / sbh", want, kept / (s * b * h), "{:.4f}")
+
+
+def torchtitan(tmp: Path):
+    data = json.loads((DATA / "torchtitan_h100_202412.json").read_text())
+    base = json.loads(LLAMA8B.read_text())
+    paths = {}
+    for name, changes in data["models"].items():
+        d = tmp / f"llama-{name}"
+        d.mkdir(exist_ok=True)
+        (d / "config.json").write_text(json.dumps({**base, **changes, "max_position_embeddings": 262144}))
+        paths[name] = d
+    from frameworks import FRAMEWORKS
+
+    fitted = FRAMEWORKS["torchtitan"].fitted
+    for values in data["rows"]:
+        r = dict(zip(data["columns"], values))
+        flags = ["--compile"] * r["compile"] + ["--float8"] * r["float8"]
+        res = run("-g", paths[r["model"]], "-p", r["gpus"], "-b", r["batch"], "--seq", r["seq"], "--device",
+                  "h100-96gb", "--framework", "torchtitan", "--plan", r["plan"], *flags)
+        label = f"{r['model'].upper()}, {r['gpus']} GPUs, {r['label']}"
+        fit = label in fitted
+        tps = r["batch"] * r["seq"] / res.step_seconds / r["gpus"]
+        yield row("torchtitan 2024-12", label, "tokens/s per GPU", r["tokens_per_s"], tps, "{:,.0f}", fit)
+        yield row("torchtitan 2024-12", label, "memory GiB", r["memory_gib"], res.reserved_bytes / 2**30, "{:.1f}",
+                  fit)
+
+
+def zero(tmp: Path):
+    # ZeRO's Figure 1: 7.5B parameters on 64 devices, K = 12: the model's bytes per parameter times 7.5B
+    psi, n = 7.5e9, 64
+    for stage, pub in ((0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)):
+        res = run("-g", LLAMA8B, "-p", n, "-b", n, "--seq", 256, "--precision", "bf16", "--plan",
+                  f"dp={n},zero={stage}")
+        per = sum(res.memory[:3]) / res.parameters
+        yield row("ZeRO SC'20 Fig. 1", f"7.5B, 64 GPUs, stage {stage} (figure rounded)", "GB per device", pub,
+                  per * psi / 1e9, "{:.2f}")
+    # DeepSpeed 0.19's estimators (deepspeed/runtime/zero/stage_1_and_2.py and stage3.py, no offload):
+    # ZeRO-2 2P + 18P/N, ZeRO-3 4 x largest layer + 18P/N; Llama 3 8B's largest layer is its 128,256 x 4,096
+    # embedding (and output) matrix
+    largest = 128256 * 4096
+    for n in (8, 64):
+        for stage in (2, 3):
+            res = run("-g", LLAMA8B, "-p", n, "-b", n, "--seq", 256, "--precision", "bf16", "--framework",
+                      "deepspeed", "--plan", f"dp={n},zero={stage}")
+            p = res.parameters
+            want = 2 * p + 18 * p / n if stage == 2 else 4 * largest + 18 * p / n
+            got = sum(res.memory[:3]) + (res.transient if stage == 3 else 0.0)
+            yield row("DeepSpeed estimator", f"Llama 3 8B, {n} GPUs, ZeRO-{stage}", "GB per device", want / 1e9,
+                      got / 1e9, "{:.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--only", help=f"comma-separated groups: {', '.join(GROUPS)} (default: all)")
+    args = ap.parse_args()
+    groups = args.only.split(",") if args.only else list(GROUPS)
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in groups:
+            for r in globals()[name](Path(tmp)):
+                out.append(r)
+                print(f"{r['source']}: {r['row']}: {r['predicted']} against {r['published']}", file=sys.stderr,
+                      flush=True)
+    head = ["source", "row", "figure", "published", "predicted", "error", ""]
+    cells = [[r["source"], r["row"], r["figure"], r["published"], r["predicted"],
+              ("fits" if r["error"] <= 0 else "over") if r["bound"] else f"{100 * r['error']:+.1f}%",
+              "fitted" if r["fitted"] else ""] for r in out]
+    print(render(head, cells, args.markdown, left=3))
+    print()
+    for source in dict.fromkeys(r["source"] for r in out):
+        errs = [abs(r["error"]) for r in out if r["source"] == source and not r["fitted"] and not r["bound"]]
+        print(f"{source}: {len(errs)} held-out figures, mean |error| {100 * sum(errs) / len(errs):.1f}%, "
+              f"largest {100 * max(errs):.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""What every training framework's profile declares: the :class:`Framework`
+record, the model states of a ZeRO stage (:class:`States`), and the
+registry (see ``frameworks/``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from errors import SettingError, shown
+
+__all__ = ["States", "Framework", "FRAMEWORKS", "register", "known", "KERNELS", "SELECTIVE", "SEQUENCE_PARALLEL"]
+
+FRAMEWORKS: dict[str, "Framework"] = {}
+KERNELS = ("fused", "eager")
+SELECTIVE = ("attention", "ops")
+SEQUENCE_PARALLEL = ("gathered", "shard")
+
+
+@dataclass(frozen=True)
+class States:
+    """Bytes per trained parameter of the model states at one ZeRO stage
+    (mixed-precision Adam), each part as ``(held whole, sharded)``: a
+    device holds ``whole + sharded / N`` bytes per parameter of its shard,
+    ``N`` the data-parallel replicas."""
+
+    weights: tuple[float, float]
+    gradients: tuple[float, float]
+    optimizer: tuple[float, float]
+
+    @property
+    def whole(self) -> float:
+        return self.weights[0] + self.gradients[0] + self.optimizer[0]
+
+    @property
+    def sharded(self) -> float:
+        return self.weights[1] + self.gradients[1] + self.optimizer[1]
+
+
+@dataclass(frozen=True)
+class Framework:
+    """How a training framework runs a plan: what it keeps and how it runs
+    each piece of work (see ``frameworks/``).  A profile module declares one
+    with the source of every figure; :meth:`run` turns on what a run asks
+    for (``torch.compile``, Float8, sequence parallelism).
+
+    Model states: ``states[z]`` the :class:`States` at ZeRO stage ``z``
+    (Adam's two moments of ``moment`` bytes each in the optimizer part; an
+    optimizer with fewer keeps ``moment`` bytes less per moment);
+    ``gathered`` bytes per parameter of a block held whole while the block
+    runs when its weights are sharded (stage 3: the gathered weights, the
+    next block's prefetched, their gradients before the reduce-scatter);
+    ``staged``: (weights, gradients) bytes per parameter a pipeline stage
+    holds whole for the whole step when its weights are sharded (gathered
+    once, gradients accumulated over the micro-batches unsharded).
+
+    Activations: ``sequence_parallel`` what a tensor-parallel product keeps
+    of an input that arrives all-gathered from a sequence-parallel region
+    (``gathered``, or ``shard``: this device's part, gathered again for the
+    backward pass); ``activation_input``: a product's activation keeps its
+    input beside its output; ``selective``: what selective recomputation
+    drops (``attention``: the attention core; ``ops``: every operator's
+    result but the saved products'); ``loss``: (kept, held beside it at
+    its peak) bytes per logit of the loss, and ``loss_split`` the same
+    when the vocabulary is split (a vocabulary-parallel loss).
+
+    Time: ``grad_precision``, ``bucket_mb`` and ``overlap`` as the cluster's
+    fields of those names (the framework's defaults); ``kernels``: ``fused``
+    (one kernel per operator) or ``eager`` (each element-wise operation its
+    own kernel and pass over memory, unless compiled); ``loss_passes``
+    bytes per logit the loss moves (forward, backward); ``optimizer_bytes``
+    bytes moved per updated parameter by the optimizer step;
+    ``gather_bytes`` bytes moved per parameter gathered (ZeRO stage 3's
+    copies in and out of the collectives' buffers, per step);
+    ``launch_us`` microseconds per kernel launched; ``contention``:
+    seconds of computation lost per second of collective running under it
+    (the collectives' multiprocessors and memory traffic); ``overhead``:
+    seconds lost per second of computation to what the model does not
+    price otherwise (a framework's hooks, copies and synchronisation).
+
+    Memory beyond tensors: ``reserve`` what the caching allocator holds
+    beyond the tensors' peak, as a share of it; ``outside_gb`` what the
+    process holds outside the allocator (CUDA context, NCCL's buffers).
+
+    ``compiled``, ``float8``, ``sp``: what the run turns on
+    (:meth:`run`)."""
+
+    name: str
+    title: str
+    states: tuple[States, States, States, States]
+    moment: float
+    gathered: float
+    staged: tuple[float, float]
+    sequence_parallel: str
+    activation_input: bool
+    selective: str
+    loss: tuple[float, float]
+    loss_split: tuple[float, float]
+    grad_precision: str
+    bucket_mb: float
+    overlap: float
+    kernels: str
+    loss_passes: tuple[float, float]
+    optimizer_bytes: float
+    gather_bytes: float
+    launch_us: float
+    contention: float
+    overhead: float
+    reserve: float
+    outside_gb: float
+    fitted: tuple[str, ...] = ()  # the published rows its fitted constants come from
+    compiled: bool = False
+    float8: bool = False
+    sp: bool = False
+
+    def __post_init__(self):
+        if len(self.states) != 4 or not all(isinstance(s, States) for s in self.states):
+            raise ValueError(f"{self.name}: states must give ZeRO stages 0 to 3")
+        for field, allowed in (("kernels", KERNELS), ("selective", SELECTIVE),
+                               ("sequence_parallel", SEQUENCE_PARALLEL)):
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"{self.name}: {field} must be one of {', '.join(allowed)}")
+
+    def run(self, *, compiled: bool = False, float8: bool = False, sp: bool = False) -> "Framework":
+        """The profile with what a run turns on."""
+        return replace(self, compiled=bool(compiled), float8=bool(float8), sp=bool(sp))
+
+    @property
+    def eager(self) -> bool:
+        """Whether element-wise work runs as eager PyTorch kernels."""
+        return self.kernels == "eager" and not self.compiled
+
+    def state_bytes(self, stage: int, copies: int) -> States:
+        """The :class:`States` at ZeRO stage ``stage`` with ``copies``
+        optimizer moments (Adam: 2)."""
+        s = self.states[stage]
+        less = self.moment * (2 - copies)
+        o_whole, o_sharded = s.optimizer
+        if o_sharded:
+            o_sharded -= less
+        else:
+            o_whole -= less
+        return replace(s, optimizer=(o_whole, o_sharded))
+
+    def beyond(self, peak: float) -> tuple[float, float]:
+        """Bytes a process holds beyond the tensors' ``peak``: the caching
+        allocator's reserve, and what lies outside the allocator."""
+        return self.reserve * peak, self.outside_gb * 1e9
+
+    def describe(self) -> str:
+        """The framework in a few words, for the report's header."""
+        how = []
+        if self.kernels == "eager":
+            how.append("torch.compile" if self.compiled else "eager kernels")
+        if self.float8:
+            how.append("Float8 linear layers")
+        if self.sp:
+            how.append("sequence parallel")
+        return self.title + (f" ({', '.join(how)})" if how else "")
+
+
+def register(fw: Framework) -> Framework:
+    """Add a profile to :data:`FRAMEWORKS`."""
+    if fw.name in FRAMEWORKS:
+        raise ValueError(f"two frameworks are named {fw.name!r}")
+    FRAMEWORKS[fw.name] = fw
+    return fw
+
+
+def known(name: str) -> Framework:
+    """The profile ``name`` names (any case), or a :class:`SettingError`
+    listing them."""
+    fw = FRAMEWORKS.get(str(name).strip().lower())
+    if fw is None:
+        raise SettingError("framework", f"{shown(name)} is not a known framework; choose one of "
+                                        f"{', '.join(FRAMEWORKS)}")
+    return fw

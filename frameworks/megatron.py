@@ -1,0 +1,77 @@
+"""Megatron-LM (NVIDIA): tensor, sequence and pipeline parallelism with
+mixed-precision Adam, as Shoeybi et al. (2019), Narayanan et al. (SC'21)
+and Korthikanti et al. ("Reducing Activation Recomputation in Large
+Transformer Models", 2022) describe it and Megatron-LM's code runs it.
+
+Checked against (``benchmarks/published.py``): Korthikanti et al.'s
+activation memory per layer (their Table 2, term by term), their Table 5
+step times (22B, 175B, 530B, 1T; full recomputation, and selective
+recomputation with sequence parallelism), the fit of their 1T
+configuration in 80 GB, and Narayanan et al.'s Table 1.  Nothing is
+fitted on these rows: every figure below is the framework's or its
+paper's, but the caching allocator's reserve, PyTorch's as torchtitan's
+benchmark shows it.
+"""
+
+from __future__ import annotations
+
+from frameworks.base import Framework, States, register
+
+MEGATRON = register(Framework(
+    name="megatron",
+    title="Megatron-LM",
+    # Model states (Megatron-LM's distributed optimizer documentation, docs/source/api-guide/dist_optimizer.md:
+    # "bytes per parameter: 18 = 2 (bf16 param) + 4 (fp32 grad) + 4 (fp32 main param) + 8 (Adam)", and with
+    # --use-distributed-optimizer "6 + 12/d"); stages 2 and 3 as Megatron-Core's fully sharded data parallel
+    # shards them (--data-parallel-sharding-strategy optim_grads, optim_grads_params).
+    states=(States((2.0, 0.0), (4.0, 0.0), (12.0, 0.0)),
+            States((2.0, 0.0), (4.0, 0.0), (0.0, 12.0)),
+            States((2.0, 0.0), (0.0, 4.0), (0.0, 12.0)),
+            States((0.0, 2.0), (0.0, 4.0), (0.0, 12.0))),
+    moment=4.0,  # Adam's moments in fp32 (megatron/core/optimizer: main params and states in fp32)
+    # stage 3: a block's bf16 weights gathered, and the next block's prefetched, and its bf16 gradients
+    gathered=6.0,
+    # Korthikanti et al. section 4.2.2: under sequence parallelism the input of a column-parallel product is
+    # stored sharded over the sequence and all-gathered again in the backward pass (overlapped with the
+    # input-gradient product); megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication
+    staged=(0.0, 0.0),  # Megatron-Core's sharded data parallelism gathers per micro-batch
+    sequence_parallel="shard",
+    # Korthikanti et al. section 4.1 (Table 2's "GeLU input 8sbh"): the bias-GeLU fusion keeps its input for the
+    # backward pass (megatron/core/fusions/fused_bias_gelu.py)
+    activation_input=True,
+    selective="attention",  # Korthikanti et al. section 5: the attention core (QK^T, softmax, dropout, over V)
+    # the vocabulary-parallel cross-entropy runs in fp32 (megatron/core/tensor_parallel/cross_entropy.py: the
+    # softmax is kept in fp32 for the backward pass and turned into the gradient in place; the bf16 gradient
+    # handed back is 2 bytes)
+    loss=(4.0, 2.0),
+    loss_split=(4.0, 2.0),  # the same kernel, its sums all-reduced over the tensor-parallel group
+    grad_precision="fp32",  # --accumulate-allreduce-grads-in-fp32 (megatron/training/arguments.py, on with bf16)
+    # DistributedDataParallelConfig.bucket_size: max(40,000,000, 1,000,000 x dp) parameters; 40 M fp32 gradients
+    bucket_mb=160.0,
+    overlap=0.0,  # DistributedDataParallelConfig.overlap_grad_reduce is off unless --overlap-grad-reduce
+    # fused kernels: apex/Transformer Engine layer norm, bias-GeLU, scaled masked softmax, bias-dropout-add
+    # (megatron/core/fusions): one kernel per operator
+    kernels="fused",
+    # the fp32 cross-entropy: logits to fp32 (read 2, write 4), max, subtract, exp, sum, divide in place (five
+    # passes of 4 bytes read and four written), the target logit; backward: the softmax less the one-hot,
+    # scaled, in place (read 4, write 4, twice), to bf16 (read 4, write 2)
+    loss_passes=(42.0, 22.0),
+    # apex FusedAdam over the fp32 main parameters (megatron/core/optimizer/optimizer.py): reads the gradient,
+    # main parameter and both moments (16 bytes), writes the parameter and the moments (12), copies the main
+    # parameter to bf16 (read 4, write 2), the gradient norm for clipping (read 4) and zeroing the gradient
+    # buffer (write 4)
+    optimizer_bytes=42.0,
+    gather_bytes=4.0,  # the gathered bf16 weights written into their buffers, forward and backward (2 + 2)
+    launch_us=0.0,  # fused kernels of large tensors: launches hide behind the kernels before them
+    # its collectives do not run under computation by default (overlap 0), but for the inputs gathered again
+    # under sequence parallelism, which Korthikanti et al. report hidden
+    contention=0.0,
+    overhead=0.0,  # nothing fitted: Korthikanti et al.'s and Narayanan et al.'s step times are checks
+    # PyTorch's caching allocator as torchtitan's benchmark shows it (frameworks/torchtitan.py, fitted there):
+    # the same allocator under Megatron-LM
+    reserve=0.104,
+    # the CUDA context with its loaded kernels (about 0.5 GB on Hopper with CUDA 12's lazy loading) and NCCL's
+    # buffers: 2 x NCCL_BUFFSIZE (4 MiB) per channel, up to 32 channels, for each of the tensor-, data- and
+    # pipeline-parallel groups (about 0.25 GB each)
+    outside_gb=1.25,
+))

@@ -1,0 +1,91 @@
+"""torchtitan (PyTorch): FSDP2, tensor, context and pipeline parallelism on
+eager PyTorch, or with ``torch.compile`` and Float8 linear layers, as its
+code of December 2024 runs Llama 3.1 (torch, torchao and torchtitan of
+2024-12-23/26, the versions of its published benchmark).
+
+Checked against (``benchmarks/published.py``) every row of torchtitan's
+``benchmarks/llama3_h100_202412_torchtitan.md``: Llama 3.1 8B on 8 and
+128 H100s (eager, compiled, compiled with Float8), 8B with context
+parallelism, 70B on 256 and 405B on 512.  Two constants are fitted on one
+row, FSDP + torch.compile on 8 GPUs (time: ``contention``; memory:
+``reserve``); every other row is held out.
+"""
+
+from __future__ import annotations
+
+from frameworks.base import Framework, States, register
+
+TORCHTITAN = register(Framework(
+    name="torchtitan",
+    title="torchtitan",
+    # FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) (torchtitan/parallelisms/
+    # parallelize_llama.py): the sharded parameters stay fp32 (4), their gradients are reduced into fp32
+    # shards (4), AdamW's moments are fp32 (8): 16 bytes, sharded at stage 3 (fully_shard); stages 0 to 2
+    # (replicated data parallelism) keep the same copies whole as far as they are not sharded
+    states=(States((4.0, 0.0), (4.0, 0.0), (8.0, 0.0)),
+            States((4.0, 0.0), (4.0, 0.0), (0.0, 8.0)),
+            States((4.0, 0.0), (0.0, 4.0), (0.0, 8.0)),
+            States((0.0, 4.0), (0.0, 4.0), (0.0, 8.0))),
+    moment=4.0,
+    # FSDP2 while a block runs: its bf16 weights all-gathered and the next block's prefetched (2 + 2), its
+    # bf16 gradients (2) and their fp32 copy for the reduce-scatter in fp32 (4)
+    gathered=10.0,
+    # torchtitan's tensor parallelism (SequenceParallel, ColwiseParallel with input layouts Shard(1)):
+    # DTensor's all-gather output is what the product saves
+    # with pipeline stages FSDP2 does not reshard after the forward pass (parallelize_llama.py:
+    # reshard_after_forward=not pp_enabled) and the pipeline schedule defers the reduce-scatter to the last
+    # micro-batch (torch.distributed.pipelining's backward_maybe_with_nosync: set_requires_gradient_sync,
+    # set_reshard_after_backward): the stage's bf16 weights (2) and its unsharded gradients, accumulated in
+    # the fp32 reduce dtype (4), stay for the step
+    staged=(2.0, 4.0),
+    sequence_parallel="gathered",
+    activation_input=False,  # SwiGLU's SiLU and product keep their inputs: the graph's own operators
+    # op-level selective activation checkpointing (parallelize_llama.py, _apply_ac_to_transformer_block with
+    # selective_ac_option "op"): the results of matrix products (every second one: "save every other mm"),
+    # of scaled_dot_product_attention and of reduce-scatters are saved; every other operator is recomputed
+    selective="ops",
+    # the loss: cross_entropy(pred.float(), labels) (torchtitan/train.py, eager: "compiling loss function causes
+    # CUDA errors, turning off for now"): fp32 log-probabilities kept (4); at its peak, in the backward pass,
+    # the gradient of the loss's input and of the log-softmax, fp32 both (4 + 4; the forward's bf16 logits,
+    # fp32 copy and log-probabilities, 2 + 4 + 4, are less)
+    loss=(4.0, 8.0),
+    # with the vocabulary split over tensor parallelism, loss_parallel's log-softmax on DTensors
+    # (torch/distributed/tensor/parallel/loss.py, _log_softmax): at its peak, forward, the bf16 logits (2),
+    # their fp32 copy (4), the shifted logits (4) and their exponentials (4) beside the kept result (4)
+    loss_split=(4.0, 14.0),
+    grad_precision="fp32",  # reduce_dtype=torch.float32
+    bucket_mb=1000.0,  # FSDP2 reduces one block's gradients at a time: one collective per block
+    overlap=1.0,  # FSDP2 prefetches the next block's all-gather and overlaps the reduce-scatter
+    # eager PyTorch unless training.compile (then each TransformerBlock is compiled: torch.compile fuses its
+    # element-wise work); the loss and the embedding stay eager
+    kernels="eager",
+    # cross_entropy of fp32 logits: to fp32 (read 2, write 4), log-softmax (read twice 4, write 4), the target
+    # logit; backward: the loss's gradient zeroed and scattered (write 4), log-softmax's backward (read twice
+    # 4 and 4, write 4), to bf16 (read 4, write 2)
+    loss_passes=(18.0, 26.0),
+    # torch.optim.AdamW with foreach=True (torchtitan/optimizer.py), each a pass over fp32 lists: weight decay
+    # (8), lerp of the first moment (12), the second moment's mul and addcmul (8 + 12), sqrt, divide, add
+    # epsilon (8 each), addcdiv into the parameter (16); clip_grad_norm_ (read 4, then scale: 8)
+    optimizer_bytes=92.0,
+    # FSDP2 per gathered parameter and step: the all-gather's output copied out into the parameters, forward
+    # and backward (read 2, write 2, twice), and the bf16 gradient copied into the fp32 reduce-scatter input
+    # (read 2, write 4)
+    gather_bytes=14.0,
+    launch_us=4.0,  # a CUDA kernel launch (eager PyTorch launches each operation's kernels one by one)
+    # NCCL's kernels take multiprocessors from the computation they overlap: on NVLink an all-gather or
+    # reduce-scatter runs 16 to 32 channels, a block each, of the H100's 132 multiprocessors (NCCL_MIN_NCHANNELS
+    # and NCCL_MAX_NCHANNELS's defaults for NVLink rings): a fifth of them
+    contention=0.2,
+    # fitted: FSDP + torch.compile, 8 GPUs (6,667 tokens/s, against 8,460 priced without it: 0.291): FSDP2's hooks
+    # and DTensor's dispatch on the CPU, its copy-in/copy-out and stream synchronisation, the 500 W power cap's
+    # clocks beyond the data sheets' interpolation
+    overhead=0.291,
+    # fitted: FSDP + torch.compile, 8 GPUs (77.0 GiB, torch.cuda.max_memory_reserved, against the 74.9 GB
+    # of tensors priced: 0.104): the caching allocator's blocks held beyond the live tensors
+    reserve=0.104,
+    # the CUDA context with its loaded kernels (about 0.5 GB on Hopper with CUDA 12's lazy loading) and NCCL's
+    # buffers (2 x NCCL_BUFFSIZE of 4 MiB per channel, up to 32 channels, per process group): outside the
+    # caching allocator, so not in torchtitan's memory figure
+    outside_gb=1.25,
+    fitted=("8B, 8 GPUs, FSDP + torch.compile",),
+))
