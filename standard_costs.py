@@ -373,7 +373,8 @@ class Costing:
         if variant[0] == PLAIN:
             na = node_arrays(op, todo, model, ctx, given=given)
             comp, comm, sync, parts, trans = na.compute, na.comm, np.zeros(K), na.parts, na.transient
-        else:
+        else:  # one of the stage's micro-batches (a framework spreads its once-a-step work over them)
+            model = replace(model, micro_batches=self.batch // micro)
             C, work, fp = with_options(op, todo, model, ctx, given)
             comp, comm, sync = (np.broadcast_to(x, (K,)).astype(float) for x in price_stage(work, C, model, op))
             parts = np.stack([np.broadcast_to(x, (K,)) for x in fp.parts]).astype(float)

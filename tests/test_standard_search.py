@@ -24,13 +24,14 @@ def _tiny_llama(tmp_path, layers=2):
     return d
 
 
-def _setup(model, p, batch, seq, memory):
+def _setup(model, p, batch, seq, memory, framework=None):
     from cli.args import parse_args
     from planner import _chain, cost_model_for
     from models import build_graph
 
     s = parse_args(["-g", str(model), "-p", str(p), "-b", str(batch), "--seq", str(seq), "--device", "h100",
-                    "--device-memory", str(memory), "--headroom", "0"])
+                    "--device-memory", str(memory), "--headroom", "0"]
+                   + (["--framework", framework] if framework else []))
     g = build_graph(s.graph, batch=batch, seq=seq)
     return s, g, cost_model_for(s), _chain(g).count
 
@@ -81,12 +82,14 @@ def _searched(s, g, model, blocks, p):
     return standard_search.search(g, p, batch, node, blocks, costing, model.cluster.capacity, exact), costing
 
 
-@pytest.mark.parametrize("memory, layers", [(80, 2), (1.2, 2), (0.3, 2), (1.2, 5)])
-def test_the_best_point_of_the_grid(tmp_path, memory, layers):
+@pytest.mark.parametrize("memory, layers, framework", [(80, 2, None), (1.2, 2, None), (0.3, 2, None), (1.2, 5, None),
+                                                       (1.2, 2, "megatron"), (1.2, 5, "torchtitan")])
+def test_the_best_point_of_the_grid(tmp_path, memory, layers, framework):
     """Against every point of the grid costed by the plan's own evaluation:
     the same best, and every estimate the plan's figures up to rounding
-    (five layers: estimated from the first three, the blocks counted)."""
-    s, g, model, blocks = _setup(_tiny_llama(tmp_path, layers), 8, 16, 2048, memory)
+    (five layers: estimated from the first three, the blocks counted; under
+    a framework, whose sequence parallelism follows each point's sp)."""
+    s, g, model, blocks = _setup(_tiny_llama(tmp_path, layers), 8, 16, 2048, memory, framework)
     found, costing = _searched(s, g, model, blocks, 8)
     assert all(L.short == (layers > 3) for L in costing._layouts.values())
     best, costs = _brute_force(s, g, model, blocks, 8)
