@@ -62,3 +62,87 @@ def test_a_link_that_loops_is_named_so(tmp_path, flag):
     os.symlink("loop.json", tmp_path / "loop.json")
     msg = one_line_error(run(flag, "loop.json", "-p", 8, cwd=tmp_path, ok=False))
     assert msg.endswith("loop.json is a symbolic link that loops"), msg
+
+
+# -- the memory bound holds while a model is read ---------------------------------------------
+
+LIMIT_GB = 0.25
+
+
+def _traced_peak(settings) -> tuple[int, str]:
+    """The traced peak (bytes) of planning ``settings`` in this process, and
+    how the run ended (``ok`` or its one-line error)."""
+    import tracemalloc
+
+    from errors import InputError
+    from planner import plan
+
+    tracemalloc.start()
+    try:
+        try:
+            plan(settings)
+            how = "ok"
+        except (InputError, MemoryError) as e:
+            how = str(e)
+        return tracemalloc.get_traced_memory()[1], how
+    finally:
+        tracemalloc.stop()
+
+
+def _edited_plan(tmp_path, settings, **params) -> str:
+    """A plan file of ``settings`` with its model's parameters edited."""
+    from plan_file import dumps, record
+    from planner import plan
+
+    rec = record(plan(settings).result)
+    rec["params"].update(params)
+    rec.update({k: v for k, v in params.items() if k in rec})
+    path = tmp_path / "edited.json"
+    path.write_text(dumps(rec))
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["onnx seq", "onnx batch", "config.json", "built-in transformer", "built-in cnn",
+                                  "plan file of an onnx model", "plan file of a built-in model"])
+def test_the_memory_limit_holds_whatever_the_input(tmp_path, case):
+    """Sizes within the flags' bounds, planned under ``--mem-limit 0.25``: the
+    traced peak stays under the limit whether the run is refused or planned
+    (an ONNX model's constants sized by the sequence were computed in full:
+    1.3 GB at --seq 10^7, 15.7 GB at 10^9)."""
+    from settings import Settings
+
+    llama = str(ONNX / "hf-llama-gqa-dynamo.onnx")
+    s = {
+        "onnx seq": dict(graph=llama, batch=8, seq=10**7),
+        "onnx batch": dict(graph=llama, batch=10**7, seq=1),
+        "config.json": dict(graph=str(CONFIGS / "llama3-8b"), batch=10**6, seq=10**5),
+        "built-in transformer": dict(graph="transformer", seq=10**9),
+        "built-in cnn": dict(graph="inception3", batch=10**9),
+    }.get(case)
+    if case == "plan file of an onnx model":
+        path = _edited_plan(tmp_path, Settings(graph=llama, procs=8, batch=8, seq=16, mem_limit_gb=LIMIT_GB), seq=10**7)
+        s = dict(evaluate=path)
+    elif case == "plan file of a built-in model":
+        path = _edited_plan(tmp_path, Settings(graph="transformer", procs=8, mem_limit_gb=LIMIT_GB), batch=10**9)
+        s = dict(evaluate=path)
+    s.setdefault("procs", 8)
+    peak, how = _traced_peak(Settings(**s, mem_limit_gb=LIMIT_GB))
+    assert peak < LIMIT_GB * 1e9, (f"{peak / 1e9:.3g} GB traced", how)
+
+
+def test_a_model_refused_by_its_sizes_is_refused_at_once():
+    """A sequence that makes a tensor's dimension exceed the bound is refused
+    from the shapes, small in memory (measured in a subprocess: RSS)."""
+    import subprocess
+
+    code = ("import resource, subprocess, sys\n"
+            f"p = subprocess.run([sys.executable, {str(ROOT / 'scheduler.py')!r}, '-g', "
+            f"{str(ONNX / 'hf-llama-gqa-dynamo.onnx')!r}, '-p', '8', '-b', '8', '--seq', '10000000', "
+            "'--mem-limit', '0.25'], capture_output=True, text=True)\n"
+            "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+            "print(p.stderr, end='')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    first, *rest = proc.stdout.splitlines()
+    status, rss_kb = map(int, first.split())
+    assert status == 2 and len(rest) == 1 and "has a dimension of" in rest[0], proc.stdout
+    assert rss_kb * 1024 < LIMIT_GB * 1e9, f"{rss_kb / 1e6:.3g} GB resident"
