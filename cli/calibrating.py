@@ -14,7 +14,7 @@ from cli.args import UsageError
 __all__ = ["run_calibration"]
 
 
-def run_calibration(s, out):
+def run_calibration(s, out, reads=None):
     from cluster.calibrate import calibrate, read_measurements, render_toml
     from cluster.config import record
     from planner import cluster_for
@@ -34,7 +34,7 @@ def run_calibration(s, out):
         if os.path.realpath(s.save_cluster) in mine:
             raise UsageError(f"--save-cluster: {s.save_cluster} is one of the measurements' files; give another "
                              "path")
-        check_writable(s.save_cluster, "--save-cluster")
+        check_writable(s.save_cluster, "--save-cluster", reads)
     base = cluster_for(s)
 
     def predict(fields: dict) -> float:

@@ -10,7 +10,7 @@ import sys
 import threading
 
 from cli.args import DOT_FILE, PROG, UsageError, message, parse_args
-from cli.files import check_writable, write_atomic
+from cli.files import Reads, check_writable, write_atomic
 from cli.progress import Progress
 from errors import InputError
 from settings import Settings
@@ -62,17 +62,18 @@ def run(s: Settings, out=None):
     stdout = out
     from cli.exporting import Rendered, checked_exports, render_exports
 
-    exports = checked_exports(s)
+    reads = Reads(s)  # no output may replace one of these
+    exports = checked_exports(s, reads)
     if s.calibrate is not None:
         from cli.calibrating import run_calibration
 
-        return run_calibration(s, out)
+        return run_calibration(s, out, reads)
     if s.save_cluster is not None:
         raise UsageError("--save-cluster writes what --calibrate fits: give --calibrate FILE")
     if s.sweep or s.plans or s.plot:
         from cli.study import run_study
 
-        return run_study(s, out)
+        return run_study(s, out, reads)
     if s.evaluate is not None and (s.profile or s.measure):
         raise UsageError("--profile and --measure time a search; they cannot be used with --evaluate")
     from exports import FORMATS, for_path
@@ -83,9 +84,9 @@ def run(s: Settings, out=None):
         if output is None:
             endings = " or ".join(f.suffix for f in FORMATS.values() if f.reads == "result")
             raise UsageError(f"--output: {s.output!r} must end in {endings}")
-        check_writable(s.output, "--output")
+        check_writable(s.output, "--output", reads)
     if s.dump_graph:
-        check_writable(DOT_FILE, "--dump-graph")
+        check_writable(DOT_FILE, "--dump-graph", reads)
     from planner import plan
     from report import render_text
 

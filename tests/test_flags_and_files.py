@@ -146,3 +146,72 @@ def test_a_model_refused_by_its_sizes_is_refused_at_once():
     status, rss_kb = map(int, first.split())
     assert status == 2 and len(rest) == 1 and "has a dimension of" in rest[0], proc.stdout
     assert rss_kb * 1024 < LIMIT_GB * 1e9, f"{rss_kb / 1e6:.3g} GB resident"
+
+
+# -- no output replaces an input ------------------------------------------------------------
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    """A model directory, a cluster file, a plan file, and links to them."""
+    shutil.copytree(CONFIGS / "gpt2", tmp_path / "gpt2")
+    (tmp_path / "cl.json").write_text(json.dumps({"bw": 100}))
+    (tmp_path / "p4.json").write_text(json.dumps({"bw": 100}))
+    run("-g", "alexnet", "-p", 8, "-q", "--output", "p.json", cwd=tmp_path)
+    os.symlink("p.json", tmp_path / "link.json")
+    os.symlink("gpt2", tmp_path / "model")
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, flag, path", [
+    (["-g", "gpt2", "--output", "gpt2/config.json"], "--output", "gpt2/config.json"),
+    (["-g", "gpt2/config.json", "--output", "./gpt2/config.json"], "--output", "./gpt2/config.json"),
+    (["-g", "model", "--output", "gpt2/config.json"], "--output", "gpt2/config.json"),
+    (["-g", "gpt2", "--export", "torchtitan:gpt2/config.json"], "--export torchtitan", "gpt2/config.json"),
+    (["-g", "gpt2", "--export", "megatron:model/config.json"], "--export megatron", "model/config.json"),
+    (["-g", "alexnet", "--cluster", "cl.json", "--output", "cl.json"], "--output", "cl.json"),
+    (["-g", "alexnet", "--cluster", "./cl.json", "--export", "jax:cl.json"], "--export jax", "cl.json"),
+    (["--evaluate", "p.json", "--output", "p.json"], "--output", "p.json"),
+    (["--evaluate", "link.json", "--output", "./p.json"], "--output", "./p.json"),
+    (["--evaluate", "p.json", "--output", "link.json"], "--output", "link.json"),
+    (["-g", "alexnet", "-p", "4,8", "--cluster", "cl.json", "--output", "cl.json"], "--output", "cl.json"),
+    (["-g", "alexnet", "-p", "4,8", "--cluster", "p4.json", "--plans", "."], "--plans", "./p4.json"),
+    (["-g", "alexnet", "--cluster", "cl.json", "-d"], None, None),
+])
+def test_an_output_that_is_an_input_is_refused_before_any_work(inputs, args, flag, path):
+    if flag is None:  # a run whose outputs are not inputs: it runs
+        run(*args, "-p", 8, "-q", cwd=inputs)
+        return
+    before = files_in(inputs)
+    msg = one_line_error(run(*args, "-q", cwd=inputs, ok=False))
+    assert msg.startswith(f"{flag}: {path} is the ") and msg.endswith("reads; give another path"), msg
+    assert files_in(inputs) == before
+
+
+def test_an_output_in_a_model_directory_that_would_become_its_model_is_refused(inputs):
+    (inputs / "onnx").mkdir()
+    shutil.copy(ONNX / "hf-gpt2-dynamo.onnx", inputs / "onnx" / "gpt2.onnx")
+    before = files_in(inputs)
+    msg = one_line_error(run("-g", "onnx", "-b", 2, "--seq", 16, "--output", "onnx/config.json", cwd=inputs,
+                             ok=False))
+    assert msg == "--output: onnx/config.json would be read as the model of onnx (-g); give another path"
+    assert files_in(inputs) == before
+    run("-g", "onnx", "-b", 2, "--seq", 16, "-q", "--output", "onnx/plan.json", cwd=inputs)  # any other name is fine
+    assert (inputs / "onnx" / "plan.json").exists()
+
+
+def test_a_plan_files_model_is_an_input_too(tmp_path):
+    shutil.copytree(CONFIGS / "gpt2", tmp_path / "gpt2")
+    run("-g", "gpt2", "-p", 4, "-b", 4, "--seq", 64, "-q", "--output", "p.json", cwd=tmp_path)
+    msg = one_line_error(run("--evaluate", "p.json", "--output", "gpt2/config.json", cwd=tmp_path, ok=False))
+    assert msg.startswith("--output: gpt2/config.json is the model file the plan --evaluate reads names"), msg
+
+
+def test_save_cluster_never_replaces_the_cluster_file(tmp_path):
+    shutil.copy(ROOT / "tests" / "data" / "calibrate" / "all_reduce_perf.txt", tmp_path)
+    (tmp_path / "m.toml").write_text('nccl_file = "all_reduce_perf.txt"\n')
+    (tmp_path / "cl.toml").write_text('device = "h100"\n')
+    msg = one_line_error(run("--calibrate", "m.toml", "--cluster", "cl.toml", "--save-cluster", "./cl.toml",
+                             cwd=tmp_path, ok=False))
+    assert msg == "--save-cluster: ./cl.toml is the cluster file --cluster reads; give another path"
+    assert (tmp_path / "cl.toml").read_text() == 'device = "h100"\n'
