@@ -166,17 +166,22 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
     ``baselines`` (keys; default: all three with ``compare``, else none).
     ``progress(what, unit)``, when given, makes a progress callback
     ``(done, total)`` with a ``close()`` for each long step."""
+    from conflicts import check_given_plan, check_timing
     from plan_file import decisions, read
 
     file = None
     recorded = {}
+    check_given_plan(s)
     if s.evaluate is not None:
         try:
             file = read(s.evaluate, MODEL_PARAMS)
         except InputError as e:
             raise InputError(f"--evaluate: {e}") from None
         recorded = file.recorded
+        check_given_plan(s, recorded)
         s = _with_file_settings(s, recorded)
+    pipelined = s.pp not in (None, 1) or s.microbatches is not None or "pipeline" in recorded
+    check_timing(s, pipelined)
 
     from cost_model import build_costs, check_procs, evaluate, make_result
     from dp_search import default_memory_limit
@@ -188,8 +193,6 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
     g = build_graph(s.graph, **_model_params(s))
     limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
     profile = None
-    pipelined = s.pp not in (None, 1) or s.microbatches is not None or (file is not None and
-                                                                          "pipeline" in file.recorded)
     if s.schedule is not None and s.pp in (None, 1) and s.plan is None:
         raise InputError("--schedule orders a pipeline's stages: give --pp N or --pp auto")
     found = None

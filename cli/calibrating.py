@@ -44,7 +44,8 @@ def run_calibration(s, out, reads=None):
         path = os.path.join(os.path.dirname(s.calibrate), str(step["plan"]))
         if not os.path.isfile(path):
             raise InputError(f"--calibrate: {s.calibrate}: step.plan: {path}: no such plan file")
-        return plan(replace(s, calibrate=None, save_cluster=None, evaluate=path, **fields)).result.step_seconds
+        return plan(replace(s, calibrate=None, save_cluster=None, evaluate=path, explicit=s.explicit - {"procs"},
+                            **fields)).result.step_seconds  # the plan's own devices
 
     fields, lines = calibrate(data, base, s.calibrate, predict)
     fitted = replace(base, **fields)

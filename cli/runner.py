@@ -74,8 +74,6 @@ def run(s: Settings, out=None):
         from cli.study import run_study
 
         return run_study(s, out, reads)
-    if s.evaluate is not None and (s.profile or s.measure):
-        raise UsageError("--profile and --measure time a search; they cannot be used with --evaluate")
     from exports import FORMATS, for_path
 
     output = None

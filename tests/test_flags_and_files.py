@@ -215,3 +215,67 @@ def test_save_cluster_never_replaces_the_cluster_file(tmp_path):
                              cwd=tmp_path, ok=False))
     assert msg == "--save-cluster: ./cl.toml is the cluster file --cluster reads; give another path"
     assert (tmp_path / "cl.toml").read_text() == 'device = "h100"\n'
+
+
+# -- flags against a plan given whole -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    """A plan file without stages (tp8.json) and one with two (pp2.json)."""
+    where = tmp_path_factory.mktemp("plans")
+    run("-g", "transformer", "-p", 8, "-q", "--output", "tp8.json", cwd=where)
+    run("-g", "transformer", "-p", 8, "--pp", 2, "-q", "--output", "pp2.json", cwd=where)
+    return where
+
+
+@pytest.mark.parametrize("args, given", [
+    (["--evaluate", "tp8.json", "--pp", "2"], "--pp 2"),  # was: internal error: KeyError: 'pipeline'
+    (["--evaluate", "tp8.json", "--pp", "auto"], "--pp auto"),
+    (["--evaluate", "tp8.json", "--microbatches", "2"], "--microbatches 2"),
+    (["--evaluate", "tp8.json", "--zero", "3"], "--zero 3"),  # the four below: exit 0, nothing changed
+    (["--evaluate", "tp8.json", "--recompute", "full"], "--recompute full"),
+    (["--evaluate", "pp2.json", "--pp", "4"], "--pp 4"),
+    (["--evaluate", "pp2.json", "--pp", "1"], "--pp 1"),
+    (["--evaluate", "pp2.json", "--microbatches", "16"], "--microbatches 16"),
+    (["--evaluate", "pp2.json", "--schedule", "gpipe"], "--schedule gpipe"),
+    (["--evaluate", "pp2.json", "-p", "32"], "-p 32"),  # was: "p = 32 ... 2 stages of 16 devices", same time
+])
+def test_a_flag_against_a_plan_file_is_refused_naming_both(plans, args, given):
+    msg = one_line_error(run(*args, "--output", "out.json", cwd=plans, ok=False))
+    assert msg.startswith(f"{given} and --evaluate {args[1]} cannot be given together: a plan file is costed "), msg
+    assert not (plans / "out.json").exists()
+
+
+@pytest.mark.parametrize("spec, args, given", [
+    ("tp=8", ["--pp", "2"], "--pp 2"),  # was: exit 0 without a pipeline
+    ("tp=2", ["--zero", "3"], "--zero 3"),  # was: no ZeRO applied
+    ("tp=2,recompute=full", ["--recompute", "none"], "--recompute none"),  # was: the plan's kept
+    ("tp=2,pp=2", ["--microbatches", "4"], "--microbatches 4"),
+    ("tp=2,pp=2", ["--schedule", "gpipe"], "--schedule gpipe"),
+    ("tp=2", ["--pp", "1"], "--pp 1"),  # whatever the value
+])
+def test_a_flag_against_a_plan_string_is_refused_naming_both(tmp_path, spec, args, given):
+    msg = one_line_error(run("-g", "transformer", "-p", 8, "--plan", spec, *args, cwd=tmp_path, ok=False))
+    assert msg.startswith(f"{given} and --plan {spec} cannot be given together: the plan string sets the "), msg
+
+
+def test_what_the_plan_does_not_fix_applies(plans):
+    """The same number of devices, and the cluster, model and optimizer flags,
+    apply to a plan file; -p lays a --plan string out."""
+    same = run("--evaluate", "pp2.json", "-p", 8, "-q", cwd=plans).stdout
+    assert same == run("--evaluate", "pp2.json", "-q", cwd=plans).stdout
+    faster = run("--evaluate", "tp8.json", "--bw", 64, "-q", cwd=plans).stdout
+    assert faster != run("--evaluate", "tp8.json", "-q", cwd=plans).stdout
+    assert "p = 16" in run("-g", "transformer", "-p", 16, "--plan", "tp=2", "-q", cwd=plans).stdout
+
+
+@pytest.mark.parametrize("args, where", [
+    (["--pp", "2"], "--pp"), (["--plan", "tp=2"], "--plan"), (["--search", "standard"], "--search standard"),
+    (["--microbatches", "4"], "--microbatches"),
+])
+@pytest.mark.parametrize("timing", ["--profile", "--measure"])
+def test_profile_and_measure_are_refused_where_no_per_operator_search_runs(tmp_path, args, where, timing):
+    msg = one_line_error(run("-g", "transformer", "-p", 8, *args, timing, cwd=tmp_path, ok=False))
+    assert msg == ("--profile and --measure time the search of one plan per operator; they cannot be used with "
+                   f"{where}")
