@@ -72,8 +72,10 @@ def _name(axis: str, value) -> str:
 def plan_names(points: list, axes: list) -> list[str]:
     """Each setting's plan file name (its swept values), made unique: two
     settings that would share one (model files of the same name in two
-    directories) get ``-2``, ``-3``... in the settings' order."""
+    directories) get ``-2``, ``-3``... in the settings' order.  With
+    nothing swept, the plan is named after the model."""
     names, taken = [], set()
+    axes = list(axes) or ["graph"]
     for pt in points:
         stem = "-".join(_name(a, getattr(pt, a)) for a in axes)
         name, n = stem, 1

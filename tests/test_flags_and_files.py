@@ -279,3 +279,13 @@ def test_profile_and_measure_are_refused_where_no_per_operator_search_runs(tmp_p
     msg = one_line_error(run("-g", "transformer", "-p", 8, *args, timing, cwd=tmp_path, ok=False))
     assert msg == ("--profile and --measure time the search of one plan per operator; they cannot be used with "
                    f"{where}")
+
+
+# -- smaller things --------------------------------------------------------------------------
+
+
+def test_plans_without_a_sweep_names_the_plan_after_the_model(tmp_path):
+    """Was: pdir/.json, a hidden file."""
+    run("-p", 8, "--plans", "pdir", cwd=tmp_path)
+    assert sorted(os.listdir(tmp_path / "pdir")) == ["alexnet.json"]
+    assert json.loads((tmp_path / "pdir" / "alexnet.json").read_text())["procs"] == 8
