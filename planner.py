@@ -464,7 +464,8 @@ def _pipeline(s: Settings, g, model, limit, file):
         if batch % s.microbatches:
             raise InputError(f"--microbatches {s.microbatches} does not divide the batch of {batch}")
         micro_values = [batch // s.microbatches]
-    schedules = [pipeline.parse_schedule(s.schedule)] if s.schedule is not None else None
+    auto = s.schedule == "auto" or s.schedule is None and s.pp == "auto"  # searched; else 1f1b unless given
+    schedules = None if auto else [pipeline.parse_schedule(s.schedule or "1f1b")]
     pipe = pipeline.search(lambda b: _micro_graph(s, b), model, s.procs, batch,
                            pp_values=[s.pp] if isinstance(s.pp, int) else [1] if s.pp is None else None,
                            micro_values=micro_values,

@@ -106,8 +106,9 @@ _PIPELINE = (
             tag="pp"),
     Setting("microbatches", ("--microbatches",), "count_auto", "micro-batches a pipeline splits the batch into, or "
             "auto (searched; default); without --pp, gradient accumulation over that many", metavar="M|auto"),
-    Setting("schedule", ("--schedule",), "schedule", "pipeline schedule: gpipe, 1f1b (default) or interleaved[:V] (V "
-            "chunks per device, default 2)", metavar="NAME"),
+    Setting("schedule", ("--schedule",), "schedule", "pipeline schedule: gpipe, 1f1b, interleaved[:V] (V chunks per "
+            "device, default 2), or auto (1f1b and interleaved:2 searched); default: 1f1b with --pp N, auto with "
+            "--pp auto", metavar="NAME"),
 )
 
 _RUN = (

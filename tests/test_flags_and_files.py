@@ -289,3 +289,15 @@ def test_plans_without_a_sweep_names_the_plan_after_the_model(tmp_path):
     run("-p", 8, "--plans", "pdir", cwd=tmp_path)
     assert sorted(os.listdir(tmp_path / "pdir")) == ["alexnet.json"]
     assert json.loads((tmp_path / "pdir" / "alexnet.json").read_text())["procs"] == 8
+
+
+def test_the_default_schedule_is_1f1b_with_a_number_of_stages(tmp_path):
+    """--pp 2 without --schedule ran interleaved:2 although --help said 1f1b;
+    --schedule auto searches both (and finds interleaved:2 faster here)."""
+    args = ("-g", CONFIGS / "gpt2", "-p", 8, "--pp", 2, "--device", "h100", "-b", 16, "--seq", 128, "-q")
+    schedules = {}
+    for extra in ((), ("--schedule", "1f1b"), ("--schedule", "auto")):
+        run(*args, *extra, "--output", "plan.json", cwd=tmp_path)
+        schedules[extra[1:]] = json.loads((tmp_path / "plan.json").read_text())["pipeline"]["schedule"]
+    assert schedules == {(): "1f1b", ("1f1b",): "1f1b", ("auto",): "interleaved:2"}
+    assert "default: 1f1b with --pp N, auto with --pp auto" in " ".join(run("--help", cwd=tmp_path).stdout.split())
