@@ -301,3 +301,10 @@ def test_the_default_schedule_is_1f1b_with_a_number_of_stages(tmp_path):
         schedules[extra[1:]] = json.loads((tmp_path / "plan.json").read_text())["pipeline"]["schedule"]
     assert schedules == {(): "1f1b", ("1f1b",): "1f1b", ("auto",): "interleaved:2"}
     assert "default: 1f1b with --pp N, auto with --pp auto" in " ".join(run("--help", cwd=tmp_path).stdout.split())
+
+
+def test_more_stages_than_blocks_says_so(tmp_path):
+    """Was: 'at least as many micro-batches as stages are needed', with 16."""
+    msg = one_line_error(run("-g", CONFIGS / "gpt2", "-p", 16, "--pp", 16, "-b", 64, "--microbatches", 16, "--seq", 128,
+                             cwd=tmp_path, ok=False))
+    assert msg == "--pp 16 is more stages than the 12 blocks of gpt2"
