@@ -180,6 +180,7 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
         recorded = file.recorded
         check_given_plan(s, recorded)
         s = _with_file_settings(s, recorded)
+    from_file = {k for k in ("procs",) + MODEL_PARAMS if k in recorded and k not in s.explicit}
     pipelined = s.pp not in (None, 1) or s.microbatches is not None or "pipeline" in recorded
     check_timing(s, pipelined)
 
@@ -188,9 +189,14 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
     from graph import operators
     from models import build_graph
 
-    check_procs(s.procs)
-    model = cost_model_for(s, recorded)
-    g = build_graph(s.graph, **_model_params(s))
+    try:
+        check_procs(s.procs)
+        model = cost_model_for(s, recorded)
+        g = build_graph(s.graph, **_model_params(s))
+    except SettingError as e:  # a value the plan file gave, not a flag: named in the file
+        if (key := "procs" if e.name == "p" else e.name) in from_file:
+            raise InputError(f"--evaluate: {s.evaluate}: {key} {e.problem}") from None
+        raise
     limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
     profile = None
     if s.schedule is not None and s.pp in (None, 1) and s.plan is None:
