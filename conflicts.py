@@ -53,13 +53,13 @@ def check_given_plan(s, recorded: dict | None = None) -> None:
                          f"on its own {procs} devices (to plan for {s.procs}, plan with -g instead)")
 
 
-def check_timing(s, pipelined: bool) -> None:
+def check_timing(s) -> None:
     """Refuse ``profile`` and ``measure`` where no per-operator search runs."""
     if not (s.profile or s.measure):
         return
     where = ("--evaluate" if s.evaluate is not None else "--plan" if s.plan is not None else
              "--search standard" if s.search == "standard" else
-             "--pp" if s.pp not in (None, 1) else "--microbatches" if pipelined else None)
+             "--pp" if s.pp not in (None, 1) else "--microbatches" if s.microbatches is not None else None)
     if where is not None:
         raise InputError(f"--profile and --measure time the search of one plan per operator; they cannot be used "
                          f"with {where}")

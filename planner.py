@@ -172,6 +172,7 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
     file = None
     recorded = {}
     check_given_plan(s)
+    check_timing(s)
     if s.evaluate is not None:
         try:
             file = read(s.evaluate, MODEL_PARAMS)
@@ -182,7 +183,6 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
         s = _with_file_settings(s, recorded)
     from_file = {k for k in ("procs",) + MODEL_PARAMS if k in recorded and k not in s.explicit}
     pipelined = s.pp not in (None, 1) or s.microbatches is not None or "pipeline" in recorded
-    check_timing(s, pipelined)
 
     from cost_model import build_costs, check_procs, evaluate, make_result
     from dp_search import default_memory_limit
