@@ -105,6 +105,8 @@ def check_writable(path: str, flag: str, reads: Reads | None = None) -> None:
     if reads is not None:
         reads.check(path, flag)
     target = os.path.realpath(path)
+    if _loops(path):
+        raise UsageError(f"{flag}: {path} is a symbolic link that loops")
     if os.path.isdir(target):
         raise UsageError(f"{flag}: {path} is a directory")
     if os.path.exists(target) and not os.path.isfile(target):  # /dev/null, a FIFO: written in place
@@ -115,6 +117,11 @@ def check_writable(path: str, flag: str, reads: Reads | None = None) -> None:
     if not os.path.isdir(parent):
         if os.path.islink(path):
             raise UsageError(f"{flag}: {path} is a link to {target}, whose directory {parent} does not exist")
+        folder = os.path.dirname(path) or "."
+        while folder and not os.path.lexists(folder) and os.path.dirname(folder) != folder:
+            folder = os.path.dirname(folder)  # the part of the path that exists
+        if folder and os.path.lexists(folder) and not os.path.isdir(folder):
+            raise UsageError(f"{flag}: {folder} is not a directory")
         raise UsageError(f"{flag}: directory {os.path.dirname(path) or '.'} does not exist")
     if os.path.exists(target) and not os.access(target, os.W_OK):
         raise UsageError(f"{flag}: {path} is not writable")
@@ -124,7 +131,19 @@ def check_writable(path: str, flag: str, reads: Reads | None = None) -> None:
         with tempfile.NamedTemporaryFile(dir=parent, prefix=".pase-", suffix=".tmp"):
             pass
     except OSError as e:
-        raise UsageError(f"{flag}: cannot write in {parent}: {e.strerror}") from None
+        why = "it takes no new files" if isinstance(e, FileNotFoundError) else (e.strerror or str(e)).lower()
+        raise UsageError(f"{flag}: cannot write in {parent}: {why}") from None
+
+
+def _loops(path: str) -> bool:
+    """Whether ``path`` is, or passes through, a symbolic link that loops."""
+    import errno
+
+    try:
+        os.stat(path)
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
 
 
 def write_atomic(path: str, text: str) -> None:

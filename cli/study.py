@@ -93,6 +93,10 @@ def _check_plans(s: Settings, reads=None) -> None:
     path = s.plans
     if not path:
         raise UsageError("--plans: the directory name is empty")
+    from cli.files import _loops
+
+    if _loops(path):
+        raise UsageError(f"--plans: {path} is a symbolic link that loops")
     if os.path.lexists(path) and not os.path.exists(path):
         raise UsageError(f"--plans: {path} is a link to {os.path.realpath(path)}, which does not exist")
     if os.path.exists(path):
@@ -101,6 +105,8 @@ def _check_plans(s: Settings, reads=None) -> None:
         where = path
     else:
         where = os.path.dirname(os.path.abspath(path))
+        if os.path.exists(where) and not os.path.isdir(where):
+            raise UsageError(f"--plans: {os.path.dirname(path)} is not a directory")
         if not os.path.isdir(where):
             raise UsageError(f"--plans: directory {where} does not exist")
     if not os.access(where, os.W_OK | os.X_OK):

@@ -324,3 +324,39 @@ def test_a_hand_edited_value_is_named_in_its_file_not_as_a_flag(plans, tmp_path,
     (tmp_path / "ed.json").write_text(json.dumps(rec))
     msg = one_line_error(run("--evaluate", "ed.json", cwd=tmp_path, ok=False))
     assert msg.startswith(f"--evaluate: ed.json: {says}"), msg
+
+
+@pytest.mark.parametrize("flag, path, says", [
+    ("--output", "aplan.json/x.json", "--output: aplan.json is not a directory"),  # was: "directory ... does not exist"
+    ("--output", "aplan.json/a/x.json", "--output: aplan.json is not a directory"),
+    ("--plot", "aplan.json/x.png", "--plot: aplan.json is not a directory"),
+    ("--plans", "aplan.json/d", "--plans: aplan.json is not a directory"),
+    ("--output", "loop.json", "--output: loop.json is a symbolic link that loops"),  # was: replaced by a file
+    ("--output", "loop.json/x.json", "--output: loop.json/x.json is a symbolic link that loops"),
+])
+def test_an_output_path_that_cannot_be_written_says_why(tmp_path, flag, path, says):
+    (tmp_path / "aplan.json").write_text("{}")
+    os.symlink("loop.json", tmp_path / "loop.json")
+    sweep = ["-p", "4,8"] if flag in ("--plot", "--plans") else []
+    assert one_line_error(run(*sweep, flag, path, cwd=tmp_path, ok=False)) == says
+    assert os.readlink(tmp_path / "loop.json") == "loop.json" and (tmp_path / "aplan.json").read_text() == "{}"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_a_directory_that_takes_no_files_says_so(tmp_path):
+    """Was: 'cannot write in /proc: No such file or directory'."""
+    assert one_line_error(run("--output", "/proc/x.json", cwd=tmp_path, ok=False)) == \
+        "--output: cannot write in /proc: it takes no new files"
+
+
+def test_calibration_says_when_measurements_of_one_size_disagree(tmp_path):
+    (tmp_path / "m.toml").write_text(
+        "gemm = [{m = 8192, n = 8192, k = 8192, tflops = 900}, {m = 8192, n = 8192, k = 8192, tflops = 10},\n"
+        "        {m = 1024, n = 1024, k = 1024, tflops = 200}]\n")
+    out = run("--calibrate", "m.toml", "--device", "h100", cwd=tmp_path).stdout
+    assert ("warning: matrix products of the same size (m=8192 n=8192 k=8192) ran from 10 to 900 TFLOPS, more than "
+            "2x apart: check them") in out
+    (tmp_path / "m.toml").write_text(  # sizes apart by more than 2x, each measured alike: no warning
+        "gemm = [{m = 8192, n = 8192, k = 8192, tflops = 700}, {m = 8192, n = 8192, k = 8192, tflops = 650},\n"
+        "        {m = 256, n = 256, k = 256, tflops = 20}]\n")
+    assert "warning" not in run("--calibrate", "m.toml", "--device", "h100", cwd=tmp_path).stdout
