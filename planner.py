@@ -193,6 +193,9 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
         check_procs(s.procs)
         model = cost_model_for(s, recorded)
         g = build_graph(s.graph, **_model_params(s))
+        if s.require_fit and model.cluster.capacity is None:
+            raise SettingError("require_fit", "needs a device memory to fit: give --device, --device-memory or a "
+                                              "cluster file giving one")
     except SettingError as e:  # a value the plan file gave, not a flag: named in the file
         if (key := "procs" if e.name == "p" else e.name) in from_file:
             raise InputError(f"--evaluate: {s.evaluate}: {key} {e.problem}") from None

@@ -19,8 +19,9 @@ def run_calibration(s, out, reads=None):
     from cluster.config import record
     from planner import cluster_for
 
-    if s.evaluate is not None or s.plan is not None or s.sweep or s.plans or s.plot or s.compare:
-        raise UsageError("--calibrate fits a cluster: it takes no --evaluate, --plan, --compare or sweep")
+    if s.evaluate is not None or s.plan is not None or s.sweep or s.plans or s.plot or s.compare or s.require_fit:
+        raise UsageError("--calibrate fits a cluster: it takes no --evaluate, --plan, --compare, --require-fit or "
+                         "sweep")
     if s.output is not None or s.dump_graph or getattr(s, "export", None):
         raise UsageError("--calibrate writes a cluster file (--save-cluster), not a plan: it takes no --output, "
                          "-d or --export")

@@ -360,3 +360,34 @@ def test_calibration_says_when_measurements_of_one_size_disagree(tmp_path):
         "gemm = [{m = 8192, n = 8192, k = 8192, tflops = 700}, {m = 8192, n = 8192, k = 8192, tflops = 650},\n"
         "        {m = 256, n = 256, k = 256, tflops = 20}]\n")
     assert "warning" not in run("--calibrate", "m.toml", "--device", "h100", cwd=tmp_path).stdout
+
+
+# -- --require-fit and the exit statuses ---------------------------------------------------------
+
+GPT2 = ("-g", CONFIGS / "gpt2", "-p", 4, "-b", 4, "--seq", 128, "--device", "h100", "--device-memory", 2, "--headroom", 0, "-q")
+
+
+def test_require_fit_fails_a_plan_that_does_not_fit(tmp_path):
+    """Was: marked OVER, exit 0, whatever the flags."""
+    over = run(*GPT2, "--plan", "dp=4", cwd=tmp_path)  # without the flag: reported, exit 0
+    assert "OVER the" in over.stdout
+    proc = run(*GPT2, "--plan", "dp=4", "--require-fit", "--output", "plan.json", "--export", "torchtitan:job.toml",
+               cwd=tmp_path, ok=False)
+    msg = one_line_error(proc, 3)
+    assert msg.startswith("--require-fit: the plan needs ") and msg.endswith(" GB of a device"), msg
+    assert proc.stdout == over.stdout  # the same report
+    assert os.listdir(tmp_path) == []  # no file written
+    run(*GPT2, "--plan", "dp=4,zero=3", "--require-fit", "--output", "plan.json", cwd=tmp_path)  # one that fits
+    assert json.loads((tmp_path / "plan.json").read_text())["memory"]["fits"] is True
+    run(*GPT2, "--require-fit", cwd=tmp_path)  # a search within the memory finds one that fits
+
+
+@pytest.mark.parametrize("args, says", [
+    (["-g", "alexnet", "-p", 8], "--require-fit needs a device memory to fit: give --device, --device-memory or a "
+                                 "cluster file giving one"),
+    (["-g", "alexnet", "-p", "4,8", "--device", "h100"], "--require-fit checks the plan of one run; it cannot be "
+                                                         "used with a sweep, --plans or --plot"),
+])
+def test_require_fit_bad_input(tmp_path, args, says):
+    assert one_line_error(run(*args, "--require-fit", "--output", "out.csv", cwd=tmp_path, ok=False)) == says
+    assert os.listdir(tmp_path) == []
