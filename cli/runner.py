@@ -109,6 +109,7 @@ def run(s: Settings, out=None):
         print(file=out)
     if s.require_fit and result.fits is False:  # the report, then the one line; no file
         print(render_text(result, summary=s.summary), file=out)
+        out.flush()  # the report before the error, where both go to one place
         raise DoesNotFit(f"--require-fit: the plan needs {result.memory_bytes / 1e9:.4g} GB per device, more than the "
                          f"{result.capacity / 1e9:.4g} GB of a device")
     # The files first, then the report, which is printed even when a file
