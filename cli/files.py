@@ -35,10 +35,13 @@ class Reads:
             self.files.setdefault(os.path.realpath(path), what)
 
     def _model(self, graph, flag: str) -> None:
+        if not isinstance(graph, str) or not (os.sep in graph or graph.lower().endswith((".onnx", ".json"))
+                                              or os.path.exists(graph)):
+            return  # a built-in model's name (nothing imported for it)
         from errors import InputError
         from models.sources import is_file_argument, locate
 
-        if not isinstance(graph, str) or not is_file_argument(graph):
+        if not is_file_argument(graph):
             return
         if os.path.isdir(graph):
             self.dirs.setdefault(os.path.realpath(graph), graph)
