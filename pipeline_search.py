@@ -107,6 +107,8 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     chains = find_chains(g1)
     chain = max(chains, key=lambda c: c.count * c.size) if chains else None
     N = chain.count if chain is not None else g1.number_of_nodes()
+    if chain is not None and pp_values and max(pp_values) > N:  # a stage holds whole blocks
+        raise InputError(f"--pp {max(pp_values)} is more stages than the {N} blocks of {g1.graph['name']}")
     most = N if chain is not None else min(N, DAG_STAGES)
     pps = pp_values or [d for d in range(1, min(most, p) + 1) if p % d == 0 and N / (d * -(-N // d)) >= BALANCE]
     ranked = []

@@ -1,6 +1,7 @@
 """Reading the small files the tool takes as input (strategy files, cluster
 files, model configs): whole, up to a bound on their size, with one-line
-``ValueError`` messages naming the file for anything unreadable."""
+``ValueError`` messages naming the file for anything unreadable.  Only a
+regular file is read (a FIFO would wait for a writer, a device never end)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,69 @@ import json
 
 from errors import InputError
 
-__all__ = ["read_bytes", "read_text", "read_json"]
+__all__ = ["read_bytes", "read_text", "read_json", "missing", "check_regular"]
 
 
-def read_bytes(path: str, limit: int, what: str) -> bytes:
-    """The bytes of ``path``, refused beyond ``limit`` bytes (``what`` names
-    the kind of file in the message): a regular file by its size, before
-    reading it; anything else (a device, a pipe) after ``limit + 1`` bytes."""
+def missing(path: str) -> str:
+    """Why ``path`` cannot be opened although it was named: no such file, a
+    symbolic link to nothing, or one that loops."""
+    import os
+
+    if os.path.islink(path):
+        try:
+            os.stat(path)
+        except OSError as e:
+            import errno
+
+            if e.errno == errno.ELOOP:
+                return f"{path} is a symbolic link that loops"
+        return f"{path} is a link to {os.path.realpath(path)}, which does not exist"
+    return f"{path}: no such file"
+
+
+def check_regular(path: str) -> int:
+    """The size of the regular file ``path``; an :class:`InputError` for
+    anything else (no such file, a directory, a FIFO, a device)."""
+    import errno
     import os
     import stat
 
     try:
-        with open(path, "rb") as f:
-            info = os.fstat(f.fileno())
-            raw = None if stat.S_ISREG(info.st_mode) and info.st_size > limit else f.read(limit + 1)
+        info = os.stat(path)
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
+        raise InputError(missing(path)) from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise InputError(f"{path} is a symbolic link that loops") from None
+        raise InputError(f"cannot read {path}: {e.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(f"{path} is a directory")
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode) or \
+            stat.S_ISBLK(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "a special file"
+        raise InputError(f"{path} is {kind}, not a regular file")
+    return info.st_size
+
+
+def read_bytes(path: str, limit: int, what: str) -> bytes:
+    """The bytes of the regular file ``path``, refused beyond ``limit`` bytes
+    (``what`` names the kind of file in the message) by its size, before
+    reading it; the buffer read into is the file's size, not ``limit``."""
+    import os
+    import stat
+
+    size = check_regular(path)
+    if size > limit:
+        raise InputError(f"{path} is larger than {limit / 2**20:g} MB: not a {what}")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # replaced by a FIFO since: no wait
+        with open(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(f"{path} is not a regular file")
+            raw = f.read(min(info.st_size, limit) + 1)  # one byte more: a file that grew past the limit shows it
+    except FileNotFoundError:
+        raise InputError(missing(path)) from None
     except IsADirectoryError:
         raise InputError(f"{path} is a directory") from None
     except OSError as e:

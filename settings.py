@@ -106,8 +106,9 @@ _PIPELINE = (
             tag="pp"),
     Setting("microbatches", ("--microbatches",), "count_auto", "micro-batches a pipeline splits the batch into, or "
             "auto (searched; default); without --pp, gradient accumulation over that many", metavar="M|auto"),
-    Setting("schedule", ("--schedule",), "schedule", "pipeline schedule: gpipe, 1f1b (default) or interleaved[:V] (V "
-            "chunks per device, default 2)", metavar="NAME"),
+    Setting("schedule", ("--schedule",), "schedule", "pipeline schedule: gpipe, 1f1b, interleaved[:V] (V chunks per "
+            "device, default 2), or auto (1f1b and interleaved:2 searched); default: 1f1b with --pp N, auto with "
+            "--pp auto", metavar="NAME"),
 )
 
 _RUN = (
@@ -155,6 +156,9 @@ _RUN = (
     Setting("mem_limit_gb", ("--mem-limit",), "positive", "memory the cost arrays and the search may use, in GB "
             "(default: half the memory available now; the process itself needs up to 100 MB more)",
             metavar="GB"),
+    Setting("require_fit", ("--require-fit",), "switch", "exit with status 3 when the plan costed or found does not "
+            "fit the device memory (the report is printed, no file is written); needs a device memory (--device, "
+            "--device-memory or a cluster file giving one)", False),
     Setting("summary", ("-q", "--summary"), "switch", "print only the header, the totals and the search line, not "
             "a row per operator", False),
     Setting("compare", ("--compare",), "switch", "also cost data-parallel, expert and Parallax strategies and "

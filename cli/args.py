@@ -131,13 +131,17 @@ def _count_or_auto(text: str):
 
 
 def _schedule(text: str) -> str:
-    """A pipeline schedule, checked (``pipeline.parse_schedule``)."""
+    """A pipeline schedule, checked (``pipeline.parse_schedule``), or
+    ``auto`` (searched)."""
     from pipeline import parse_schedule
 
+    if text.strip().lower() == "auto":
+        return "auto"
     try:
         return str(parse_schedule(text))
     except InputError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        raise argparse.ArgumentTypeError(str(e).replace("interleaved or interleaved:V", "interleaved, "
+                                                        "interleaved:V or auto")) from None
 
 
 def _network(text: str) -> str:

@@ -14,13 +14,14 @@ from cli.args import UsageError
 __all__ = ["run_calibration"]
 
 
-def run_calibration(s, out):
+def run_calibration(s, out, reads=None):
     from cluster.calibrate import calibrate, nccl_paths, read_measurements, render_toml
     from cluster.config import record
     from planner import cluster_for
 
-    if s.evaluate is not None or s.plan is not None or s.sweep or s.plans or s.plot or s.compare:
-        raise UsageError("--calibrate fits a cluster: it takes no --evaluate, --plan, --compare or sweep")
+    if s.evaluate is not None or s.plan is not None or s.sweep or s.plans or s.plot or s.compare or s.require_fit:
+        raise UsageError("--calibrate fits a cluster: it takes no --evaluate, --plan, --compare, --require-fit or "
+                         "sweep")
     if s.output is not None or s.dump_graph or getattr(s, "export", None):
         raise UsageError("--calibrate writes a cluster file (--save-cluster), not a plan: it takes no --output, "
                          "-d or --export")
@@ -33,7 +34,7 @@ def run_calibration(s, out):
         if os.path.realpath(s.save_cluster) in mine:
             raise UsageError(f"--save-cluster: {s.save_cluster} is one of the measurements' files; give another "
                              "path")
-        check_writable(s.save_cluster, "--save-cluster")
+        check_writable(s.save_cluster, "--save-cluster", reads)
     base = cluster_for(s)
 
     def predict(fields: dict) -> float:
@@ -43,7 +44,8 @@ def run_calibration(s, out):
         path = os.path.join(os.path.dirname(s.calibrate), str(step["plan"]))
         if not os.path.isfile(path):
             raise InputError(f"--calibrate: {s.calibrate}: step.plan: {path}: no such plan file")
-        return plan(replace(s, calibrate=None, save_cluster=None, evaluate=path, **fields)).result.step_seconds
+        return plan(replace(s, calibrate=None, save_cluster=None, evaluate=path, explicit=s.explicit - {"procs"},
+                            **fields)).result.step_seconds  # the plan's own devices
 
     fields, lines, details = calibrate(data, base, s.calibrate, predict)
     fitted = replace(base, **fields)

@@ -25,10 +25,11 @@ class Rendered:
         return self.text
 
 
-def checked_exports(s) -> list:
+def checked_exports(s, reads=None) -> list:
     """The ``--export`` values of the settings, parsed and their paths
-    checked: writable, none given twice, none another file of the run,
-    at most one to stdout."""
+    checked: writable, none given twice, none another file of the run, none
+    a file it reads (``reads``: :class:`cli.files.Reads`), at most one to
+    stdout."""
     if not s.export:
         return []
     from errors import InputError
@@ -54,7 +55,7 @@ def checked_exports(s) -> list:
     for e in exports:
         if e.path is None:
             continue
-        check_writable(e.path, e.flag)
+        check_writable(e.path, e.flag, reads)
         where = os.path.realpath(e.path)
         if where in taken:
             raise UsageError(f"{e.flag}: {e.path} is also where {taken[where]} writes")

@@ -7,14 +7,109 @@ import os
 
 from cli.args import UsageError
 
+# -- input files ----------------------------------------------------------------
+
+
+class Reads:
+    """The files a run reads (``files``: real path -> what names it) and the
+    model directories ``-g`` names (real path -> the argument), found from
+    the settings before any work, so that no output replaces an input."""
+
+    def __init__(self, s):
+        self.files: dict[str, str] = {}
+        self.dirs: dict[str, str] = {}
+        graphs = dict(getattr(s, "sweep", ()) or ()).get("graph", (s.graph,))
+        for graph in graphs:
+            self._model(graph, "-g")
+        self._add(s.cluster, "the cluster file --cluster reads")
+        if s.evaluate is not None:
+            self._add(s.evaluate, "the plan file --evaluate reads")
+            if "graph" not in s.explicit:
+                self._plan_model(s.evaluate)
+        if getattr(s, "calibrate", None) is not None:
+            self._add(s.calibrate, "the measurements file --calibrate reads")
+            self._measurements(s.calibrate)
+
+    def _add(self, path, what: str) -> None:
+        if isinstance(path, str) and path:
+            self.files.setdefault(os.path.realpath(path), what)
+
+    def _model(self, graph, flag: str) -> None:
+        if not isinstance(graph, str) or not (os.sep in graph or graph.lower().endswith((".onnx", ".json"))
+                                              or os.path.exists(graph)):
+            return  # a built-in model's name (nothing imported for it)
+        from errors import InputError
+        from models.sources import is_file_argument, locate
+
+        if not is_file_argument(graph):
+            return
+        if os.path.isdir(graph):
+            self.dirs.setdefault(os.path.realpath(graph), graph)
+        try:
+            _, path = locate(graph)
+        except InputError:  # the run says why, in its turn
+            return
+        self._add(path, f"the model file {flag} reads")
+
+    def _plan_model(self, path: str) -> None:
+        """The model file a plan file names (where it was, or beside it)."""
+        from errors import InputError
+        from plan_file import read
+
+        try:
+            model = read(path).recorded.get("model")
+        except InputError:
+            return
+        if model is not None:
+            for where in (model.get("path"), os.path.join(os.path.dirname(path), model["source"])):
+                if isinstance(where, str) and where and os.path.exists(where):
+                    self._add(where, "the model file the plan --evaluate reads names")
+                    return
+
+    def _measurements(self, path: str) -> None:
+        """The files a measurements file names: nccl_file and step.plan."""
+        from errors import InputError
+
+        try:
+            from cluster.calibrate import read_measurements
+
+            data = read_measurements(path)
+        except InputError:
+            return
+        here = os.path.dirname(path)
+        if isinstance(data.get("nccl_file"), str):
+            self._add(os.path.join(here, data["nccl_file"]), "the nccl-tests output --calibrate reads")
+        step = data.get("step")
+        if isinstance(step, dict) and isinstance(step.get("plan"), str):
+            self._add(os.path.join(here, step["plan"]), "the plan file --calibrate's step reads")
+
+    def check(self, path: str, flag: str) -> None:
+        """Refuse an output ``path`` that is one of the files read, or would
+        become what a model directory gives ``-g`` (its config.json or an
+        .onnx file)."""
+        where = os.path.realpath(path)
+        what = self.files.get(where)
+        if what is not None:
+            raise UsageError(f"{flag}: {path} is {what}; give another path")
+        folder = self.dirs.get(os.path.dirname(where))
+        name = os.path.basename(where).lower()
+        if folder is not None and (name == "config.json" or name.endswith(".onnx")):
+            raise UsageError(f"{flag}: {path} would be read as the model of {folder} (-g); give another path")
+
+
 # -- output files ---------------------------------------------------------------
 
 
-def check_writable(path: str, flag: str) -> None:
-    """Refuse, before any work, a path we could not write."""
+def check_writable(path: str, flag: str, reads: Reads | None = None) -> None:
+    """Refuse, before any work, a path we could not write, or (with
+    ``reads``) one that is an input of the run."""
     if not path:
         raise UsageError(f"{flag}: the path is empty")
+    if reads is not None:
+        reads.check(path, flag)
     target = os.path.realpath(path)
+    if _loops(path):
+        raise UsageError(f"{flag}: {path} is a symbolic link that loops")
     if os.path.isdir(target):
         raise UsageError(f"{flag}: {path} is a directory")
     if os.path.exists(target) and not os.path.isfile(target):  # /dev/null, a FIFO: written in place
@@ -25,6 +120,11 @@ def check_writable(path: str, flag: str) -> None:
     if not os.path.isdir(parent):
         if os.path.islink(path):
             raise UsageError(f"{flag}: {path} is a link to {target}, whose directory {parent} does not exist")
+        folder = os.path.dirname(path) or "."
+        while folder and not os.path.lexists(folder) and os.path.dirname(folder) != folder:
+            folder = os.path.dirname(folder)  # the part of the path that exists
+        if folder and os.path.lexists(folder) and not os.path.isdir(folder):
+            raise UsageError(f"{flag}: {folder} is not a directory")
         raise UsageError(f"{flag}: directory {os.path.dirname(path) or '.'} does not exist")
     if os.path.exists(target) and not os.access(target, os.W_OK):
         raise UsageError(f"{flag}: {path} is not writable")
@@ -34,7 +134,19 @@ def check_writable(path: str, flag: str) -> None:
         with tempfile.NamedTemporaryFile(dir=parent, prefix=".pase-", suffix=".tmp"):
             pass
     except OSError as e:
-        raise UsageError(f"{flag}: cannot write in {parent}: {e.strerror}") from None
+        why = "it takes no new files" if isinstance(e, FileNotFoundError) else (e.strerror or str(e)).lower()
+        raise UsageError(f"{flag}: cannot write in {parent}: {why}") from None
+
+
+def _loops(path: str) -> bool:
+    """Whether ``path`` is, or passes through, a symbolic link that loops."""
+    import errno
+
+    try:
+        os.stat(path)
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
 
 
 def write_atomic(path: str, text: str) -> None:

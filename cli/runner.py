@@ -10,7 +10,7 @@ import sys
 import threading
 
 from cli.args import DOT_FILE, PROG, UsageError, message, parse_args
-from cli.files import check_writable, write_atomic
+from cli.files import Reads, check_writable, write_atomic
 from cli.progress import Progress
 from errors import InputError
 from settings import Settings
@@ -22,6 +22,11 @@ class OutputFailed(OSError):
 
 class StdoutFailed(OSError):
     """The standard output could not be written (a full disk)."""
+
+
+class DoesNotFit(Exception):
+    """With ``--require-fit``: the plan does not fit the device memory (the
+    report was printed, no file written)."""
 
 
 class _Checked:
@@ -62,19 +67,20 @@ def run(s: Settings, out=None):
     stdout = out
     from cli.exporting import Rendered, checked_exports, render_exports
 
-    exports = checked_exports(s)
+    reads = Reads(s)  # no output may replace one of these
+    exports = checked_exports(s, reads)
     if s.calibrate is not None:
         from cli.calibrating import run_calibration
 
-        return run_calibration(s, out)
+        return run_calibration(s, out, reads)
     if s.save_cluster is not None:
         raise UsageError("--save-cluster writes what --calibrate fits: give --calibrate FILE")
+    if s.require_fit and (s.sweep or s.plans or s.plot):
+        raise UsageError("--require-fit checks the plan of one run; it cannot be used with a sweep, --plans or --plot")
     if s.sweep or s.plans or s.plot:
         from cli.study import run_study
 
-        return run_study(s, out)
-    if s.evaluate is not None and (s.profile or s.measure):
-        raise UsageError("--profile and --measure time a search; they cannot be used with --evaluate")
+        return run_study(s, out, reads)
     from exports import FORMATS, for_path
 
     output = None
@@ -83,9 +89,9 @@ def run(s: Settings, out=None):
         if output is None:
             endings = " or ".join(f.suffix for f in FORMATS.values() if f.reads == "result")
             raise UsageError(f"--output: {s.output!r} must end in {endings}")
-        check_writable(s.output, "--output")
+        check_writable(s.output, "--output", reads)
     if s.dump_graph:
-        check_writable(DOT_FILE, "--dump-graph")
+        check_writable(DOT_FILE, "--dump-graph", reads)
     from planner import plan
     from report import render_text
 
@@ -101,6 +107,11 @@ def run(s: Settings, out=None):
         print("Profile of the search (top 15 by cumulative time):", file=out)
         print(profile, file=out)
         print(file=out)
+    if s.require_fit and result.fits is False:  # the report, then the one line; no file
+        print(render_text(result, summary=s.summary), file=out)
+        out.flush()  # the report before the error, where both go to one place
+        raise DoesNotFit(f"--require-fit: the plan needs {result.memory_bytes / 1e9:.4g} GB per device, more than the "
+                         f"{result.capacity / 1e9:.4g} GB of a device")
     # The files first, then the report, which is printed even when a file
     # could not be written (a full disk): the error follows it.
     files = []
@@ -141,11 +152,14 @@ def _say(line: str) -> None:
 
 
 def main(argv=None) -> int:
-    """Exit statuses: 0 done; 2 a bad command line or input (a flag's value, a
-    file the tool cannot use); 1 the run could not be done (it would not fit
-    the memory limit, nothing fits the device, a file could not be written,
-    or an internal error); 130 interrupted; 141 the reader of the report
-    went away."""
+    """Exit statuses: 0 done (a plan costed with --plan or --evaluate is
+    reported, and exits 0, whether it fits the device memory or not); 2 a
+    bad command line or input (a flag's value, a file the tool cannot use,
+    flags that contradict each other); 1 the run could not be done (it would
+    not fit the memory limit, nothing fits the device, a file could not be
+    written, or an internal error); 3 with --require-fit, the plan does not
+    fit the device memory (reported, nothing written); 130 interrupted; 141
+    the reader of the report went away."""
     if sys.stdout is None:  # started with stdout closed: the report goes nowhere
         sys.stdout = open(os.devnull, "w")
     signals = []  # the interrupts received
@@ -164,6 +178,9 @@ def main(argv=None) -> int:
         out.flush()
     except KeyboardInterrupt:  # a sweep has written the rows finished so far
         return _interrupted()
+    except DoesNotFit as e:
+        _say(f"{PROG}: error: {e}")
+        return 3
     except BrokenPipeError:  # the reader went away (| head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

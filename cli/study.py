@@ -72,8 +72,10 @@ def _name(axis: str, value) -> str:
 def plan_names(points: list, axes: list) -> list[str]:
     """Each setting's plan file name (its swept values), made unique: two
     settings that would share one (model files of the same name in two
-    directories) get ``-2``, ``-3``... in the settings' order."""
+    directories) get ``-2``, ``-3``... in the settings' order.  With
+    nothing swept, the plan is named after the model."""
     names, taken = [], set()
+    axes = list(axes) or ["graph"]
     for pt in points:
         stem = "-".join(_name(a, getattr(pt, a)) for a in axes)
         name, n = stem, 1
@@ -85,12 +87,16 @@ def plan_names(points: list, axes: list) -> list[str]:
     return names
 
 
-def _check_plans(s: Settings) -> None:
+def _check_plans(s: Settings, reads=None) -> None:
     """Refuse, before any work, a --plans directory we could not write, or
     one where a plan would replace the table or the plot."""
     path = s.plans
     if not path:
         raise UsageError("--plans: the directory name is empty")
+    from cli.files import _loops
+
+    if _loops(path):
+        raise UsageError(f"--plans: {path} is a symbolic link that loops")
     if os.path.lexists(path) and not os.path.exists(path):
         raise UsageError(f"--plans: {path} is a link to {os.path.realpath(path)}, which does not exist")
     if os.path.exists(path):
@@ -99,6 +105,8 @@ def _check_plans(s: Settings) -> None:
         where = path
     else:
         where = os.path.dirname(os.path.abspath(path))
+        if os.path.exists(where) and not os.path.isdir(where):
+            raise UsageError(f"--plans: {os.path.dirname(path)} is not a directory")
         if not os.path.isdir(where):
             raise UsageError(f"--plans: directory {where} does not exist")
     if not os.access(where, os.W_OK | os.X_OK):
@@ -107,13 +115,16 @@ def _check_plans(s: Settings) -> None:
 
     values = dict(s.sweep)
     names = plan_names(expand(replace(s, sweep=()), values), list(values))
+    if reads is not None:
+        for n in names:
+            reads.check(os.path.join(path, n), "--plans")
     ours = {os.path.realpath(os.path.join(path, n)): n for n in names}
     for flag, other in (("--output", s.output), ("--plot", s.plot)):
         if other is not None and os.path.realpath(other) in ours:
             raise UsageError(f"{flag}: {other} is also where --plans writes the plan {ours[os.path.realpath(other)]}")
 
 
-def _check(s: Settings) -> None:
+def _check(s: Settings, reads=None) -> None:
     for flag, on in (("--evaluate", s.evaluate), ("--profile", s.profile), ("--measure", s.measure),
                      ("-d", s.dump_graph)):
         if on:
@@ -121,11 +132,11 @@ def _check(s: Settings) -> None:
     if s.output is not None:
         if not s.output.lower().endswith((".csv", ".json", ".md")):
             raise UsageError(f"--output: a sweep's table is written as .csv, .json or .md, not {s.output!r}")
-        check_writable(s.output, "--output")
+        check_writable(s.output, "--output", reads)
     if s.plot is not None:
         if not s.plot.lower().endswith(PLOTS):
             raise UsageError(f"--plot: {s.plot!r} must end in .png or .svg")
-        check_writable(s.plot, "--plot")
+        check_writable(s.plot, "--plot", reads)
         from studies.plot import x_axis
 
         try:
@@ -133,7 +144,7 @@ def _check(s: Settings) -> None:
         except ValueError as e:
             raise UsageError(f"--plot: {e}") from None
     if s.plans is not None:
-        _check_plans(s)
+        _check_plans(s, reads)
 
 
 def _work(job):
@@ -228,10 +239,11 @@ def _planned(outcome) -> bool:
     return outcome is not None and outcome[0].get("error") is None
 
 
-def run_study(s: Settings, out=None):
-    """Run the sweep the settings ask for; print and write its table."""
+def run_study(s: Settings, out=None, reads=None):
+    """Run the sweep the settings ask for; print and write its table
+    (``reads``: the files it reads, which no output may replace)."""
     out = sys.stdout if out is None else out
-    _check(s)
+    _check(s, reads)
     from cli.progress import Progress
     from studies.tables import render, render_file
 

@@ -137,11 +137,25 @@ def _median(xs: list[float]) -> float:
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
+def _disagreement(what: str, sizes: list, rates: list[float]) -> str:
+    """A warning when measurements of the same size are more than 2x apart
+    (a clock throttled, a cold start, a typo): ``""`` otherwise."""
+    seen: dict = {}
+    for size, rate in zip(sizes, rates):
+        seen.setdefault(size, []).append(rate)
+    for size, rs in seen.items():
+        if max(rs) > 2 * min(rs):
+            shown = " ".join(k if v is True else f"{k}={v}" for k, v in size if v is not False)
+            return (f"; warning: {what} of the same size ({shown}) ran from {min(rs):.3g} to {max(rs):.3g} "
+                    "TFLOPS, more than 2x apart: check them")
+    return ""
+
+
 def _fit_gemm(rows, cluster, where) -> tuple[float, str]:
     from cost.time import wave_share
 
     peak = cluster.flops * 1e12
-    shares = []
+    shares, rates = [], []
     for i, r in enumerate(rows):
         m, n, k = (_number(r[x], f"{where}: gemm[{i}].{x}") for x in "mnk")
         flop = 2.0 * m * n * k
@@ -149,12 +163,14 @@ def _fit_gemm(rows, cluster, where) -> tuple[float, str]:
             flop / (_number(r["tflops"], f"{where}: gemm[{i}].tflops") * 1e12)
         waves = float(wave_share(m, n, 1.0, cluster.sms)) if cluster.sms else 1.0
         shares.append(flop / (t * peak * waves))
+        rates.append(flop / t / 1e12)
     eff = _median(shares)
     if eff > 1.0:
         raise InputError(f"--calibrate: {where}: the matrix products ran at {eff:.3g} times the peak of "
                          f"{cluster.flops:g} TFLOPS: check their sizes, times and the device")
     return eff, (f"matmul_eff {cluster.matmul_eff:g} -> {eff:.3f}: the median of {len(rows)} matrix products' "
-                 f"share of {cluster.flops:g} TFLOPS (their waves of tiles counted)")
+                 f"share of {cluster.flops:g} TFLOPS (their waves of tiles counted)"
+                 + _disagreement("matrix products", [tuple((x, r[x]) for x in "mnk") for r in rows], rates))
 
 
 def _fit_attention(rows, cluster, where) -> tuple[float, str]:
@@ -169,12 +185,15 @@ def _fit_attention(rows, cluster, where) -> tuple[float, str]:
         t = _number(r["seconds"], f"{where}: attention[{i}].seconds") if "seconds" in r else \
             flop / (_number(r["tflops"], f"{where}: attention[{i}].tflops") * 1e12)
         shares.append(flop / (t * peak))
+    sizes = [tuple((x, r[x]) for x in ("batch", "heads", "seq", "head_dim")) + (("causal", r.get("causal", False)),)
+             for r in rows]
     eff = _median(shares)
     if eff > 1.0:
         raise InputError(f"--calibrate: {where}: the attentions ran at {eff:.3g} times the peak of "
                          f"{cluster.flops:g} TFLOPS: check their sizes, times and the device")
     return eff, (f"attention_eff {cluster.attention_eff:g} -> {eff:.3f}: the median of {len(rows)} fused "
-                 "attentions, forward and backward")
+                 "attentions, forward and backward"
+                 + _disagreement("attentions", sizes, [share * cluster.flops for share in shares]))
 
 
 def _outputs(data: dict, where: str) -> list[tuple[str, str]]:

@@ -47,7 +47,9 @@ def locate(arg: str) -> tuple[str, str]:
         what = "no config.json or .onnx file" if not found else f"{len(found)} .onnx files ({', '.join(found[:3])})"
         raise ModelFileError(f"{arg}: {what} in this directory; name the model file")
     if not os.path.exists(arg):
-        raise ModelFileError(f"{arg}: no such file")
+        from readers import missing
+
+        raise ModelFileError(missing(arg))
     if arg.lower().endswith(".onnx"):
         return "onnx", arg
     if arg.lower().endswith(".json"):

@@ -182,38 +182,50 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
     ``baselines`` (keys; default: all three with ``compare``, else none).
     ``progress(what, unit)``, when given, makes a progress callback
     ``(done, total)`` with a ``close()`` for each long step."""
+    from conflicts import check_given_plan, check_timing
     from plan_file import decisions, read
 
     file = None
     recorded = {}
+    check_given_plan(s)
+    check_timing(s)
     if s.evaluate is not None:
         try:
             file = read(s.evaluate, MODEL_PARAMS)
         except InputError as e:
             raise InputError(f"--evaluate: {e}") from None
         recorded = file.recorded
+        check_given_plan(s, recorded)
         s = _with_file_settings(s, recorded)
+    from_file = {k for k in ("procs",) + MODEL_PARAMS if k in recorded and k not in s.explicit}
 
     from cost_model import check_procs, evaluate, make_result
     from dp_search import DoesNotFit, default_memory_limit
     from graph import operators
     from models import build_graph
 
-    check_procs(s.procs)
-    from planner.defaults import with_defaults
+    try:
+        check_procs(s.procs)
+        from planner.defaults import with_defaults
 
-    given_pp = s.pp
-    s = with_defaults(s, cluster_for(s, recorded))  # what a real device searches unless a flag fixes it
-    # stages searched by default compete with none at all (the whole batch at once); --pp auto searches stages
-    with_plain = given_pp is None and s.pp == "auto" and s.microbatches in (None, "auto")
-    model = cost_model_for(s, recorded)
-    g = build_graph(s.graph, **_model_params(s))
+        given_pp = s.pp
+        s = with_defaults(s, cluster_for(s, recorded))  # what a real device searches unless a flag fixes it
+        # stages searched by default compete with none at all (the whole batch at once); --pp auto searches stages
+        with_plain = given_pp is None and s.pp == "auto" and s.microbatches in (None, "auto")
+        model = cost_model_for(s, recorded)
+        g = build_graph(s.graph, **_model_params(s))
+        if s.require_fit and model.cluster.capacity is None:
+            raise SettingError("require_fit", "needs a device memory to fit: give --device, --device-memory or a "
+                                              "cluster file giving one")
+    except SettingError as e:  # a value the plan file gave, not a flag: named in the file
+        if (key := "procs" if e.name == "p" else e.name) in from_file:
+            raise InputError(f"--evaluate: {s.evaluate}: {key} {e.problem}") from None
+        raise
     if with_plain and _chain(g) is None:  # stages by default cut repeated blocks: without any, none are searched
         s, with_plain = replace(s, pp=None), False
     limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
     profile = None
-    pipelined = s.pp not in (None, 1) or s.microbatches is not None or (file is not None and
-                                                                          "pipeline" in file.recorded)
+    pipelined = s.pp not in (None, 1) or s.microbatches is not None or "pipeline" in recorded
     if s.schedule is not None and s.pp in (None, 1) and s.plan is None:
         raise InputError("--schedule orders a pipeline's stages: give --pp N or --pp auto")
     found = None
@@ -395,13 +407,14 @@ def _pipeline(s: Settings, g, model, limit, file, progress=None, with_plain: boo
         if batch % s.microbatches:
             raise InputError(f"--microbatches {s.microbatches} does not divide the batch of {batch}")
         micro_values = [batch // s.microbatches]
-    schedules = [pipeline.parse_schedule(s.schedule)] if s.schedule is not None else None
+    auto = s.schedule == "auto" or s.schedule is None and s.pp == "auto"  # searched; else 1f1b unless given
+    schedules = None if auto else [pipeline.parse_schedule(s.schedule or "1f1b")]
     pipe = failed = None
     try:
         pipe = pipeline_search.search(lambda b: _micro_graph(s, b), model, s.procs, batch,
-                               pp_values=[s.pp] if isinstance(s.pp, int) else [1] if s.pp is None else None,
-                               micro_values=micro_values, schedules=schedules, memory_limit=limit,
-                               threads=s.threads, progress=progress)
+                                      pp_values=[s.pp] if isinstance(s.pp, int) else [1] if s.pp is None else None,
+                                      micro_values=micro_values, schedules=schedules, memory_limit=limit,
+                                      threads=s.threads, progress=progress)
     except pipeline_search.PipelineDoesNotFit as e:
         if not with_plain:
             _nothing_fits(s, model, e)

@@ -11,7 +11,8 @@ and compete with no stages at all, the whole batch at once.  The paper's neutral
 (the paper's device, no capacity from a preset or a file) keeps every
 default as it was: nothing is searched that the flags do not ask for.
 Costing a given plan (``--plan``, ``--evaluate``) and ``--search standard``
-(whose grid holds these options) change nothing.
+(whose grid holds these options) change nothing; ``--profile`` and
+``--measure``, which time one per-operator search, leave stages out.
 
 When nothing fits, the message says what would: more devices (the need
 over the capacity, rounded up to whole nodes), the options and the stages
@@ -43,7 +44,10 @@ def with_defaults(s: Settings, cluster) -> Settings:
     stages that no flag fixes."""
     if not real_device(s, cluster) or s.plan is not None or s.evaluate is not None or s.search is not None:
         return s
-    return replace(s, **{k: "auto" for k in SEARCHED_ON_A_DEVICE if getattr(s, k) is None})
+    searched = SEARCHED_ON_A_DEVICE
+    if s.profile or s.measure:  # they time one search per operator: no stages unless asked for
+        searched = tuple(k for k in searched if k != "pp")
+    return replace(s, **{k: "auto" for k in searched if getattr(s, k) is None})
 
 
 def what_would_fit(s: Settings, cluster, need: float, *, standard: bool = False) -> str:

@@ -69,6 +69,9 @@ class Folding:
             return [Val(shape, value, key=node.output[0])]
         known = all(h.known() for h in present)
         if known and not data:
+            shapes = self.result_shapes(node, op, a, ins)  # from the shapes first: never an array beyond SMALL
+            if any(math.prod(shape) > SMALL for shape in shapes):
+                return [Val(tuple(shape), None, key=key) for shape in shapes]
             results = self.compute(node, op, a, ins)
             return [Val(np.shape(v), v if np.size(v) <= SMALL else None, key=key) for v in results]
         shapes = self.fold_shape(op, a, ins)
@@ -139,6 +142,53 @@ class Folding:
             moved = None if bax is None or bax == axis else bax if bax < axis else bax + len(ins[1].shape) - 1
             return shape, moved
         return None
+
+    def result_shapes(self, node, op, a, ins) -> list[tuple[int, ...]]:
+        """The shapes of the outputs of ``node`` on known constants, found
+        before computing them (a result of more than ``SMALL`` elements is
+        kept as its shape alone, so no array of the model's sizes is ever
+        made): by :meth:`fold_shape`, a ``Range``'s length, else ONNX's shape
+        inference of the node on its constant inputs.  A result whose size
+        cannot be known beforehand is not computed."""
+        try:
+            shapes = self.fold_shape(op, a, ins)
+        except Unsupported:
+            shapes = None
+        if shapes is not None:
+            return [shape for shape, _ in shapes] if isinstance(shapes, list) else [shapes[0]]
+        if op == "Range" and len(ins) == 3 and all(h is not None and np.size(h.value) == 1 for h in ins):
+            start, limit, delta = (float(np.asarray(h.value).reshape(-1)[0]) for h in ins)
+            if delta == 0 or not all(map(math.isfinite, (start, limit, delta))):
+                raise Unsupported("on constants (a step of 0 or an endless range)")
+            return [(max(math.ceil((limit - start) / delta), 0),)]
+        return self.inferred_shapes(node, [h.value if h is not None else None for h in ins])
+
+    def inferred_shapes(self, node, values) -> list[tuple[int, ...]]:
+        """The output shapes ONNX's shape inference gives ``node`` on the
+        constant inputs ``values``; :class:`Unsupported` when one is not
+        known."""
+        from onnx import helper, numpy_helper, shape_inference
+
+        names = [f"in{i}" if v is not None else "" for i, v in enumerate(values)]
+        outs = [f"out{i}" for i in range(len(node.output))]
+        one = helper.make_node(node.op_type, names, outs, domain=node.domain)
+        one.attribute.extend(node.attribute)
+        inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in zip(names, values) if n]
+        graph = helper.make_graph([one], "size", [], [helper.make_empty_tensor_value_info(o) for o in outs],
+                                  initializer=inits)
+        model = helper.make_model(graph, opset_imports=list(self.model.opset_import))
+        try:
+            inferred = shape_inference.infer_shapes(model, data_prop=True).graph
+        except Exception as e:  # onnx raises several types
+            raise Unsupported(f"on constants ({type(e).__name__})") from None
+        found = {}
+        for vi in list(inferred.output) + list(inferred.value_info):
+            t = vi.type.tensor_type
+            if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+                found[vi.name] = tuple(int(d.dim_value) for d in t.shape.dim)
+        if any(o not in found for o in outs):
+            raise Unsupported("on constants (the size of its result is not known before computing it)")
+        return [found[o] for o in outs]
 
     def compute(self, node, op, a, ins) -> list:
         """Outputs of ``node`` on known constants: numpy for the common
