@@ -205,6 +205,8 @@ def collective_cost(c: Comm, C: Extents, net: Cluster, latency_scale=None):
         return net.allgather(c.words, C, c.letters, latency_scale)
     if c.pattern == "send":
         return net.send(c.words, C, c.letters, times=c.rounds)
+    if c.pattern == "alltoall":
+        return net.alltoall(c.words, C, c.letters)
     return np.minimum(*[collective_cost(o, C, net, latency_scale) for o in c.options])  # the cheapest
 
 
@@ -1089,7 +1091,7 @@ def _elements(c: Comm, C: Extents):
     q = C[c.letters]
     if c.pattern == "allreduce":
         return 2.0 * c.words * (q - 1.0) / q
-    if c.pattern in ("allgather", "reducescatter"):
+    if c.pattern in ("allgather", "reducescatter", "alltoall"):
         return c.words * (q - 1.0) / q
     return np.where(q > 1, c.words, 0.0)
 
