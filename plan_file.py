@@ -104,6 +104,8 @@ def record(r: Result) -> dict:
         "layers": [_layer_record(layer) for layer in r.layers],
     }
     rec["parameters"] = r.parameters
+    if r.active_parameters is not None:
+        rec["active_parameters"] = r.active_parameters
     if r.pipeline is not None:  # the layers are the micro-batch's graph, each on its stage's devices
         rec["pipeline"] = pipeline_record(r.pipeline)
     if r.model_source:  # a model read from a file: which one (--evaluate checks it)
