@@ -5,12 +5,12 @@ write (``tests/data/families``), the search's wall time and what it found.
 Models under 20B parameters on 64 devices, under 150B on 256, DeepSeek-V3
 on 2,048 (batch 2048 of 4096 tokens, as its paper's 2,048 H800s), all with
 ``--device h100`` (nodes of 8, InfiniBand NDR between them) and
-``--search standard`` (tp, dp, cp, ep, sp, pp, micro-batch, schedule,
-ZeRO and recomputation searched together, within the device's memory);
-``--per-operator`` also runs the per-operator search (the default
-``--search plan``) of the models under 20B.
+the per-operator search (``--search plan``, the default: one
+configuration per operator, within the device's memory) or ``--search
+standard`` (tp, dp, cp, ep, sp, pp, micro-batch, schedule, ZeRO and
+recomputation searched together).
 
-    python benchmarks/families.py [--jobs 4] [--only qwen3 deepseek_v3] [--markdown]
+    python benchmarks/families.py [--search standard] [--jobs 4] [--only qwen3 deepseek_v3] [--markdown]
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from table import render  # noqa: E402
 DATA = ROOT / "tests" / "data" / "families"
 COUNTS = json.loads((DATA / "counts.json").read_text())["parameters"]
 DEVICE = ("--device", "h100")
-STANDARD = ("--search", "standard")
 
 
 def setting(family: str) -> tuple[int, tuple[str, ...]]:
@@ -70,13 +69,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=1, help="runs at once")
     ap.add_argument("--only", nargs="*", help="families (model types)")
-    ap.add_argument("--per-operator", action="store_true", help="also the per-operator search under 20B")
+    ap.add_argument("--search", choices=("plan", "standard"), default="plan")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
     families = [f for f in COUNTS if not args.only or f in args.only]
-    runs = [(f, STANDARD) for f in families]
-    if args.per_operator:
-        runs += [(f, ()) for f in families if COUNTS[f] < 20e9]
+    runs = [(f, ("--search", args.search) if args.search == "standard" else ()) for f in families]
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda r: once(*r), runs))
     head = ["model type", "parameters", "p", "flags", "search s", "plan found", "step", "MFU %", "memory"]

@@ -38,8 +38,10 @@ class TopKGating(Kind):
     groups and a token's experts come from its best groups (DeepSeek-V3's
     node-limited routing), a few more operations per logit.
 
-    Space: the logits'.  With ``e`` the logits a device holds and ``e' = e
-    / d_o`` its tokens:
+    Space: the logits'; the experts ``o`` are never split (a token's choice
+    reads all its logits).  With ``e`` the logits a device holds and ``e' =
+    e / d_o`` its tokens (the reductions below are kept for the formula's
+    sake: with ``o`` whole they cost nothing):
 
         comp = 4 * e + e * D_o          # softmax (or sigmoid) over the experts (Softmax's count)
              + k * e                    # choosing the k largest
@@ -59,6 +61,9 @@ class TopKGating(Kind):
         out = Tensor(x.shape[:-1] + (self.k,), tuple(x.letters[:-1]) + ("",))
         return Operator(self, x.letters, x.shape, (Tensor(x.shape, tuple(x.letters), x.role),), (out,), name), \
             (x.letters[:-1] + "k",)
+
+    def never_split(self, op):
+        return op.dims[-1]
 
     def work(self, op, D, C, rules):
         o = op.dims[-1]
@@ -103,10 +108,10 @@ class Dispatch(Kind):
     """Tokens ``(b, s, e)`` and their routing ``(b, s, k)`` to the experts'
     buffers ``(x, b, c, e)``, ``capacity`` slots per expert and sample.
 
-    Space ``(x, b, s, e)``.  The tokens and the routing are split by the
-    product of the sample and expert splits (``bx``), the sequence and the
-    width; the buffers by the experts, the sample and, their slots, by the
-    sequence's split.  With ``T`` the elements of the tokens a device holds:
+    Space ``(x, b, s, e)``, the width ``e`` never split (a token travels
+    whole).  The tokens and the routing are split by the product of the
+    sample and expert splits (``bx``) and the sequence; the buffers by the
+    experts, the sample and, their slots, by the sequence's split.  With ``T`` the elements of the tokens a device holds:
 
         comp  = 2 k T                   # a copy per expert chosen, forward; its gradient summed back
         comm  = 2 * all-to-all(k T, c_x)   # forward the copies, backward their gradients
@@ -126,6 +131,9 @@ class Dispatch(Kind):
         copies, tokens = _exchange(op, D, C, self.k)
         return Work(2.0 * copies, forward=copies, comms=(Comm("exchange", "alltoall", copies, "x", count=2.0),),
                     moved=tokens + copies, moved_back=2.0 * copies)
+
+    def never_split(self, op):
+        return op.dims[3]
 
     def saved(self, op):
         return op.inputs[1:]  # the routing (which slot each copy went to)
@@ -156,6 +164,9 @@ class Combine(Kind):
         buf = Tensor(buf.shape, buf.axes, buffer.role)
         return Operator(self, dims, space, (buf, r_in), (Tensor(t_out.shape, t_out.axes),), name), \
             ("bs" + dims[3],)
+
+    def never_split(self, op):
+        return op.dims[3]
 
     def work(self, op, D, C, rules):
         copies, tokens = _exchange(op, D, C, self.k)

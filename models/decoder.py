@@ -216,7 +216,7 @@ class _Parts:
         cfg, B, e = self.cfg, self.B, self.cfg.width
         X, k = cfg.experts, cfg.top_k
         capacity = -(-k * self.seq // X)
-        logits = self.add(f"{pre}/router", Einsum("bse,eo->bso", bias=cfg.router_bias), n, B.weight((e, X), "eo"))
+        logits = self.add(f"{pre}/router", Einsum("bse,eo->bso", bias=cfg.router_bias, unsplit="o"), n, B.weight((e, X), "eo"))
         routing = self.add(f"{pre}/gate", TopKGating(k, cfg.groups), logits)
         buffers = self.add(f"{pre}/dispatch", Dispatch(k, X, capacity), n, routing)
         y = self.gated(pre, buffers, "xbs", "x", cfg.expert_ffn, cfg.expert_bias)

@@ -1,54 +1,26 @@
 """Decoder-only language models from a Hugging Face ``config.json``.
 
-The families GPT-2, Llama, Mistral, Qwen2 and Mixtral (the config's
-``model_type``), read from the keys their configs use, without downloading
-anything and without the ``transformers`` package.  The graph is built like
-the built-in Transformer (``models/sequence.py``): einsums over named
-letters, fused projections taken apart by an Unstack.  Letters:
+The families of :data:`models.hf_families.FAMILIES` (the config's
+``model_type``: GPT-2, Llama, Mistral, Mixtral, Qwen 2 and 3 and their
+mixtures of experts, Phi-3, OLMo 2, Gemma 2 and 3, Granite MoE, GLM-4 MoE,
+DeepSeek V2 and V3, gpt-oss, Llama 4), read from the keys their configs
+use, without downloading anything and without the ``transformers``
+package; :class:`DecoderConfig` is what the graph needs, checked, and
+``models/decoder.py`` builds the graph from it.  Letters:
 
     b batch            s positions (queries)   t positions (keys)
     e width            h heads                 d width of a head (never split)
     g key/value heads and r query heads per key/value head (grouped-query
       attention, when the config has fewer key/value heads than heads)
     f feed-forward hidden units   v vocabulary   j a stack of fused projections
-    x experts          c slots of an expert's buffer (capacity)
+    o the router's experts   x experts   k a token's chosen experts
+    q, l the low ranks of multi-head latent attention's queries and keys
 
-Never split: ``d``, the stacks ``j`` and slots ``u`` of fused projections,
-an expert's capacity ``c``, and the tokens ``s`` of a sample in the
-dispatch and combine einsums (GShard splits groups of tokens, here a
-sample's sequence, not the tokens of a group).
-
-Operators, in order: ``embed`` (token embedding; GPT-2 adds learned
-positions, ``pos_embed`` and ``embed/add``), then per layer ``i``
-
-    layer{i}/attn: norm, qkv (fused: q, k, v as a stack ``j``, or with
-                   grouped-query attention as ``u = r + 2`` slots per key/value
-                   head), split, attention (one fused operator, as PyTorch's
-                   ``scaled_dot_product_attention`` runs it; with ``attention =
-                   "materialized"``: scores, softmax, context), out, residual
-    layer{i}/mlp:  norm, then GPT-2: up (GELU), down; Llama, Mistral, Qwen2:
-                   gate_up (fused), split, act (SiLU(gate) * up), down;
-                   Mixtral: router, gate (top-k), dispatch, gate_up, split,
-                   act, down, combine; then residual
-
-and last ``norm``, ``logits`` (the LM head, sharing the embedding's table
-when the config ties them) and ``loss`` (softmax cross-entropy).
-
-Modelling choices, in the pointwise counts of the built-in graphs: an
-activation is one pointwise operation per element (GELU, SiLU); rotary
-positions are one on the q, k and v projections; materialised scores carry
-two (scaling and the causal mask), which the fused attention does inside.  A norm is RMSNorm (LayerNorm with scale and
-shift for GPT-2).  Biases are weights as the family has them (GPT-2 all,
-Qwen2 on q, k, v; Llama per ``attention_bias`` and ``mlp_bias``).  A mixture
-of experts follows GShard and Mesh-TensorFlow: the router's top-k gating
-fills ``c = ceil(k * s / x)`` slots per expert and sample (capacity factor
-1), and dispatch and combine are einsums with the expert letter ``x``, so
-expert parallelism is a split of ``x``.  Sliding-window attention (Mistral)
-is costed as full causal attention.  The weights are those of the model:
-the parameter count equals the published one.  The sequence length defaults
-to 2048, or the config's limit when smaller; a longer one is planned as
-asked (a learned position table keeps its rows, read by position ids), with
-a note in the graph's ``notes`` that the report prints.
+The weights are those of the model: the parameter count equals that of
+``transformers``' model built from the same config.  The sequence length
+defaults to 2048, or the config's limit when smaller; a longer one is
+planned as asked (a learned position table keeps its rows, read by
+position ids), with a note in the graph's ``notes`` that the report prints.
 """
 
 from __future__ import annotations
