@@ -41,21 +41,46 @@ def setting(family: str) -> tuple[int, tuple[str, ...]]:
     return (64 if COUNTS[family] < 20e9 else 256), ()
 
 
+#: the letters a per-operator plan is summed up by: samples, sequence, heads, hidden units, experts, vocabulary
+LETTERS = "bsghfxv"
+
+
+def splits(record: dict) -> str:
+    """A per-operator plan in short: each letter's most frequent split over
+    the operators that split it (``b8 h8 x8``), and ``stages`` when it has
+    them."""
+    seen: dict[str, dict[int, int]] = {}
+    for layer in record["layers"]:
+        for letter, c in zip(layer["dims"], layer["config"]):
+            if letter in LETTERS:
+                seen.setdefault(letter, {}).setdefault(c, 0)
+                seen[letter][c] += 1
+    parts = [f"{c}{max(ways, key=lambda w: (ways[w], w))}" for c in LETTERS if c in seen
+             for ways in (seen[c],) if max(ways, key=lambda w: (ways[w], w)) > 1]
+    stages = record.get("pipeline", {}).get("stages") if record.get("pipeline") else None
+    return " ".join(parts) + (f", {len(stages)} stages" if stages else "")
+
+
 def once(family: str, extra: tuple[str, ...]) -> dict:
+    import tempfile
+
     p, flags = setting(family)
-    args = ["-g", str(DATA / family), "-p", str(p), *DEVICE, *flags, *extra, "-q"]
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(ROOT / "scheduler.py"), *args], capture_output=True, text=True,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
-    wall = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as tmp:
+        out_json = Path(tmp) / "plan.json"
+        args = ["-g", str(DATA / family), "-p", str(p), *DEVICE, *flags, *extra, "-q", "--output", str(out_json)]
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, str(ROOT / "scheduler.py"), *args], capture_output=True, text=True,
+                              env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+        wall = time.perf_counter() - t0
+        summary = splits(json.loads(out_json.read_text())) if proc.returncode == 0 else ""
     out = proc.stdout.splitlines()
 
     def line(start):
         return next((x.strip() for x in out if x.strip().startswith(start)), "")
 
     plan = line("Best standard configuration")
-    plan = plan.split("): ", 1)[1].rstrip(".") if "): " in plan else ("per-operator" if proc.returncode == 0 else
-                                                                        (proc.stderr.strip() or "?")[-120:])
+    plan = plan.split("): ", 1)[1].rstrip(".") if "): " in plan else (f"per operator: {summary}" if proc.returncode
+                                                                        == 0 else (proc.stderr.strip() or "?")[-120:])
     params = next((x for x in out if " parameters" in x), "")
     memory = line("Memory per device")
     step = line("Predicted step time")

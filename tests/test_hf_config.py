@@ -133,6 +133,15 @@ BAD = [
     (dict(TINY_MIXTRAL, num_experts_per_tok=5), "num_experts_per_tok 5 is more than the 4 experts"),
     ({k: v for k, v in TINY_MIXTRAL.items() if k != "num_local_experts"}, "missing key 'num_local_experts'"),
     ([1, 2], "not a model config"),
+    (dict(TINY_LLAMA, layer_types=["full_attention"]),
+     "layer_types must be a list of 2 of full_attention, sliding_attention, chunked_attention"),
+    ({"model_type": "llama4"}, "a llama4 config needs its text_config (an object)"),
+    ({"model_type": "gemma3", "text_config": dict(TINY_LLAMA)}, "text_config's model_type 'llama' is not gemma3_text"),
+    (dict(TINY_MIXTRAL, model_type="qwen3_moe", mlp_only_layers=[5]),
+     "mlp_only_layers must be a list of layer numbers from 0 to 1"),
+    (dict(TINY_MIXTRAL, model_type="deepseek_v3", moe_intermediate_size=32, n_group=3,
+          first_k_dense_replace=0),
+     "n_group 3 does not divide the 4 experts"),
 ]
 
 
