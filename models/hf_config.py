@@ -207,7 +207,7 @@ class _Reader:
         experts = top_k = expert_ffn = shared_ffn = groups = 0
         if any(moe):
             experts = integer("num_local_experts", "num_experts", "n_routed_experts")
-            top_k = integer("num_experts_per_tok")
+            top_k = integer("num_experts_per_tok", "experts_per_token")
             if top_k > experts:
                 self.fail(f"num_experts_per_tok {top_k} is more than the {experts} experts")
             expert_ffn = integer(parts.expert_ffn)
@@ -254,7 +254,9 @@ class _Reader:
                 return self.listed(name, layers, lambda t: t in ("full_attention", "sliding_attention",
                                                                  "chunked_attention"),
                                    "of full_attention, sliding_attention, chunked_attention")
-            if name == "no_rope_layers":
+            if name == "no_rope_layers":  # an empty list: the default, as Llama4TextConfig reads it
+                if self.data.get(name) == []:
+                    return None
                 return self.listed(name, layers, lambda t: t in (0, 1) and not isinstance(t, bool), "0 or 1")
             if name in ("use_sliding_window",):
                 return self.flag(name, default)

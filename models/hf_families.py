@@ -74,8 +74,9 @@ FAMILIES: dict[str, Family] = {
     "phi3": Family(windows="all"),
     "olmo2": Family(qk_norm="proj", norms="post"),
     "gemma2": Family(norms="sandwich", windows="alternate", tied=True),
-    "gemma3_text": Family(norms="sandwich", qk_norm="head", windows="pattern", tied=True,
-                          defaults={"sliding_window_pattern": 6}),
+    "gemma3_text": Family(norms="sandwich", qk_norm="head", windows="pattern", tied=True,  # released text_configs
+                          defaults={"sliding_window_pattern": 6, "vocab_size": 262208, "head_dim": 256,  # omit some
+                                    "sliding_window": 4096, "max_position_embeddings": 131072}),
     "gemma3": Family(text="gemma3_text"),
     "granitemoe": Family(moe="every", expert_ffn="intermediate_size"),
     "glm4_moe": Family(out_bias=False, qk_norm="head", qk_norm_key="use_qk_norm", moe="first_dense", shared="count",
