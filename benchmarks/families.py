@@ -34,10 +34,13 @@ COUNTS = json.loads((DATA / "counts.json").read_text())["parameters"]
 DEVICE = ("--device", "h100")
 
 
-def setting(family: str) -> tuple[int, tuple[str, ...]]:
-    """Devices and the flags of a family's run besides the model and the device."""
+def setting(family: str, standard: bool) -> tuple[int, tuple[str, ...]]:
+    """Devices and the flags of a family's run besides the model, the device
+    and the search.  DeepSeek-V3's per-operator plan needs its activations
+    recomputed and its optimizer state sharded (options the per-operator
+    search takes as given; the standard search chooses them)."""
     if family == "deepseek_v3":
-        return 2048, ("-b", "2048", "--seq", "4096")
+        return 2048, ("-b", "2048", "--seq", "4096") + (() if standard else ("--recompute", "full", "--zero", "1"))
     return (64 if COUNTS[family] < 20e9 else 256), ()
 
 
@@ -64,7 +67,7 @@ def splits(record: dict) -> str:
 def once(family: str, extra: tuple[str, ...]) -> dict:
     import tempfile
 
-    p, flags = setting(family)
+    p, flags = setting(family, "standard" in extra)
     with tempfile.TemporaryDirectory() as tmp:
         out_json = Path(tmp) / "plan.json"
         args = ["-g", str(DATA / family), "-p", str(p), *DEVICE, *flags, *extra, "-q", "--output", str(out_json)]
