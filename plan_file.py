@@ -105,6 +105,8 @@ def record(r: Result) -> dict:
         "layers": [_layer_record(layer) for layer in r.layers],
     }
     rec["parameters"] = r.parameters
+    if r.active_parameters is not None:
+        rec["active_parameters"] = r.active_parameters
     fw = cm.framework
     if fw is not None:  # the framework that runs it (--evaluate takes it again)
         reserve, outside = r.beyond_tensors

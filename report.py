@@ -118,7 +118,8 @@ def _time_lines(r: Result) -> list[str]:
                      f"in all")
     if r.mfu is not None:
         per = r.model_flops / r.step_seconds / r.procs / 1e12
-        line = f"  model FLOP/s per device {per:.1f} T (MFU {100 * r.mfu:.1f}% of {cl.flops:g})"
+        active = " on the active parameters" if r.active_parameters is not None else ""
+        line = f"  model FLOP/s per device {per:.1f} T (MFU {100 * r.mfu:.1f}% of {cl.flops:g}{active})"
         if r.recomputed_flops:
             hw = r.hardware_flops / r.step_seconds / r.procs / 1e12
             line += f"; with the recomputation {hw:.1f} T ({100 * hw / cl.flops:.1f}%)"
@@ -150,7 +151,8 @@ def _source_line(r: Result) -> str:
     """The model's size and, for a model read from a file, which file."""
     src = dict(r.model_source)
     where = f"read from {printable(src['file'])} (sha256 {src['sha256'][:12]})" if src else "built-in model"
-    return f"{r.parameters:,} parameters, {len(r.layers)} operators; {where}"
+    active = f" ({r.active_parameters:,} active)" if r.active_parameters is not None else ""
+    return f"{r.parameters:,} parameters{active}, {len(r.layers)} operators; {where}"
 
 
 def _pct(a: float, b: float) -> str:

@@ -149,6 +149,7 @@ class Result:
     notes: tuple[str, ...] = ()  # what the run itself has to say (an ignored flag, a limit of the model)
     rules_from: str | None = None  # the file whose recorded cost-model rules are in force
     parameters: int | None = None  # trained parameters of the model
+    active_parameters: int | None = None  # a mixture of experts: the parameters one token uses
     words: float = 0.0  # elements one device sends or receives per step, inside operators and on edges
     model_source: tuple[tuple[str, str], ...] = ()  # a model read from a file: its file, path and sha256
     defaults: tuple[tuple[str, object], ...] = ()  # a model read from a file: its parameters' defaults

@@ -59,8 +59,8 @@ MODEL_PARAMS = ("batch", "width", "seq", "vocab", "layers", "attention")
 
 _MODEL = (
     Setting("graph", ("-g", "--graph"), "model", "network to parallelize (default: alexnet): a built-in model, an "
-            "ONNX file, a Hugging Face config.json (gpt2, llama, mistral, qwen2, mixtral), or a directory holding "
-            "one", "alexnet", metavar="NAME", sweep=True),
+            "ONNX file, a Hugging Face config.json (llama, qwen3, deepseek_v3, gpt_oss ...: docs/models.md lists "
+            "the families), or a directory holding one", "alexnet", metavar="NAME", sweep=True),
     Setting("procs", ("-p", "--procs"), "count", "number of devices (default: 32)", 32, sweep=True,
             label="devices p", tag="p"),
     Setting("batch", ("-b", "--batch"), "count", "global mini-batch size (default: 128)", sweep=True, label="batch",

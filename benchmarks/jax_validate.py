@@ -320,7 +320,7 @@ def communication(graph, g, mp, mesh, p, strategy, small, per_node):
 
 #: the collective each pattern of the cost model's records is in XLA's programs
 _HLO_KIND = {"allreduce": "all-reduce", "allgather": "all-gather", "reducescatter": "reduce-scatter",
-             "send": "send", "cheapest": "cheapest"}
+             "send": "send", "alltoall": "all-to-all", "cheapest": "cheapest"}
 #: the layers whose collectives must be the cost model's: its matrix products
 MATMUL_KINDS = ("Einsum", "FC", "Embedding")
 

@@ -33,6 +33,10 @@ approximation otherwise.
   speeds up the all-reduce alone).
 * A point-to-point exchange runs at ``inter_bw`` when its group spans nodes
   (the slowest link sets the step), else at ``bw``.
+* An all-to-all (a mixture of experts' dispatch and combine) sends a
+  device's ``w`` words spread evenly over its group: ``w (q_in - 1)/q`` to
+  the devices of its node at ``bw`` and ``w (q - q_in)/q`` to other nodes at
+  ``inter_bw``, one step of each level's latency.
 * A re-distribution charges the words a device needs from other nodes at
   ``inter_bw`` and the rest at ``bw`` (see :meth:`Cluster.redistribute`).
 * Every collective step pays ``latency`` microseconds: ``2(q_in - 1) +
@@ -424,6 +428,22 @@ class Cluster:
             step = self.step_cost if self.inter_latency is None else np.where(spans, self.inter_step_cost,
                                                                               self.step_cost)
         return np.where(q > 1, word * words + times * step, 0.0)
+
+    def alltoall(self, words, C, letters: str):
+        """All-to-all among the ``q = C[letters]`` devices that split
+        ``letters``: each sends ``words`` spread evenly over the group,
+        ``(q_in - 1)/q`` of them inside its node and ``(q - q_in)/q`` to the
+        other nodes, on the link each crosses; one step per level."""
+        import numpy as np  # here, so that importing the cluster stays light
+
+        q = C[letters]
+        if not self.two_level:
+            return np.where(q > 1, self.word * words * (q - 1.0) / q + self.step_cost, 0.0)
+        q_out = self.across(C, letters)
+        q_in = q / q_out
+        inside = self.word * words * (q_in - 1.0) / q + np.where(q_in > 1, self.step_cost, 0.0)
+        between = self.inter_word * words * (q - q_in) / q + np.where(q_out > 1, self.inter_step_cost, 0.0)
+        return np.where(q > 1, inside + between, 0.0)
 
     def redistribute(self, words, cross=None, times=1):
         """A device receives ``words`` from others when a tensor changes split,

@@ -165,7 +165,7 @@ def _elements(c: Comm, C: Extents):
     q = C[c.letters]
     if c.pattern == "allreduce":
         return 2.0 * c.words * (q - 1.0) / q
-    if c.pattern in ("allgather", "reducescatter"):
+    if c.pattern in ("allgather", "reducescatter", "alltoall"):
         return c.words * (q - 1.0) / q
     return np.where(q > 1, c.words, 0.0)
 

@@ -58,7 +58,7 @@ COMM_ROLES = {
 #: (the layers before), gathered weights with the pass that needs them (prefetched), inputs gathered again
 #: with the backward pass that needs them (its input-gradient product)
 OVERLAPPED = ("gradients", "weights", "inputs")
-COMM_PATTERNS = ("allreduce", "allgather", "reducescatter", "send", "cheapest")
+COMM_PATTERNS = ("allreduce", "allgather", "reducescatter", "send", "alltoall", "cheapest")
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,9 @@ class Comm:
     with all of it), ``allgather`` (each device ends with ``words``, having
     held its share), ``reducescatter`` (a sum of ``words``, each device
     ending with its share), or ``send`` (each device sends ``words`` to the
-    others of the group, in ``rounds`` rounds); ``cheapest``: whichever of
+    others of the group, in ``rounds`` rounds), ``alltoall`` (each device
+    sends ``words`` spread evenly over the group, itself included: a share
+    ``(q - 1) / q`` leaves it); ``cheapest``: whichever of
     ``options`` costs less.  The group is the devices that differ from one
     another only in the coordinates of ``letters``.  ``words``: elements per
     device, a vector over the configurations (K,) or a number; ``count``:

@@ -76,14 +76,16 @@ class Einsum(Kind):
     ``K`` the products of the m, n and reduced letters.  Needs at least one
     m and one n letter.  A letter of size 1 that only one operand has (and
     not the output) is squeezed away; it ends the space.  ``bias``: a weight
-    over the n letters is added to the output (free, as in :class:`FC`);
-    ``unsplit``: letters never split (e.g. a head's width).  What a
-    training framework reads (its cost here is the same either way):
-    ``activation``, the pointwise epilogue is an activation function (GeLU),
-    whose input a framework may keep; ``products``, the separate matrix
-    products a fused one stands for, as the parts of its output each makes,
-    in order (a fused q, k, v projection of ``r`` query heads per key:
-    ``(r, 1, 1)``; empty: one product).
+    over the output letters the second operand has (the n letters, and the
+    batch letters of a stack of weights: one bias per expert) is added to
+    the output (free, as in :class:`FC`); ``unsplit``: letters never split
+    (e.g. a head's width).  What a training framework reads (its cost here
+    is the same either way): ``activation``, the pointwise epilogue is an
+    activation function (GeLU), whose input a framework may keep;
+    ``products``, the separate matrix products a fused one stands for, as
+    the parts of its output each makes, in order (a fused q, k, v
+    projection of ``r`` query heads per key: ``(r, 1, 1)``; empty: one
+    product).
     """
 
     equation: str
@@ -118,8 +120,9 @@ class Einsum(Kind):
                                  f"{self.equation!r}: it must have size 1, not {size[c]}")
         letters += squeezed
         inputs = [Tensor(x.shape, tuple(in1), x.role), Tensor(y.shape, tuple(in2), y.role)]
-        if self.bias:
-            inputs.append(Tensor(tuple(size[c] for c in n), tuple(n), "weight"))
+        if self.bias:  # over the output letters of the second operand (an expert's bias is the expert's)
+            own = "".join(c for c in out if c in in2)
+            inputs.append(Tensor(tuple(size[c] for c in own), tuple(own), "weight"))
         outputs = (Tensor(tuple(size[c] for c in out), tuple(out)),)
         return Operator(self, letters, tuple(size[c] for c in letters), tuple(inputs), outputs, name), (out,)
 

@@ -159,6 +159,36 @@ class RMSNorm(Norm):
 
 @register
 @dataclass(frozen=True)
+class RMSNormOver(Kind):
+    """Root-mean-square normalisation over several ``axes`` at once, with
+    one scale over all of them (OLMo 2 normalises its queries and keys over
+    every head together).  With ``a`` the letters of the axes and ``d_a =
+    D_a / c_a``:
+
+        comp = 8 * e
+        comm = 2 * AR(e / d_a, c_a) + AR(d_a, P(C) / c_a)   # statistics; the scale's gradient
+    """
+
+    axes: tuple[int, ...]
+
+    def build(self, name, refs):
+        (x,) = refs
+        r = len(x.shape)
+        axes = tuple(sorted({normalize_axis(a, r, name) for a in self.axes}))
+        dims, space, inputs, outputs = _same(x)
+        weight = Tensor(tuple(x.shape[a] for a in axes), tuple(x.letters[a] for a in axes), "weight")
+        return Operator(type(self)(axes), dims, space, inputs + (weight,), outputs, name), (x.letters,)
+
+    def work(self, op, D, C, rules):
+        a = "".join(op.dims[i] for i in self.axes)
+        e = (D / C).all  # (K,)
+        da = D[a] / C[a]  # (K,)
+        return Work(8.0 * e, comms=(Comm("statistics", "allreduce", e / da, a, count=2.0),
+                                    Comm("gradients", "allreduce", da, C.other(a))))
+
+
+@register
+@dataclass(frozen=True)
 class ReduceMean(Kind):
     """Mean over ``axes`` (global average pooling: axes 2 and 3).  The output
     keeps the other axes, split like them, and with ``keepdims`` the reduced

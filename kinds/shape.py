@@ -176,3 +176,29 @@ class Transpose(_Free):
         out = Tensor(tuple(x.shape[i] for i in perm), tuple(letters))
         op = Operator(type(self)(perm), x.letters, x.shape, (Tensor(x.shape, tuple(x.letters), x.role),), (out,), name)
         return op, (letters,)
+
+
+@register
+@dataclass(frozen=True)
+class Expand(_Free):
+    """A new axis ``letter`` of ``size`` at ``axis`` over which the input is
+    repeated (a broadcast view: a key's rotary part shared by every head).
+    Space: the output's; the input is split by ``C`` without the new
+    letter, so every device that holds a slice of the new axis reads the
+    input whole along it."""
+
+    axis: int
+    size: int
+    letter: str
+
+    def build(self, name, refs):
+        (x,) = refs
+        r = len(x.shape) + 1
+        axis = normalize_axis(self.axis, r, name)
+        if self.letter in x.letters or self.size < 1:
+            raise InputError(f"{name}: cannot add axis {self.letter!r} of {self.size} to {x.letters!r}")
+        letters = x.letters[:axis] + self.letter + x.letters[axis:]
+        shape = x.shape[:axis] + (self.size,) + x.shape[axis:]
+        op = Operator(type(self)(axis, self.size, self.letter), letters, shape,
+                      (Tensor(x.shape, tuple(x.letters), x.role),), (Tensor(shape, tuple(letters)),), name)
+        return op, (letters,)

@@ -1,54 +1,26 @@
 """Decoder-only language models from a Hugging Face ``config.json``.
 
-The families GPT-2, Llama, Mistral, Qwen2 and Mixtral (the config's
-``model_type``), read from the keys their configs use, without downloading
-anything and without the ``transformers`` package.  The graph is built like
-the built-in Transformer (``models/sequence.py``): einsums over named
-letters, fused projections taken apart by an Unstack.  Letters:
+The families of :data:`models.hf_families.FAMILIES` (the config's
+``model_type``: GPT-2, Llama, Mistral, Mixtral, Qwen 2 and 3 and their
+mixtures of experts, Phi-3, OLMo 2, Gemma 2 and 3, Granite MoE, GLM-4 MoE,
+DeepSeek V2 and V3, gpt-oss, Llama 4), read from the keys their configs
+use, without downloading anything and without the ``transformers``
+package; :class:`DecoderConfig` is what the graph needs, checked, and
+``models/decoder.py`` builds the graph from it.  Letters:
 
     b batch            s positions (queries)   t positions (keys)
     e width            h heads                 d width of a head (never split)
     g key/value heads and r query heads per key/value head (grouped-query
       attention, when the config has fewer key/value heads than heads)
     f feed-forward hidden units   v vocabulary   j a stack of fused projections
-    x experts          c slots of an expert's buffer (capacity)
+    o the router's experts   x experts   k a token's chosen experts
+    q, l the low ranks of multi-head latent attention's queries and keys
 
-Never split: ``d``, the stacks ``j`` and slots ``u`` of fused projections,
-an expert's capacity ``c``, and the tokens ``s`` of a sample in the
-dispatch and combine einsums (GShard splits groups of tokens, here a
-sample's sequence, not the tokens of a group).
-
-Operators, in order: ``embed`` (token embedding; GPT-2 adds learned
-positions, ``pos_embed`` and ``embed/add``), then per layer ``i``
-
-    layer{i}/attn: norm, qkv (fused: q, k, v as a stack ``j``, or with
-                   grouped-query attention as ``u = r + 2`` slots per key/value
-                   head), split, attention (one fused operator, as PyTorch's
-                   ``scaled_dot_product_attention`` runs it; with ``attention =
-                   "materialized"``: scores, softmax, context), out, residual
-    layer{i}/mlp:  norm, then GPT-2: up (GELU), down; Llama, Mistral, Qwen2:
-                   gate_up (fused), split, act (SiLU(gate) * up), down;
-                   Mixtral: router, gate (top-k), dispatch, gate_up, split,
-                   act, down, combine; then residual
-
-and last ``norm``, ``logits`` (the LM head, sharing the embedding's table
-when the config ties them) and ``loss`` (softmax cross-entropy).
-
-Modelling choices, in the pointwise counts of the built-in graphs: an
-activation is one pointwise operation per element (GELU, SiLU); rotary
-positions are one on the q, k and v projections; materialised scores carry
-two (scaling and the causal mask), which the fused attention does inside.  A norm is RMSNorm (LayerNorm with scale and
-shift for GPT-2).  Biases are weights as the family has them (GPT-2 all,
-Qwen2 on q, k, v; Llama per ``attention_bias`` and ``mlp_bias``).  A mixture
-of experts follows GShard and Mesh-TensorFlow: the router's top-k gating
-fills ``c = ceil(k * s / x)`` slots per expert and sample (capacity factor
-1), and dispatch and combine are einsums with the expert letter ``x``, so
-expert parallelism is a split of ``x``.  Sliding-window attention (Mistral)
-is costed as full causal attention.  The weights are those of the model:
-the parameter count equals the published one.  The sequence length defaults
-to 2048, or the config's limit when smaller; a longer one is planned as
-asked (a learned position table keeps its rows, read by position ids), with
-a note in the graph's ``notes`` that the report prints.
+The weights are those of the model: the parameter count equals that of
+``transformers``' model built from the same config.  The sequence length
+defaults to 2048, or the config's limit when smaller; a longer one is
+planned as asked (a learned position table keeps its rows, read by
+position ids), with a note in the graph's ``notes`` that the report prints.
 """
 
 from __future__ import annotations
@@ -57,12 +29,14 @@ import os
 from dataclasses import dataclass
 
 from errors import SettingError, printable, shown
-from models.registry import ATTENTION_KINDS, BATCH, MAX_LAYERS, MAX_SIZE, check_choice, check_int
 from models.files import ModelFileError, file_identity
+from models.hf_families import FAMILIES as FAMILY_PARTS
+from models.hf_families import layer_windows, moe_layers
+from models.registry import ATTENTION_KINDS, BATCH, MAX_LAYERS, MAX_SIZE, check_choice, check_int
 
 __all__ = ["FAMILIES", "DecoderConfig", "read_config", "load_config", "DEFAULT_SEQ"]
 
-FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "mixtral")
+FAMILIES = tuple(FAMILY_PARTS)
 DEFAULT_SEQ = 2048  # sequence length when not given (or the model's limit when smaller)
 MODEL_DIMS = "xghfv"  # Mesh-TensorFlow's model dimensions, the first one an operator has is split
 _MISSING = object()
@@ -70,7 +44,9 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    """What the graph needs from a config, checked."""
+    """What the graph needs from a config, checked.  ``windows``: per layer
+    its attention's window (0: the whole causal sequence) and ``chunked``
+    whether it is a chunk; ``moe``: per layer whether it has experts."""
 
     family: str
     width: int
@@ -91,10 +67,30 @@ class DecoderConfig:
     attn_pdrop: float = 0.0
     resid_pdrop: float = 0.0
     positions_key: str = ""  # the config's key that gave ``positions``
+    mla: tuple = ()  # multi-head latent attention: (q rank or 0, kv rank, rotary width, other width, value width)
+    qk_norm: str = ""
+    norms: str = "pre"
+    windows: tuple = ()  # per layer: (window or chunk, chunked)
+    moe: tuple = ()  # per layer: experts or not
+    expert_ffn: int = 0
+    shared_ffn: int = 0
+    shared_gate: bool = False
+    expert_bias: bool = False
+    router_bias: bool = False
+    groups: int = 0  # groups of experts a token's experts come from
+    sinks: bool = False
+    softcap: bool = False  # the attention's scores soft-capped
+    logit_softcap: bool = False  # the final logits soft-capped
 
     @property
     def gpt2(self) -> bool:
         return self.family == "gpt2"
+
+    def layer_window(self, i: int) -> tuple[int, bool]:
+        return self.windows[i] if self.windows else (0, False)
+
+    def layer_moe(self, i: int) -> bool:
+        return self.moe[i] if self.moe else bool(self.experts)
 
 
 MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few kB
@@ -119,88 +115,179 @@ def read_config(path: str) -> DecoderConfig:
     def fail(problem: str):
         raise ModelFileError(f"{path}: {problem}")
 
-    def integer(*names, default=_MISSING, most=MAX_SIZE, what=""):
-        """The first of ``names`` the config sets, at most ``most`` (the
-        bound of the flags that set such a size) ``what``."""
-        for name in names:
-            if data.get(name) is not None:
-                v = data[name]
-                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                    fail(f"{name} must be a positive integer, got {shown(v)}")
-                if v > most:
-                    fail(f"{name} is {v:,}; the tool plans at most {most:,}{' ' + what if what else ''}")
-                return v
-        if default is _MISSING:
-            fail(f"missing key {names[0]!r}")
-        return default
-
-    def flag(name, default):
-        v = data.get(name, default)
-        if v is None:
-            return default
-        if not isinstance(v, bool):
-            fail(f"{name} must be true or false, got {shown(v)}")
-        return v
-
-    def probability(name, default):
-        v = data.get(name, default)
-        if v is None:
-            return default
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-            fail(f"{name} must be a probability from 0 to below 1, got {shown(v)}")
-        return float(v)
-
     family = data.get("model_type", _MISSING)
     if family is _MISSING:
         fail("missing key 'model_type'")
-    if family not in FAMILIES:
+    if family not in FAMILY_PARTS:
         fail(f"model_type {shown(family)} is not a decoder family the tool reads ({', '.join(FAMILIES)})")
-    if family == "gpt2":
-        names = {"width": "n_embd", "heads": "n_head"}
-        width = integer("n_embd", "hidden_size")
-        layers = integer("n_layer", "num_hidden_layers", most=MAX_LAYERS, what="layers")
-        heads = integer("n_head", "num_attention_heads")
-        kv_heads = heads
-        ffn = integer("n_inner", default=4 * width)
-        positions = integer("n_positions", "n_ctx", "max_position_embeddings")
-        tied = flag("tie_word_embeddings", True)
-        biases = dict(qkv_bias=True, out_bias=True, mlp_bias=True)
-        drops = dict(embd_pdrop=probability("embd_pdrop", 0.1), attn_pdrop=probability("attn_pdrop", 0.1),
-                     resid_pdrop=probability("resid_pdrop", 0.1))  # GPT2Config's defaults
-    else:
-        names = {"width": "hidden_size", "heads": "num_attention_heads"}
+    parts = FAMILY_PARTS[family]
+    if parts.text:  # a multimodal model: its decoder is the text part
+        text = data.get("text_config")
+        if not isinstance(text, dict):
+            fail(f"a {family} config needs its text_config (an object)")
+        data, family = {"model_type": parts.text, **text}, parts.text
+        if data["model_type"] != parts.text:
+            fail(f"text_config's model_type {shown(data['model_type'])} is not {parts.text}")
+        parts = FAMILY_PARTS[family]
+    return _Reader(data, fail, family, parts).config()
+
+
+class _Reader:
+    """Reads one config's keys, checked, with the family's defaults."""
+
+    def __init__(self, data: dict, fail, family: str, parts):
+        self.data, self.fail, self.family, self.parts = data, fail, family, parts
+
+    def get(self, name, default=None):
+        v = self.data.get(name)
+        return self.parts.defaults.get(name, default) if v is None else v
+
+    def integer(self, *names, default=_MISSING, most=MAX_SIZE, what="", low=1):
+        """The first of ``names`` the config sets, at most ``most`` (the
+        bound of the flags that set such a size) ``what``."""
+        for name in names:
+            v = self.get(name)
+            if v is not None:
+                if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                    self.fail(f"{name} must be a {'positive' if low else 'non-negative'} integer, got {shown(v)}")
+                if v > most:
+                    self.fail(f"{name} is {v:,}; the tool plans at most {most:,}{' ' + what if what else ''}")
+                return v
+        if default is _MISSING:
+            self.fail(f"missing key {names[0]!r}")
+        return default
+
+    def flag(self, name, default):
+        v = self.get(name, default)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            self.fail(f"{name} must be true or false, got {shown(v)}")
+        return v
+
+    def bias(self, rule) -> bool:
+        return rule if isinstance(rule, bool) else self.flag(rule, False)
+
+    def probability(self, name, default):
+        v = self.get(name, default)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+            self.fail(f"{name} must be a probability from 0 to below 1, got {shown(v)}")
+        return float(v)
+
+    def listed(self, name, length: int, ok, what: str):
+        """A list of ``length`` items ``ok`` accepts, or ``None``."""
+        v = self.data.get(name)
+        if v is None:
+            return None
+        if not isinstance(v, list) or len(v) != length or not all(ok(x) for x in v):
+            self.fail(f"{name} must be a list of {length} {what}")
+        return v
+
+    def config(self) -> DecoderConfig:
+        integer, flag, family, parts = self.integer, self.flag, self.family, self.parts
+        if family == "gpt2":
+            return self.gpt2()
         width = integer("hidden_size")
         layers = integer("num_hidden_layers", most=MAX_LAYERS, what="layers")
         heads = integer("num_attention_heads")
         kv_heads = integer("num_key_value_heads", default=heads)
-        ffn = integer("intermediate_size")
+        vocab = integer("vocab_size")
+        head_dim = integer("head_dim", default=None)
+        if head_dim is None:  # the config classes' rule: the width over the heads, rounded down
+            if width < heads:
+                self.fail(f"num_attention_heads {heads} is more than hidden_size {width}")
+            head_dim = width // heads
+        if heads % kv_heads:
+            self.fail(f"num_key_value_heads {kv_heads} does not divide num_attention_heads {heads}")
         positions = integer("max_position_embeddings", default=None)
-        tied = flag("tie_word_embeddings", False)
-        if family == "qwen2":
-            biases = dict(qkv_bias=True)
-        else:
-            attn = flag("attention_bias", False)
-            biases = dict(qkv_bias=attn, out_bias=attn, mlp_bias=flag("mlp_bias", False))
-        drops = dict(attn_pdrop=probability("attention_dropout", 0.0))
-    vocab = integer("vocab_size")
-    head_dim = integer("head_dim", default=None)
-    if head_dim is None:
+        tied = flag("tie_word_embeddings", parts.tied)
+        moe = moe_layers(parts, layers, self.checked_get(layers))
+        experts = top_k = expert_ffn = shared_ffn = groups = 0
+        if any(moe):
+            experts = integer("num_local_experts", "num_experts", "n_routed_experts")
+            top_k = integer("num_experts_per_tok", "experts_per_token")
+            if top_k > experts:
+                self.fail(f"num_experts_per_tok {top_k} is more than the {experts} experts")
+            expert_ffn = integer(parts.expert_ffn)
+            if parts.shared == "count":
+                shared_ffn = integer("n_shared_experts", default=0, low=0) * expert_ffn
+            elif parts.shared == "size":
+                shared_ffn = integer("shared_expert_intermediate_size", default=0, low=0)
+            elif parts.shared == "ffn":
+                shared_ffn = expert_ffn
+            n_group = integer("n_group", default=0, low=0)
+            if n_group > 1 and experts % n_group:
+                self.fail(f"n_group {n_group} does not divide the {experts} experts")
+            groups = n_group if n_group > 1 else 0
+        dense_ffn = integer(parts.dense_ffn) if not all(moe) else integer(parts.dense_ffn, default=0, low=0)
+        windows = self.windows(layers)
+        mla = ()
+        if parts.attention == "mla":
+            mla = (integer("q_lora_rank", default=0, low=0), integer("kv_lora_rank"), integer("qk_rope_head_dim"),
+                   integer("qk_nope_head_dim"), integer("v_head_dim"))
+            kv_heads = heads
+        qk_norm = parts.qk_norm if not parts.qk_norm_key or flag(parts.qk_norm_key, False) else ""
+        attn_bias = dict(qkv_bias=self.bias(parts.qkv_bias), out_bias=self.bias(parts.out_bias),
+                         mlp_bias=self.bias(parts.mlp_bias))
+        return DecoderConfig(
+            family, width, layers, heads, kv_heads, head_dim, dense_ffn, vocab, positions, tied,
+            experts=experts, top_k=top_k, attn_pdrop=self.probability("attention_dropout", 0.0),
+            positions_key="max_position_embeddings" if positions is not None else "", mla=mla, qk_norm=qk_norm,
+            norms=parts.norms, windows=windows, moe=tuple(moe), expert_ffn=expert_ffn, shared_ffn=shared_ffn,
+            shared_gate=parts.shared_gate and shared_ffn > 0, expert_bias=parts.expert_bias,
+            router_bias=parts.router_bias, groups=groups, sinks=parts.sinks,
+            softcap=self.get("attn_logit_softcapping") is not None,
+            logit_softcap=self.get("final_logit_softcapping") is not None, **attn_bias)
+
+    def checked_get(self, layers: int):
+        """``get`` for the layer rules, with their lists checked."""
+        def get(name, default=None):
+            if name in ("moe_layers", "mlp_only_layers"):
+                v = self.data.get(name)
+                if v is not None and (not isinstance(v, list) or not all(
+                        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in v)):
+                    self.fail(f"{name} must be a list of layer numbers from 0 to {layers - 1}")
+                return v
+            if name == "layer_types":
+                return self.listed(name, layers, lambda t: t in ("full_attention", "sliding_attention",
+                                                                 "chunked_attention"),
+                                   "of full_attention, sliding_attention, chunked_attention")
+            if name == "no_rope_layers":  # an empty list: the default, as Llama4TextConfig reads it
+                if self.data.get(name) == []:
+                    return None
+                return self.listed(name, layers, lambda t: t in (0, 1) and not isinstance(t, bool), "0 or 1")
+            if name in ("use_sliding_window",):
+                return self.flag(name, default)
+            return self.integer(name, default=default, low=0)
+        return get
+
+    def windows(self, layers: int) -> tuple:
+        """Per layer ``(window or chunk, chunked)``."""
+        kinds = layer_windows(self.parts, layers, self.checked_get(layers))
+        sliding = self.integer("sliding_window", default=0, low=0) if "sliding" in kinds else 0
+        chunk = self.integer("attention_chunk_size", default=0, low=0) if "chunked" in kinds else 0
+        out = tuple((sliding, False) if k == "sliding" else (chunk, True) if k == "chunked" and chunk else (0, False)
+                    for k in kinds)
+        return out if any(w for w, _ in out) else ()
+
+    def gpt2(self) -> DecoderConfig:
+        integer, flag = self.integer, self.flag
+        width = integer("n_embd", "hidden_size")
+        layers = integer("n_layer", "num_hidden_layers", most=MAX_LAYERS, what="layers")
+        heads = integer("n_head", "num_attention_heads")
+        ffn = integer("n_inner", default=4 * width)
+        positions = integer("n_positions", "n_ctx", "max_position_embeddings")
+        vocab = integer("vocab_size")
         if width % heads:
-            fail(f"{names['heads']} {heads} does not divide {names['width']} {width}")
-        head_dim = width // heads
-    if heads % kv_heads:
-        fail(f"num_key_value_heads {kv_heads} does not divide num_attention_heads {heads}")
-    experts = top_k = 0
-    if family == "mixtral":
-        experts = integer("num_local_experts")
-        top_k = integer("num_experts_per_tok")
-        if top_k > experts:
-            fail(f"num_experts_per_tok {top_k} is more than num_local_experts {experts}")
-    position_keys = ("n_positions", "n_ctx", "max_position_embeddings") if family == "gpt2" else \
-        ("max_position_embeddings",)
-    positions_key = next((k for k in position_keys if data.get(k) is not None), "")
-    return DecoderConfig(family, width, layers, heads, kv_heads, head_dim, ffn, vocab, positions, tied,
-                         experts=experts, top_k=top_k, **biases, **drops, positions_key=positions_key)
+            self.fail(f"n_head {heads} does not divide n_embd {width}")
+        drops = dict(embd_pdrop=self.probability("embd_pdrop", 0.1), attn_pdrop=self.probability("attn_pdrop", 0.1),
+                     resid_pdrop=self.probability("resid_pdrop", 0.1))  # GPT2Config's defaults
+        key = next((k for k in ("n_positions", "n_ctx", "max_position_embeddings") if self.data.get(k) is not None), "")
+        return DecoderConfig("gpt2", width, layers, heads, heads, width // heads, ffn, vocab, positions,
+                             flag("tie_word_embeddings", True), qkv_bias=True, out_bias=True, mlp_bias=True,
+                             positions_key=key, **drops)
 
 
 def _model_name(path: str, cfg: DecoderConfig) -> str:
@@ -229,6 +316,7 @@ def load_config(path: str, layers_at_most: int | None = None, **params):
     from dataclasses import replace
 
     from graph import GraphBuilder
+    from models.decoder import build_decoder
 
     cfg = read_config(path)
     layers = cfg.layers
@@ -246,98 +334,3 @@ def load_config(path: str, layers_at_most: int | None = None, **params):
         B.graph.graph["notes"] = (f"The sequence of {values['seq']:,} tokens exceeds the {cfg.positions:,} "
                                   f"positions {name} has ({cfg.positions_key}); planned as asked.",)
     return B.graph
-
-
-def build_decoder(B, cfg: DecoderConfig, batch: int, seq: int, attention: str = "fused") -> None:
-    """Add the decoder's operators to the :class:`graph.GraphBuilder` ``B``."""
-    from kinds.attention import FusedAttention
-    from kinds.gemm import Einsum, Embedding
-    from kinds.pointwise import Dropout, Elementwise, Norm, RMSNorm, Softmax, SoftmaxCrossEntropy
-    from kinds.shape import Split, Unstack
-
-    e, d, f, v = cfg.width, cfg.head_dim, cfg.ffn, cfg.vocab
-    rotary = 0 if cfg.gpt2 else 1  # pointwise operations of the rotary positions on q, k, v
-
-    def norm(name, x):
-        return B.add(name, Norm(-1) if cfg.gpt2 else RMSNorm(-1), x)
-
-    def self_attention(pre, x):
-        n = norm(f"{pre}/norm", x)
-        if cfg.kv_heads == cfg.heads:  # one fused projection, heads h
-            h = cfg.heads
-            qkv = B.add(f"{pre}/qkv", Einsum("bse,jehd->jbhsd", pw=rotary, bias=cfg.qkv_bias, unsplit="jd",
-                                             products=(1, 1, 1)), n, B.weight((3, e, h, d), "jehd"))
-            q, k, val = B.add(f"{pre}/split", Unstack(), qkv)
-            heads, w_out = "bh", (h, d, e)
-            kv = "bhtd"
-        else:  # grouped-query: g key/value heads, each with r query heads, a key and a value (u = r + 2 slots)
-            g, r = cfg.kv_heads, cfg.heads // cfg.kv_heads
-            qkv = B.add(f"{pre}/qkv", Einsum("bse,egud->bgusd", pw=rotary, bias=cfg.qkv_bias, unsplit="ud",
-                                             products=(r, 1, 1)), n, B.weight((e, g, r + 2, d), "egud"))
-            q, k, val = B.add(f"{pre}/split", Split(2, (r, 1, 1)), qkv)
-            heads, w_out, kv = "bgr", (g, r, d, e), "bgutd"  # a key's slot u (size 1) is squeezed
-        if attention == "fused":  # scale, causal mask, softmax and context in one kernel
-            c = B.add(f"{pre}/attention", FusedAttention(causal=True), q, k, val)
-        else:
-            s = B.add(f"{pre}/scores", Einsum(f"{heads}sd,{kv}->{heads}st", pw=2, unsplit="d"), q, k)
-            s = B.add(f"{pre}/softmax", Softmax(-1), s)
-            if cfg.attn_pdrop:
-                s = B.add(f"{pre}/dropout", Dropout(cfg.attn_pdrop), s)
-            c = B.add(f"{pre}/context", Einsum(f"{heads}st,{kv}->{heads}sd", unsplit="d"), s, val)
-        o = B.add(f"{pre}/out", Einsum(f"{heads}sd,{heads[1:]}de->bse", bias=cfg.out_bias, unsplit="d"), c,
-                  B.weight(w_out, heads[1:] + "de"))
-        if cfg.resid_pdrop:
-            o = B.add(f"{pre}/dropout_out", Dropout(cfg.resid_pdrop), o)
-        return B.add(f"{pre}/residual", Elementwise(), x, o)
-
-    def swiglu(pre, x, lead, w_lead):
-        """gate and up fused, SiLU(gate) * up, down; ``lead``: the letters
-        before ``f`` (``bs``, or ``xbc`` in an expert), ``w_lead`` those the
-        weights carry (``x`` in an expert)."""
-        sizes = {"x": cfg.experts}
-        wl = tuple(sizes[c] for c in w_lead)
-        slots = "c" if "c" in lead else ""  # an expert's capacity is never split
-        gu = B.add(f"{pre}/gate_up", Einsum(f"{lead}e,j{w_lead}ef->j{lead}f", bias=cfg.mlp_bias,
-                                            unsplit="j" + slots, products=(1, 1)), x,
-                   B.weight((2,) + wl + (e, f), f"j{w_lead}ef"))
-        gate, up = B.add(f"{pre}/split", Unstack(), gu)
-        y = B.add(f"{pre}/act", Elementwise(pw=1, keeps_inputs=True), gate, up)
-        return B.add(f"{pre}/down", Einsum(f"{lead}f,{w_lead}fe->{lead}e", bias=cfg.mlp_bias, unsplit=slots), y,
-                     B.weight(wl + (f, e), f"{w_lead}fe"))
-
-    def mlp(pre, x):
-        n = norm(f"{pre}/norm", x)
-        if cfg.gpt2:
-            y = B.add(f"{pre}/up", Einsum("bse,ef->bsf", pw=1, bias=True, activation=True), n, B.weight((e, f), "ef"))
-            y = B.add(f"{pre}/down", Einsum("bsf,fe->bse", bias=True), y, B.weight((f, e), "fe"))
-        elif cfg.experts:
-            y = experts(pre, n)
-        else:
-            y = swiglu(pre, n, "bs", "")
-        if cfg.resid_pdrop:
-            y = B.add(f"{pre}/dropout", Dropout(cfg.resid_pdrop), y)
-        return B.add(f"{pre}/residual", Elementwise(), x, y)
-
-    def experts(pre, n):
-        from kinds.moe import TopKGating
-
-        X, k = cfg.experts, cfg.top_k
-        capacity = -(-k * seq // X)
-        logits = B.add(f"{pre}/router", Einsum("bse,ex->bsx"), n, B.weight((e, X), "ex"))
-        gate = B.add(f"{pre}/gate", TopKGating(k, capacity), logits)
-        xs = B.add(f"{pre}/dispatch", Einsum("bsxc,bse->xbce", unsplit="cs"), gate, n)
-        y = swiglu(pre, xs, "xbc", "x")
-        return B.add(f"{pre}/combine", Einsum("bsxc,xbce->bse", unsplit="cs"), gate, y)
-
-    x = B.add("embed", Embedding(v, e, "e"), B.data((batch, seq), "bs"))
-    if cfg.gpt2:
-        pos = B.add("pos_embed", Embedding(cfg.positions, e, "e"), B.data((batch, seq), "bs"))
-        x = B.add("embed/add", Elementwise(), x, pos)
-        if cfg.embd_pdrop:
-            x = B.add("embed/dropout", Dropout(cfg.embd_pdrop), x)
-    for i in range(cfg.layers):
-        x = mlp(f"layer{i}/mlp", self_attention(f"layer{i}/attn", x))
-    x = norm("norm", x)
-    x = B.add("logits", Einsum("bse,ve->bsv"), x, B.weight((v, e), "ve"), shared=(1,) if cfg.tied else ())
-    B.add("loss", SoftmaxCrossEntropy(), x)
-

@@ -278,6 +278,8 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
             why = "embedding gradients are all-reduced densely (use --sparse-embeddings or --compare)"
         if why:
             result = replace(result, notes=result.notes + (f"--distinct-rows has no effect here: {why}.",))
+    if g.graph.get("active_parameters") is not None:  # a mixture of experts
+        result = replace(result, active_parameters=g.graph["active_parameters"])
     if g.graph.get("notes"):  # what the model itself has to say (a sequence beyond its positions)
         result = replace(result, notes=tuple(g.graph["notes"]) + result.notes)
     if found is not None:

@@ -82,10 +82,13 @@ class TestGraphs:
 
     def test_mixtral_experts(self):
         ops = ops_by_name(real("mixtral-8x7b"))
-        assert ops["layer0/mlp/gate"].space == (128, 2048, 8, 512)  # capacity 2 * 2048 / 8
-        assert ops["layer0/mlp/dispatch"].dims == "xbces"
+        assert ops["layer0/mlp/gate"].space == (128, 2048, 8) and ops["layer0/mlp/gate"].outputs[0].shape[-1] == 2
+        assert ops["layer0/mlp/dispatch"].dims == "xbse"
+        assert ops["layer0/mlp/dispatch"].outputs[0].shape == (8, 128, 512, 4096)  # capacity 2 * 2048 / 8
         assert ops["layer0/mlp/gate_up"].space == (2, 8, 128, 512, 14336, 4096)
-        assert ops["layer0/mlp/combine"].dims == "bsexc"
+        assert ops["layer0/mlp/combine"].dims == "xbse" and ops["layer0/mlp/combine"].outputs[0].shape == (
+            128, 2048, 4096)
+        assert real("mixtral-8x7b").graph["active_parameters"] == 12_879_925_248
 
     def test_sequence_length(self):
         assert real("mistral-7b", seq=4096).graph["params"]["seq"] == 4096
@@ -108,7 +111,7 @@ class TestSearch:
     def test_mesh_tensorflow_splits_experts_heads_hidden_and_vocabulary(self, tmp_path):
         g = build_graph(str(write(tmp_path, TINY_MIXTRAL)), batch=8, seq=16)
         mt = {op.name: dict(zip(op.dims, d.config)) for op, d in zip(operators(g), mesh_tensorflow(g, 2, 4))}
-        assert mt["layer0/mlp/gate_up"] == {"j": 1, "x": 4, "b": 2, "c": 1, "f": 1, "e": 1}  # experts, not f too
+        assert mt["layer0/mlp/gate_up"] == {"j": 1, "x": 4, "b": 2, "s": 1, "f": 1, "e": 1}  # experts, not f too
         assert mt["layer0/attn/qkv"]["g"] == 2 and mt["layer0/attn/qkv"]["b"] == 2  # 2 key/value heads
         assert mt["logits"]["v"] == 4 and mt["layer0/mlp/norm"] == {"b": 2, "s": 1, "e": 1}
 
@@ -116,10 +119,10 @@ class TestSearch:
 BAD = [
     ({"hidden_size": 64}, "missing key 'model_type'"),
     (dict(TINY_LLAMA, model_type="bert"), "model_type 'bert' is not a decoder family the tool reads "
-                                          "(gpt2, llama, mistral, qwen2, mixtral)"),
+                                          "(gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen2_moe"),
     ({k: v for k, v in TINY_LLAMA.items() if k != "hidden_size"}, "missing key 'hidden_size'"),
     ({k: v for k, v in TINY_LLAMA.items() if k != "vocab_size"}, "missing key 'vocab_size'"),
-    (dict(TINY_LLAMA, num_attention_heads=7), "num_attention_heads 7 does not divide hidden_size 64"),
+    (dict(TINY_LLAMA, num_attention_heads=80), "num_attention_heads 80 is more than hidden_size 64"),
     (dict(TINY_LLAMA, num_key_value_heads=3), "num_key_value_heads 3 does not divide num_attention_heads 8"),
     ({"model_type": "gpt2", "n_embd": 100, "n_layer": 2, "n_head": 12, "vocab_size": 10, "n_positions": 8},
      "n_head 12 does not divide n_embd 100"),
@@ -127,9 +130,18 @@ BAD = [
     (dict(TINY_LLAMA, num_hidden_layers=0), "num_hidden_layers must be a positive integer, got 0"),
     (dict(TINY_LLAMA, num_hidden_layers=100000), "num_hidden_layers is 100,000; the tool plans at most 1,000 layers"),
     (dict(TINY_LLAMA, tie_word_embeddings="yes"), "tie_word_embeddings must be true or false"),
-    (dict(TINY_MIXTRAL, num_experts_per_tok=5), "num_experts_per_tok 5 is more than num_local_experts 4"),
+    (dict(TINY_MIXTRAL, num_experts_per_tok=5), "num_experts_per_tok 5 is more than the 4 experts"),
     ({k: v for k, v in TINY_MIXTRAL.items() if k != "num_local_experts"}, "missing key 'num_local_experts'"),
     ([1, 2], "not a model config"),
+    (dict(TINY_LLAMA, layer_types=["full_attention"]),
+     "layer_types must be a list of 2 of full_attention, sliding_attention, chunked_attention"),
+    ({"model_type": "llama4"}, "a llama4 config needs its text_config (an object)"),
+    ({"model_type": "gemma3", "text_config": dict(TINY_LLAMA)}, "text_config's model_type 'llama' is not gemma3_text"),
+    (dict(TINY_MIXTRAL, model_type="qwen3_moe", mlp_only_layers=[5]),
+     "mlp_only_layers must be a list of layer numbers from 0 to 1"),
+    (dict(TINY_MIXTRAL, model_type="deepseek_v3", moe_intermediate_size=32, n_group=3,
+          first_k_dense_replace=0),
+     "n_group 3 does not divide the 4 experts"),
 ]
 
 

@@ -1,6 +1,7 @@
 """kinds/: the registry, and hand-worked costs of the kinds beyond the five
 built-in networks (grouped and depthwise convolution, RMS normalisation,
-transpose, split, broadcasting elementwise, top-k gating) and of the
+transpose, split, broadcasting elementwise; the kinds of language models'
+attention and experts are in test_kinds_llm.py) and of the
 attributes the built-in networks do not use (asymmetric padding, a
 normalisation's activation, the classes on another axis, kept dimensions,
 an einsum's bias and unsplit letters).  The kinds the built-in networks use
@@ -23,7 +24,6 @@ from kinds import KINDS, Kind, register
 from kinds.attention import FusedAttention
 from kinds.conv import Conv, Pooling
 from kinds.gemm import FC, Einsum
-from kinds.moe import TopKGating
 from kinds.pointwise import Dropout, Elementwise, Norm, ReduceMean, RMSNorm, SoftmaxCrossEntropy
 from kinds.shape import Concat, Split, Transpose
 
@@ -48,7 +48,8 @@ def AR(w, q):
     return W * w / q * 2 * (q - 1)
 
 
-HAND_WORKED = {"Conv", "RMSNorm", "Transpose", "Split", "Elementwise", "TopKGating", "FusedAttention", "Dropout"}
+HAND_WORKED = {"Conv", "RMSNorm", "Transpose", "Split", "Elementwise", "TopKGating", "FusedAttention", "Dropout",
+               "Dispatch", "Combine", "Expand", "RMSNormOver"}  # the last five in test_kinds_llm.py
 
 
 def test_every_kind_is_checked_somewhere():
@@ -260,27 +261,6 @@ class TestEinsumAttributes:
         assert comm == pytest.approx(bb * AR(mm * kk, 3), rel=1e-12)
         with pytest.raises(ValueError, match="'u' is in one operand only .* must have size 1, not 2"):
             single(Einsum("bgrsd,bgutd->bgrst"), (4, 2, 3, 5, 8), (4, 2, 2, 6, 8), letters=["bgrsd", "bgutd"])
-
-
-class TestTopKGating:
-    # logits (b, s, x) = (4, 6, 8): top-2 of 8 experts, 3 slots per expert
-    op = single(TopKGating(2, 3), (4, 6, 8), letters=["bsx"])
-
-    def test_space_and_tensors(self):
-        assert self.op.dims == "bsxc" and self.op.space == (4, 6, 8, 3) and self.op.never_split == "c"
-        assert self.op.inputs[0].axes == ("b", "s", "x") and self.op.outputs[0].shape == (4, 6, 8, 3)
-
-    def test_cost_by_hand(self):
-        # b split 2, x split 4: a device holds 2 x 6 tokens and 2 of the 8 experts
-        comp, comm = cost(self.op, (2, 1, 4, 1))
-        ex, e, tokens = 2 * 6 * 2, 2 * 6 * 2 * 3, 2 * 6
-        assert comp == pytest.approx(4 * ex + ex * 8 + 2 * ex + e, rel=1e-12)
-        assert comm == pytest.approx(2 * AR(tokens, 4) + AR(tokens * 8, 4), rel=1e-12)
-        assert cost(self.op, (2, 3, 1, 1))[1] == 0  # the experts whole: no reduction
-
-    def test_bad_gating(self):
-        with pytest.raises(ValueError, match="top-9 of 8 experts"):
-            single(TopKGating(9, 3), (4, 6, 8), letters=["bsx"])
 
 
 class TestDropout:
