@@ -54,6 +54,13 @@ def _whole(t):
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
+def _placements(t):
+    """A DTensor's placements as text, or ``"local"`` for a plain tensor."""
+    from torch.distributed.tensor import DTensor
+
+    return [str(p) for p in t.placements] if isinstance(t, DTensor) else "local"
+
+
 def run_case(case: dict, rank: int, out: Path):
     import torch
     import torch.distributed as dist
@@ -75,6 +82,11 @@ def run_case(case: dict, rank: int, out: Path):
     ids, labels = ids[dp_index * share:(dp_index + 1) * share], labels[dp_index * share:(dp_index + 1) * share]
     start = time.perf_counter()
     parallel = apply(model, plan, mesh)
+    seen = {"residual": None}
+    embed = next((m.model.embed_tokens for m in (parallel.modules if isinstance(parallel, Pipelined) else [parallel])
+                  if m.model.embed_tokens is not None), None)
+    if embed is not None:  # how the embedding hands the residual stream on
+        embed.register_forward_hook(lambda mod, args, output: seen.update(residual=_placements(output)))
     if isinstance(parallel, Pipelined):
         modules = parallel.modules
         schedule = parallel.schedule(loss_of)
@@ -92,12 +104,13 @@ def run_case(case: dict, rank: int, out: Path):
         loss = _whole(loss).detach()
         named = list(parallel.named_parameters())
     grads = {n: _whole(p.grad).detach().clone() for n, p in named if p.grad is not None}
+    seen["placements"] = {n: _placements(p) for n, p in named}
     if loss is not None and dp_ways > 1:  # the mean over the data-parallel ranks' shares
         group = mesh[tuple(dp)]._flatten("dp_all").get_group() if len(dp) > 1 else mesh[dp[0]].get_group()
         loss = loss.clone()
         dist.all_reduce(loss, group=group)
         loss /= dp_ways
-    torch.save({"loss": loss, "grads": grads, "seconds": time.perf_counter() - start},
+    torch.save({"loss": loss, "grads": grads, "seen": seen, "seconds": time.perf_counter() - start},
                out / f"{case['name']}.rank{rank}.pt")
 
 
