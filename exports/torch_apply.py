@@ -351,11 +351,13 @@ class Pipelined:
 CAUSAL = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
-def decoder_stage(model, layers, first: bool, last: bool, sequence_mesh=None):
+def decoder_stage(model, layers, first: bool, last: bool):
     """The stage module of ``model`` running ``layers`` (indices), with the
-    embedding when ``first`` and the norm and head when ``last``;
-    ``sequence_mesh``: the tensor-parallel mesh of a sequence-parallel
-    plan (the stage's input and output are then sequence shards)."""
+    embedding when ``first`` and the norm and head when ``last``: under
+    the model's own module names, computing the rotary positions again,
+    running causal attention without a mask tensor (the ``sdpa`` and flash
+    attention of ``transformers`` apply causality themselves, as in
+    training on sequences without padding)."""
     import torch
     from torch import nn
 
@@ -376,22 +378,13 @@ def decoder_stage(model, layers, first: bool, last: bool, sequence_mesh=None):
             self.lm_head = model.lm_head if last else None
 
         def forward(self, x):
-            from torch.distributed.tensor import DTensor, Shard
-
             body = self.model
-            if first:
-                h = body.embed_tokens(x)
-            elif sequence_mesh is not None:
-                h = DTensor.from_local(x, sequence_mesh, [Shard(1)], run_check=False)
-            else:
-                h = x
+            h = body.embed_tokens(x) if first else x
             position_ids = torch.arange(h.shape[1], device=x.device).unsqueeze(0)
-            position = body.rotary_emb(h.to_local() if isinstance(h, DTensor) else h, position_ids)
+            position = body.rotary_emb(h, position_ids)
             for layer in body.layers.values():
                 h = layer(h, attention_mask=None, position_ids=position_ids, position_embeddings=position)
-            if last:
-                return self.lm_head(body.norm(h))
-            return h.to_local() if isinstance(h, DTensor) else h
+            return self.lm_head(body.norm(h)) if last else h
 
     return DecoderStage()
 
@@ -409,8 +402,6 @@ def pipelined(model, plan, mesh, device=None) -> Pipelined:
     pp = plan.doc["pipeline"]
     pp_mesh = mesh[pp["mesh_dim"]]
     rank = pp_mesh.get_local_rank()
-    tp = plan.doc.get("tensor_parallel") or {}
-    seq_mesh = mesh[tp["mesh_dim"]] if tp.get("sequence_parallel") else None
     _tensor_parallel(model, plan, mesh)
     n = len(pp["stages"])
     if device is None:
@@ -421,7 +412,7 @@ def pipelined(model, plan, mesh, device=None) -> Pipelined:
         if stage["rank"] != rank:
             continue
         k = stage["stage"]
-        module = decoder_stage(model, stage["layers"], k == 0, k == n - 1, seq_mesh)
+        module = decoder_stage(model, stage["layers"], k == 0, k == n - 1)
         _data_parallel(module, plan, mesh)
         modules.append(module)
         stages.append(PipelineStage(module, k, n, device, group=pp_mesh.get_group()))

@@ -35,8 +35,8 @@ FAMILIES = {
 }
 #: the plan kinds on 4 processes (context parallelism is PyTorch's ring attention, CUDA only: not run here)
 KINDS = {"tp": "tp=2,dp=2", "tp+sp": "tp=2,dp=2,sp=1", "fsdp": "dp=4,zero=3",
-         "tp+fsdp": "tp=2,dp=2,zero=3,sp=1,recompute=full", "pp": "pp=2,dp=2", "pp+tp": "pp=2,tp=2,sp=1"}
-CASES = [(f, k) for f in FAMILIES for k in KINDS]
+         "tp+fsdp": "tp=2,dp=2,zero=3,sp=1,recompute=full", "pp": "pp=2,dp=2", "pp+tp": "pp=2,tp=2"}
+CASES = [(f, k) for f in FAMILIES for k in KINDS if k != "pp+tp" or f == "llama"]
 
 
 def _free_port() -> int:
