@@ -105,8 +105,9 @@ def run_case(case: dict, rank: int, out: Path):
         named = list(parallel.named_parameters())
     grads = {n: _whole(p.grad).detach().clone() for n, p in named if p.grad is not None}
     seen["placements"] = {n: _placements(p) for n, p in named}
-    if loss is not None and dp_ways > 1:  # the mean over the data-parallel ranks' shares
+    if dp_ways > 1:  # the mean over the data-parallel ranks' shares (the group made on every rank alike)
         group = mesh[tuple(dp)]._flatten("dp_all").get_group() if len(dp) > 1 else mesh[dp[0]].get_group()
+    if loss is not None and dp_ways > 1:
         loss = loss.clone()
         dist.all_reduce(loss, group=group)
         loss /= dp_ways
