@@ -275,6 +275,29 @@ class TestDTensor:
     def test_refusals(self, graph, kw, words):
         assert words in refused("dtensor", graph, 64, **kw)
 
+    def test_the_apply_module_reads_it_without_torch(self):
+        from exports.torch_apply import load
+
+        plan = load(render("dtensor", LLAMA, 64, plan="tp=8,dp=4,pp=2", batch=512))
+        assert plan.mesh_names == ("pp", "dp_replicate", "dp_shard", "tp") and plan.world_size == 64
+
+    @pytest.mark.parametrize("edit, words", [
+        (lambda d: d.update(format="pase-jax-shardings"), "not a pase-torch-plan document"),
+        (lambda d: d.update(version=1), "version 1"),
+        (lambda d: d["tensor_parallel"]["plan"]["lm_head"].update(style="Colwise"), "unknown style 'Colwise'"),
+        (lambda d: d["tensor_parallel"]["plan"]["lm_head"].update(output_layouts="Shard(x)"), "is not a placement"),
+        (lambda d: d["data_parallel"].update(shard=["fsdp"]), "mesh dimension 'fsdp' is not the mesh's"),
+        (lambda d: d.pop("mesh"), "malformed"),
+    ])
+    def test_the_apply_module_refuses_a_bad_file(self, edit, words):
+        from exports.torch_apply import PlanError, load
+
+        doc = json.loads(render("dtensor", LLAMA, 64, plan="tp=8,dp=8,zero=3"))
+        edit(doc)
+        with pytest.raises(PlanError, match=words) as e:
+            load(json.dumps(doc))
+        assert "\n" not in str(e.value)
+
     def test_refuses_gpt2_tensor_parallelism_and_built_in_graphs(self, tmp_path):
         gpt2 = _config(tmp_path, "gpt2", SMALL_GPT2)
         assert "Conv1D" in refused("dtensor", gpt2, 8, plan="tp=2", batch=16, seq=16)
@@ -486,6 +509,12 @@ class TestCommandLine:
         proc = run_cli("-g", "alexnet", *(["-p", "8"] if "-p" not in args else []), *args, ok=False)
         assert words in _one_line_error(proc)
         assert sorted(tmp_path.iterdir()) == before
+
+    @pytest.mark.parametrize("fmt", ["torchtitan", "dtensor"])
+    def test_a_built_in_graph_is_refused_in_one_line_and_nothing_written(self, tmp_path, fmt):
+        proc = run_cli("-g", "transformer", "-p", "8", "--plan", "tp=2", "--export", f"{fmt}:{tmp_path / 'x'}", ok=False)
+        assert "is no Hugging Face config" in _one_line_error(proc)
+        assert list(tmp_path.iterdir()) == []
 
     def test_help_names_the_flag(self):
         assert "--export FORMAT[:PATH]" in run_cli("--help").stdout
