@@ -351,13 +351,15 @@ class Pipelined:
 CAUSAL = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
-def decoder_stage(model, layers, first: bool, last: bool):
+def decoder_stage(model, layers, first: bool, last: bool, sequence_mesh=None):
     """The stage module of ``model`` running ``layers`` (indices), with the
     embedding when ``first`` and the norm and head when ``last``: under
     the model's own module names, computing the rotary positions again,
     running causal attention without a mask tensor (the ``sdpa`` and flash
     attention of ``transformers`` apply causality themselves, as in
-    training on sequences without padding)."""
+    training on sequences without padding).  ``sequence_mesh``: the
+    tensor-parallel mesh of a sequence-parallel plan, whose stages send and
+    receive their shard of the sequence (a plain tensor)."""
     import torch
     from torch import nn
 
@@ -378,13 +380,22 @@ def decoder_stage(model, layers, first: bool, last: bool):
             self.lm_head = model.lm_head if last else None
 
         def forward(self, x):
+            from torch.distributed.tensor import DTensor, Shard
+
             body = self.model
-            h = body.embed_tokens(x) if first else x
+            if first:
+                h = body.embed_tokens(x)
+            elif sequence_mesh is not None:
+                h = DTensor.from_local(x, sequence_mesh, [Shard(1)], run_check=False)
+            else:
+                h = x
             position_ids = torch.arange(h.shape[1], device=x.device).unsqueeze(0)
-            position = body.rotary_emb(h, position_ids)
+            position = body.rotary_emb(h.to_local() if isinstance(h, DTensor) else h, position_ids)
             for layer in body.layers.values():
                 h = layer(h, attention_mask=None, position_ids=position_ids, position_embeddings=position)
-            return self.lm_head(body.norm(h)) if last else h
+            if last:
+                return self.lm_head(body.norm(h))
+            return h.to_local() if isinstance(h, DTensor) else h
 
     return DecoderStage()
 
@@ -402,6 +413,8 @@ def pipelined(model, plan, mesh, device=None) -> Pipelined:
     pp = plan.doc["pipeline"]
     pp_mesh = mesh[pp["mesh_dim"]]
     rank = pp_mesh.get_local_rank()
+    tp = plan.doc.get("tensor_parallel") or {}
+    sequence_mesh = mesh[tp["mesh_dim"]] if tp.get("sequence_parallel") else None
     _tensor_parallel(model, plan, mesh)
     n = len(pp["stages"])
     if device is None:
@@ -412,7 +425,7 @@ def pipelined(model, plan, mesh, device=None) -> Pipelined:
         if stage["rank"] != rank:
             continue
         k = stage["stage"]
-        module = decoder_stage(model, stage["layers"], k == 0, k == n - 1)
+        module = decoder_stage(model, stage["layers"], k == 0, k == n - 1, sequence_mesh)
         _data_parallel(module, plan, mesh)
         modules.append(module)
         stages.append(PipelineStage(module, k, n, device, group=pp_mesh.get_group()))

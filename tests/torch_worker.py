@@ -58,7 +58,7 @@ def _placements(t):
     """A DTensor's placements as text, or ``"local"`` for a plain tensor."""
     from torch.distributed.tensor import DTensor
 
-    return [str(p) for p in t.placements] if isinstance(t, DTensor) else "local"
+    return [repr(p) for p in t.placements] if isinstance(t, DTensor) else "local"
 
 
 def run_case(case: dict, rank: int, out: Path):

@@ -50,8 +50,8 @@ style sends tokens to experts on other devices); ZeRO stages 1 and 2
 (optimizer sharding, which ``fully_shard`` does not do apart from the
 weights); ``zero=0`` with context parallelism (PyTorch shards the
 parameters over the data- and context-parallel devices together, as
-torchtitan does); pipeline stages with sequence parallelism or tied
-embeddings; plans that are no standard configuration.
+torchtitan does); pipeline stages with tied embeddings; plans that are no
+standard configuration.
 """
 
 from __future__ import annotations
@@ -152,9 +152,6 @@ def _checks(cfg, std, plan):
     if std.cp > 1 and std.zero != 3:
         raise InputError(FAIL + f"cp={std.cp}: PyTorch shards the parameters over the data- and context-parallel "
                          "devices together (fully_shard), as torchtitan does: give zero=3")
-    if std.pp > 1 and std.sp:
-        raise InputError(FAIL + "sp=1 with pipeline stages: the stages send whole activations, not a sequence-parallel "
-                         "shard of them: give sp=0")
     if std.pp > 1 and cfg.tied:
         raise InputError(FAIL + f"{plan.model_name} ties its embedding and head, which pipeline stages hold apart: "
                          "give pp=1")
