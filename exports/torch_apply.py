@@ -96,6 +96,22 @@ class TorchPlan:
         return nullcontext()
 
 
+    def context_parallel(self, mesh, **buffers):
+        """PyTorch's ``context_parallel`` context over the plan's ``cp``
+        mesh dimension, sharding ``buffers`` (``input_ids=..., labels=...``)
+        in place along their sequence dimension, where the plan has
+        context parallelism (PyTorch's ring attention: CUDA devices), else
+        a context that does nothing.  Run the step inside it."""
+        cp = self.doc.get("context_parallel")
+        if not cp:
+            return nullcontext()
+        from torch.distributed.tensor.experimental import context_parallel
+
+        dims = cp.get("buffer_seq_dims", {})
+        return context_parallel(mesh[cp["mesh_dim"]], buffers=list(buffers.values()),
+                                buffer_seq_dims=[dims.get(name, 1) for name in buffers])
+
+
 def load(source) -> TorchPlan:
     """The :class:`TorchPlan` of a ``--export dtensor`` file (a path), its
     text, or its parsed document; :class:`PlanError` in one line for
@@ -148,7 +164,8 @@ def _checked(doc) -> TorchPlan:
             for name in dp["shard"] + dp["replicate"]:
                 if name not in names:
                     raise PlanError(f"data_parallel: mesh dimension {name!r} is not the mesh's")
-            [str(u) for u in dp["fully_shard"]]
+            if not all(isinstance(u, str) for u in dp["fully_shard"]):
+                raise PlanError("data_parallel: fully_shard holds module names")
         pp = doc.get("pipeline")
         if pp:
             if pp["schedule"] not in SCHEDULES:

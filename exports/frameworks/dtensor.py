@@ -39,8 +39,10 @@ it) and holds:
 
 The plan follows ``torch.distributed`` of PyTorch 2.6 and later
 (``DeviceMesh``, ``tensor.parallel``, ``fsdp.fully_shard``,
-``pipelining``) and ``transformers`` 4.5x and 5's module names; it was run
-with torch 2.13.0 and transformers 5.24.0.
+``pipelining``) and the module names of ``transformers`` 5 (Llama, Mistral
+and Qwen2 have had them since 4.x; Mixtral's experts stacked in one tensor
+per projection are 5's); it was run with torch 2.13.0 and transformers
+5.24.0.
 
 Refused, in one line: a model that is no Hugging Face config of a family
 whose class this names (built-in graphs and ONNX files: ``--export jax``);
