@@ -133,8 +133,8 @@ _RUN = (
             False),
     Setting("output", ("--output",), "path", "write the result to PATH: .json (full record) or .csv (layer rows)",
             metavar="PATH"),
-    Setting("export", ("--export",), "export", "also write the plan for a training framework: torchtitan, megatron, "
-            "jax or dtensor, to PATH (written as --output writes) or, without PATH, to stdout (the report then goes "
+    Setting("export", ("--export",), "export", "also write the plan for a training framework: torchtitan, "
+            "torchtitan@0.2, megatron, jax or dtensor (see docs/exports.md), to PATH (written as --output writes) or, without PATH, to stdout (the report then goes "
             "to stderr); repeatable", metavar="FORMAT[:PATH]"),
     Setting("calibrate", ("--calibrate",), "path", "fit the realistic model's constants to measurements in FILE "
             "(TOML or JSON: gemm, attention, nccl or nccl_file, step; or an nccl-tests output itself; see "

@@ -53,12 +53,17 @@ def refused(fmt: str, graph: str, procs: int, **kw) -> str:
     return text
 
 
-def megatron_args(text: str) -> list[str]:
-    """The arguments of the bash array, as bash itself reads them."""
+def bash_array(text: str, name: str) -> list[str]:
+    """The words of the bash array ``name`` the file sets, as bash itself
+    reads them."""
     assert shutil.which("bash")
-    proc = subprocess.run(["bash", "-c", text + '\nprintf "%s\\n" "${PASE_PARALLEL_ARGS[@]}"'],
+    proc = subprocess.run(["bash", "-c", text + f'\nprintf "%s\\n" "${{{name}[@]}}"'],
                           capture_output=True, text=True, check=True)
     return proc.stdout.split("\n")[:-1]
+
+
+def megatron_args(text: str) -> list[str]:
+    return bash_array(text, "PASE_PARALLEL_ARGS")
 
 
 def flag_value(args: list[str], flag: str):
@@ -68,9 +73,9 @@ def flag_value(args: list[str], flag: str):
 # -- torchtitan ------------------------------------------------------------------------
 
 
-class TestTorchtitan:
+class TestTorchtitan02:
     def test_llama3_8b_tp8_fsdp8_full_recompute(self):
-        text = render("torchtitan", LLAMA, 64, plan="tp=8,dp=8,recompute=full,zero=3", seq=4096, batch=256)
+        text = render("torchtitan@0.2", LLAMA, 64, plan="tp=8,dp=8,recompute=full,zero=3", seq=4096, batch=256)
         assert "torchtitan v0.2" in text.splitlines()[2]  # the version whose keys it follows, in the header
         cfg = tomllib.loads(text)
         par = cfg["parallelism"]
@@ -83,7 +88,7 @@ class TestTorchtitan:
         assert "sp=0" in text  # torchtitan's tensor parallelism is sequence-parallel: said in a comment
 
     def test_zero_0_replicates_and_precision(self):
-        cfg = tomllib.loads(render("torchtitan", LLAMA, 64, plan="tp=4,dp=16,sp=1,recompute=selective",
+        cfg = tomllib.loads(render("torchtitan@0.2", LLAMA, 64, plan="tp=4,dp=16,sp=1,recompute=selective",
                                    precision="bf16"))
         assert cfg["parallelism"]["data_parallel_replicate_degree"] == 16
         assert cfg["parallelism"]["data_parallel_shard_degree"] == 1
@@ -91,7 +96,7 @@ class TestTorchtitan:
         assert cfg["training"]["mixed_precision_param"] == "bfloat16"
 
     def test_interleaved_pipeline_model_parts(self):
-        cfg = tomllib.loads(render("torchtitan", LLAMA, 64, plan="tp=8,dp=4,pp=2,microbatch=2,schedule=interleaved",
+        cfg = tomllib.loads(render("torchtitan@0.2", LLAMA, 64, plan="tp=8,dp=4,pp=2,microbatch=2,schedule=interleaved",
                                    batch=512))
         par = cfg["parallelism"]
         assert par["pipeline_parallel_degree"] == 2 and par["pipeline_parallel_schedule"] == "Interleaved1F1B"
@@ -104,7 +109,7 @@ class TestTorchtitan:
         assert [sum(m.startswith("layers.") for m in part) for part in parts] == [8, 8, 8, 8]
 
     def test_expert_parallelism_is_dp2ep(self):
-        cfg = tomllib.loads(render("torchtitan", MIXTRAL, 64, plan="tp=2,ep=8,zero=3,sp=1", batch=256))
+        cfg = tomllib.loads(render("torchtitan@0.2", MIXTRAL, 64, plan="tp=2,ep=8,zero=3,sp=1", batch=256))
         par = cfg["parallelism"]
         assert par["expert_parallel_degree"] == 8 and par["expert_tensor_parallel_degree"] == 2
         assert par["data_parallel_shard_degree"] == 32
@@ -115,13 +120,55 @@ class TestTorchtitan:
         (dict(plan="tp=8,dp=8", precision="fp16"), "fp16"),
     ])
     def test_refusals(self, kw, words):
-        assert words in refused("torchtitan", LLAMA, 64, **kw)
+        assert words in refused("torchtitan@0.2", LLAMA, 64, **kw)
 
     def test_refuses_expert_parallelism_without_fsdp(self):
-        assert "give zero=3" in refused("torchtitan", MIXTRAL, 64, plan="tp=2,ep=8,sp=1", batch=256)
+        assert "give zero=3" in refused("torchtitan@0.2", MIXTRAL, 64, plan="tp=2,ep=8,sp=1", batch=256)
 
     def test_refuses_a_model_that_is_not_a_transformer(self):
-        assert "alexnet is not a transformer" in refused("torchtitan", "alexnet", 8, plan="tp=2")
+        assert "alexnet is not a transformer" in refused("torchtitan@0.2", "alexnet", 8, plan="tp=2")
+
+
+class TestTorchtitan:
+    """torchtitan 0.3's command line (tests/test_torch_torchtitan.py parses
+    it with torchtitan itself)."""
+
+    def test_llama3_8b_is_torchtitans_own_config(self):
+        args = bash_array(render("torchtitan", LLAMA, 64, plan="tp=8,dp=8,zero=3,sp=1,recompute=full", seq=4096,
+                                 batch=256), "PASE_TORCHTITAN_ARGS")
+        assert args[:4] == ["--module", "llama3", "--config", "llama3_8b"]
+        assert flag_value(args, "--parallelism.tensor_parallel_degree") == "8"
+        assert flag_value(args, "--parallelism.data_parallel_shard_degree") == "8"
+        assert flag_value(args, "--training.local_batch_size") == "32"
+        assert "--parallelism.enable_sequence_parallel" in args and "--compile.no_enable_async_tensor_parallel" in args
+        assert args[-1] == "activation-checkpoint:full"  # the subcommand, last
+
+    def test_other_configs_run_on_the_transformers_backend(self):
+        args = bash_array(render("torchtitan", MIXTRAL, 64, plan="ep=8,zero=3", batch=256), "PASE_TORCHTITAN_ARGS")
+        assert flag_value(args, "--config") == "transformers_modeling_backend_full_moe"
+        assert flag_value(args, "--hf_model") == str(ROOT / "tests" / "data" / "configs" / "mixtral-8x7b")
+        assert flag_value(args, "--parallelism.expert_parallel_degree") == "8"
+        assert "--parallelism.no_enable_sequence_parallel" in args and args[-1] == "activation-checkpoint:none"
+
+    def test_pipeline_parts(self):
+        args = bash_array(render("torchtitan", LLAMA, 48, plan="tp=8,dp=2,pp=3", batch=96), "PASE_TORCHTITAN_ARGS")
+        i = args.index("--parallelism.module_fqns_per_model_part")
+        parts = [p.split(",") for p in args[i + 1:i + 4]]
+        assert [sum(m.startswith("layers.") for m in p) for p in parts] == [11, 11, 10]
+        assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
+        assert "--training.disable_cuda_graphs" in args
+
+    @pytest.mark.parametrize("graph, kw, words", [
+        (LLAMA, dict(plan="tp=8,dp=8,zero=1"), "zero=1 shards the optimizer state"),
+        (MIXTRAL, dict(plan="tp=2,ep=8,zero=3,sp=1", batch=256), "runs the experts without tensor parallelism"),
+        (MIXTRAL, dict(plan="ep=8", batch=256), "give zero=3"),
+        (LLAMA, dict(plan="tp=8,dp=8", precision="fp16"), "fp16"),
+    ])
+    def test_refusals(self, graph, kw, words):
+        assert words in refused("torchtitan", graph, 64, **kw)
+
+    def test_refuses_a_built_in_graph(self):
+        assert "is no Hugging Face config" in refused("torchtitan", "transformer", 8, plan="tp=2")
 
 
 # -- Megatron-LM -----------------------------------------------------------------------
@@ -142,6 +189,14 @@ class TestMegatron:
         assert flag_value(args, "--recompute-method") == "uniform" and flag_value(args, "--recompute-num-layers") == "1"
         assert "--use-distributed-optimizer" in args and "--bf16" in args
         assert "--sequence-parallel" not in args and "--use-megatron-fsdp" not in args
+
+    def test_the_environment_it_needs(self):
+        env = "\nprintf '%s\\n' \"${CUDA_DEVICE_MAX_CONNECTIONS-unset}\""
+        run = lambda text: subprocess.run(["bash", "-c", text + env], capture_output=True, text=True,  # noqa: E731
+                                          check=True).stdout.strip()
+        assert run(render("megatron", LLAMA, 64, plan="tp=8,dp=8")) == "1"  # tensor parallelism needs it
+        assert run(render("megatron", LLAMA, 64, plan="tp=1,cp=2,dp=32")) == "1"
+        assert run(render("megatron", LLAMA, 64, plan="dp=64,zero=1")) == "unset"
 
     def test_fsdp_is_megatron_fsdp(self):
         args = megatron_args(render("megatron", LLAMA, 64, plan="tp=8,dp=8,zero=3,sp=1"))
@@ -174,36 +229,81 @@ class TestMegatron:
 
 
 class TestDTensor:
-    def test_llama3_8b_placements(self):
+    """The PyTorch plan's content (tests/test_torch_plans.py applies it to
+    transformers models and runs it)."""
+
+    def test_llama3_8b_tp_fsdp(self):
         doc = json.loads(render("dtensor", LLAMA, 64, plan="tp=8,dp=8,zero=3", seq=4096))
-        assert "PyTorch 2.6" in doc["api"]
-        assert doc["mesh"]["dim_names"] == ["dp_shard", "tp"] and doc["mesh"]["shape"] == [8, 8]
-        assert doc["mesh"]["init"] == 'init_device_mesh("cuda", (8, 8), mesh_dim_names=("dp_shard", "tp"))'
-        params = {p["name"]: p for p in doc["parameters"]}
-        qkv = params["layer0/attn/qkv.weight"]  # (e, g, u, d): column-parallel over the key/value groups
-        assert qkv["shape"] == [4096, 8, 6, 128]
-        assert qkv["placements"] == ["Replicate()", "Shard(1)"] and qkv["stored"] == ["Shard(0)", "Shard(1)"]
-        assert params["embed.weight"]["placements"] == ["Replicate()", "Shard(0)"]  # vocabulary-parallel
-        assert params["layer0/attn/norm.weight"]["placements"] == ["Replicate()", "Replicate()"]
-        acts = {a["name"]: a for a in doc["activations"]}
-        out = acts["layer0/attn/out"]  # row-parallel: partial sums over tp, all-reduced
-        assert out["placements"] == ["Shard(0)", "Replicate()"] and out["computed"] == ["Shard(0)", "Partial()"]
-        assert "computed" not in acts["layer0/attn/qkv"]
-        assert doc["data"][0]["placements"] == ["Shard(0)", "Replicate()"]
-        assert len(doc["parameters"]) == 1 + 32 * 6 + 2  # every weight: embedding, 32 layers, norm, head
+        assert doc["model_class"] == "LlamaForCausalLM" and "PyTorch" in doc["api"]
+        assert doc["mesh"] == {"dim_names": ["dp_replicate", "dp_shard", "tp"], "shape": [1, 8, 8]}
+        assert "cuda" not in json.dumps(doc)  # the device type is the caller's
+        plan = doc["tensor_parallel"]["plan"]
+        assert plan["model.layers.*.self_attn.q_proj"] == {"style": "ColwiseParallel"}
+        assert plan["model.layers.*.self_attn.k_proj"] == {"style": "ColwiseParallel"}  # the key/value heads split
+        assert plan["model.layers.*.self_attn.o_proj"]["style"] == "RowwiseParallel"
+        assert plan["model.layers.*.mlp.down_proj"]["style"] == "RowwiseParallel"
+        assert plan["model.embed_tokens"]["style"] == "RowwiseParallel"  # over the vocabulary
+        assert plan["lm_head"]["output_layouts"] == "Shard(-1)" and doc["tensor_parallel"]["loss_parallel"]
+        assert not any("norm" in k for k in plan)  # without sp the norms are replicated
+        dp = doc["data_parallel"]
+        assert dp["shard"] == ["dp_shard"] and dp["fully_shard"] == [f"model.layers.{i}" for i in range(32)]
 
-    def test_sequence_parallel_and_experts(self):
-        doc = json.loads(render("dtensor", MIXTRAL, 64, plan="tp=2,ep=8,zero=3,sp=1", batch=256))
-        assert doc["mesh"]["dim_names"] == ["dp_shard", "ep", "tp"] and doc["mesh"]["shape"] == [4, 8, 2]
-        acts = {a["name"]: a for a in doc["activations"]}
-        assert acts["layer0/attn/norm"]["placements"] == ["Shard(0)", "Shard(0)", "Shard(1)"]  # (b, s, e)
-        params = {p["name"]: p for p in doc["parameters"]}
-        experts = params["layer0/mlp/gate_up.weight"]  # (j, x, e, f): experts over ep, f over tp
-        assert experts["placements"] == ["Replicate()", "Shard(1)", "Shard(3)"]
-        assert params["layer0/attn/norm.weight"]["stored"] == ["Shard(0)", "Shard(0)", "Replicate()"]
+    def test_sequence_parallel_experts_and_replication(self):
+        doc = json.loads(render("dtensor", MIXTRAL, 64, plan="tp=2,dp=32,sp=1", batch=256))
+        plan = doc["tensor_parallel"]["plan"]
+        assert plan["model.layers.*.input_layernorm"] == {"style": "SequenceParallel"}
+        assert plan["model.layers.*.self_attn"]["desired_input_kwarg_layouts"] == {"hidden_states": "Replicate()"}
+        assert plan["model.layers.*.mlp.experts"] == {"style": "ExpertsTensorParallel"}
+        assert plan["model.layers.*.mlp"]["output_layouts"] == ["Partial()"]  # the experts' partial sums
+        assert plan["model.layers.*.mlp"]["desired_output_layouts"] == ["Shard(1)"]  # reduce-scattered
+        assert doc["mesh"] == {"dim_names": ["dp_replicate", "dp_shard", "tp"], "shape": [32, 1, 2]}  # zero=0
 
-    def test_refuses_zero_1(self):
-        assert "zero=1" in refused("dtensor", LLAMA, 64, plan="tp=8,dp=8,zero=1")
+    def test_pipeline_stages(self):
+        doc = json.loads(render("dtensor", LLAMA, 48, plan="tp=8,dp=2,pp=3", batch=96))
+        pp = doc["pipeline"]
+        assert doc["mesh"]["dim_names"][0] == "pp" and pp["schedule"] == "Schedule1F1B"
+        assert [len(s["layers"]) for s in pp["stages"]] == [11, 11, 10]
+        assert pp["split_points"] == ["model.layers.11", "model.layers.22"] and pp["microbatches"] == 48
+
+    @pytest.mark.parametrize("graph, kw, words", [
+        (LLAMA, dict(plan="tp=8,dp=8,zero=1"), "zero=1"),
+        (MIXTRAL, dict(plan="tp=2,ep=8,sp=1", batch=256), "no PyTorch parallel style sends tokens"),
+        (LLAMA, dict(plan="tp=4,cp=2,dp=8"), "give zero=3"),
+        (str(ROOT / "tests" / "data" / "configs" / "qwen2-0.5b" / "config.json"), dict(plan="tp=2,pp=2,dp=16"),
+         "ties its embedding and head"),
+    ])
+    def test_refusals(self, graph, kw, words):
+        assert words in refused("dtensor", graph, 64, **kw)
+
+    def test_the_apply_module_reads_it_without_torch(self):
+        from exports.torch_apply import load
+
+        plan = load(render("dtensor", LLAMA, 64, plan="tp=8,dp=4,pp=2", batch=512))
+        assert plan.mesh_names == ("pp", "dp_replicate", "dp_shard", "tp") and plan.world_size == 64
+
+    @pytest.mark.parametrize("edit, words", [
+        (lambda d: d.update(format="pase-jax-shardings"), "not a pase-torch-plan document"),
+        (lambda d: d.update(version=1), "version 1"),
+        (lambda d: d["tensor_parallel"]["plan"]["lm_head"].update(style="Colwise"), "unknown style 'Colwise'"),
+        (lambda d: d["tensor_parallel"]["plan"]["lm_head"].update(output_layouts="Shard(x)"), "is not a placement"),
+        (lambda d: d["data_parallel"].update(shard=["fsdp"]), "mesh dimension 'fsdp' is not the mesh's"),
+        (lambda d: d.pop("mesh"), "malformed"),
+    ])
+    def test_the_apply_module_refuses_a_bad_file(self, edit, words):
+        from exports.torch_apply import PlanError, load
+
+        doc = json.loads(render("dtensor", LLAMA, 64, plan="tp=8,dp=8,zero=3"))
+        edit(doc)
+        with pytest.raises(PlanError, match=words) as e:
+            load(json.dumps(doc))
+        assert "\n" not in str(e.value)
+
+    def test_refuses_gpt2_tensor_parallelism_and_built_in_graphs(self, tmp_path):
+        gpt2 = _config(tmp_path, "gpt2", SMALL_GPT2)
+        assert "Conv1D" in refused("dtensor", gpt2, 8, plan="tp=2", batch=16, seq=16)
+        assert json.loads(render("dtensor", gpt2, 8, plan="dp=8,zero=3", batch=16, seq=16))["data_parallel"]["fully_shard"][0] == \
+            "transformer.h.0"
+        assert "is no Hugging Face config" in refused("dtensor", "transformer", 8, plan="tp=2")
 
 
 # -- JAX ------------------------------------------------------------------------------
@@ -309,15 +409,31 @@ class TestRecognition:
         config.write_text(json.dumps(SMALL_LLAMA))
         view = planned(str(config), 8, batch=64, seq=64, bw=1000.0)
         assert view.result.mode == "search"
-        cfg = tomllib.loads(render("torchtitan", str(config), 8, batch=64, seq=64, bw=1000.0))
+        cfg = tomllib.loads(render("torchtitan@0.2", str(config), 8, batch=64, seq=64, bw=1000.0))
         assert cfg["parallelism"]["data_parallel_replicate_degree"] == 8
         assert cfg["parallelism"]["tensor_parallel_degree"] == 1
+
+    def test_a_searched_pipeline_exports(self, tmp_path):
+        config = _config(tmp_path, "llama", {**SMALL_LLAMA, "num_hidden_layers": 4})
+        view = planned(config, 8, batch=64, seq=16, pp="2", bw=1000.0)
+        assert view.result.mode == "search" and view.pipeline is not None
+        std = view.standard("megatron")
+        assert (std.pp, std.dp, std.tp) == (2, 4, 1)
+        args = megatron_args(render("megatron", config, 8, batch=64, seq=16, pp="2", bw=1000.0))
+        assert flag_value(args, "--pipeline-model-parallel-size") == "2"
+        doc = json.loads(render("dtensor", config, 8, batch=64, seq=16, pp="2", bw=1000.0))
+        assert [s["layers"] for s in doc["pipeline"]["stages"]] == [[0, 1], [2, 3]]
+
+    def test_a_pipeline_whose_stages_differ_is_refused(self, tmp_path):
+        config = _config(tmp_path, "llama", {**SMALL_LLAMA, "num_hidden_layers": 4})
+        words = refused("megatron", config, 8, batch=64, seq=16, pp="auto")
+        assert "the plan is no standard configuration" in words
 
     @pytest.mark.parametrize("fmt", ["torchtitan", "megatron", "dtensor"])
     def test_a_searched_per_layer_plan_is_refused(self, fmt):
         words = refused(fmt, "transformer", 8, batch=16, seq=16, width=128, vocab=8192, layers=1)
         assert "the plan is no standard configuration: " in words and "--export jax" in words
-        assert "no standard configuration" in refused("dtensor", "alexnet", 8)
+        assert "not a transformer" in refused("dtensor", "alexnet", 8)
 
 
 # -- the command line ------------------------------------------------------------------
@@ -345,7 +461,7 @@ class TestCommandLine:
     def test_stdout_holds_the_export_alone(self, tmp_path):
         config = _config(tmp_path, "llama", SMALL_LLAMA)
         proc = run_cli("-g", config, "-p", "8", "-b", "16", "--seq", "16", "--plan", "tp=2", "--export",
-                       "torchtitan", ok=False)
+                       "torchtitan@0.2", ok=False)
         assert proc.returncode == 0, proc.stderr
         cfg = tomllib.loads(proc.stdout)  # the whole of stdout is the TOML
         assert cfg["parallelism"]["tensor_parallel_degree"] == 2
@@ -357,7 +473,7 @@ class TestCommandLine:
         run_cli("-g", config, "-p", "8", "-b", "16", "--seq", "16", "--plan", "tp=2,dp=4,sp=1", "--output", plan,
                 "--export", f"megatron:{tmp_path / 'a.sh'}", "--export", f"jax:{tmp_path / 'a.json'}", "-q")
         assert "--sequence-parallel" in megatron_args((tmp_path / "a.sh").read_text())
-        proc = run_cli("--evaluate", plan, "--export", f"torchtitan:{tmp_path / 'b.toml'}", "-q")
+        proc = run_cli("--evaluate", plan, "--export", f"torchtitan@0.2:{tmp_path / 'b.toml'}", "-q")
         assert "Predicted step time" in proc.stdout  # the report stays on stdout
         assert tomllib.loads((tmp_path / "b.toml").read_text())["parallelism"]["tensor_parallel_degree"] == 2
         run_cli("-g", "alexnet", "-p", "8", "--export", f"jax:{tmp_path / 'c.json'}", "-q")
@@ -369,17 +485,17 @@ class TestCommandLine:
         target.write_text("mine\n")
         target.chmod(0o640)
         proc = run_cli("-g", config, "-p", "8", "-b", "16", "--seq", "16", "--plan", "tp=2,zero=1",
-                       "--export", f"torchtitan:{target}", ok=False)
+                       "--export", f"torchtitan@0.2:{target}", ok=False)
         assert "zero=1" in _one_line_error(proc)
         assert target.read_text() == "mine\n"  # refused: nothing written
         run_cli("-g", config, "-p", "8", "-b", "16", "--seq", "16", "--plan", "tp=2,zero=3",
-                "--export", f"torchtitan:{target}", "-q")
+                "--export", f"torchtitan@0.2:{target}", "-q")
         assert tomllib.loads(target.read_text())["parallelism"]["data_parallel_shard_degree"] == 4
         assert target.stat().st_mode & 0o777 == 0o640  # replaced as --output replaces: its permissions kept
 
     @pytest.mark.parametrize("args, words", [
         (["--export", "tensorflow"],
-         "unknown format 'tensorflow' (the formats are torchtitan, megatron, jax, dtensor)"),
+         "unknown format 'tensorflow' (the formats are torchtitan, torchtitan@0.2, megatron, jax, dtensor)"),
         (["--export", "jax:"], "the path after ':' is empty"),
         (["--export", "jax", "--export", "dtensor"], "would all go to stdout"),
         (["-p", "8,16", "--export", "jax:x.json"], "cannot be used with a sweep"),
@@ -394,6 +510,12 @@ class TestCommandLine:
         assert words in _one_line_error(proc)
         assert sorted(tmp_path.iterdir()) == before
 
+    @pytest.mark.parametrize("fmt", ["torchtitan", "dtensor"])
+    def test_a_built_in_graph_is_refused_in_one_line_and_nothing_written(self, tmp_path, fmt):
+        proc = run_cli("-g", "transformer", "-p", "8", "--plan", "tp=2", "--export", f"{fmt}:{tmp_path / 'x'}", ok=False)
+        assert "is no Hugging Face config" in _one_line_error(proc)
+        assert list(tmp_path.iterdir()) == []
+
     def test_help_names_the_flag(self):
         assert "--export FORMAT[:PATH]" in run_cli("--help").stdout
 
@@ -405,11 +527,11 @@ class TestCommandLine:
                 "from exports.frameworks.plans import PlanView\n"
                 "from planner import plan\n"
                 "from settings import Settings\n"
-                "p = plan(Settings(graph='transformer', procs=8, plan='tp=2,dp=4,sp=1,zero=3'))\n"
+                f"p = plan(Settings(graph={LLAMA!r}, procs=8, batch=16, seq=64, plan='tp=2,dp=4,sp=1,zero=3'))\n"
                 "v = PlanView(p.settings, p.graph, p.result)\n"
-                "print(*(FRAMEWORKS[f].render(v) for f in ('torchtitan', 'megatron', 'dtensor', 'jax')))\n")
+                "print(*(FRAMEWORKS[f].render(v) for f in FRAMEWORKS))\n")
         outputs = outputs_under_hash_seeds(code)
-        assert len(outputs) == 1 and '"dim_names": ["dp_shard", "tp"]' in outputs.pop()
+        assert len(outputs) == 1 and '"model.layers.*.self_attn.q_proj"' in outputs.pop()
 
 
 def test_gpu_step_without_a_gpu_says_so(tmp_path):

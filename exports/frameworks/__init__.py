@@ -4,17 +4,21 @@ Each :class:`Framework` of :data:`FRAMEWORKS` renders a planned run
 (:class:`exports.frameworks.plans.PlanView`) as what a training framework
 reads, and says which plans it can express:
 
-* ``torchtitan``: the ``[training]``, ``[parallelism]`` and
-  ``[activation_checkpoint]`` sections of a torchtitan job config (TOML)
-  for a standard configuration (:mod:`standard`);
+* ``torchtitan``: torchtitan 0.3's command line (a named model and
+  config with overrides, as a bash array) for a standard configuration
+  (:mod:`standard`) of a Hugging Face config;
+* ``torchtitan@0.2``: the ``[training]``, ``[parallelism]`` and
+  ``[activation_checkpoint]`` sections of a torchtitan 0.2 job config
+  (TOML) for a standard configuration;
 * ``megatron``: Megatron-LM's command-line arguments for a standard
-  configuration, as a bash array;
+  configuration, as a bash array, with the environment it needs;
 * ``jax``: the JAX mesh and every operator's ``PartitionSpec`` (JSON), for
   any plan; :mod:`exports.jax_loader` turns the file into ``jax.sharding``
   objects;
-* ``dtensor``: PyTorch DTensor placements of every parameter and
-  activation on a named ``DeviceMesh`` (JSON), for a standard
-  configuration.
+* ``dtensor``: a PyTorch plan keyed by the module names of the
+  ``transformers`` model class (``parallelize_module`` styles, ``fully_shard``
+  units, pipeline stages; JSON) for a standard configuration of a Hugging
+  Face config; :mod:`exports.torch_apply` applies it to the model.
 
 A standard configuration is the one ``--plan`` gives, or a searched or
 evaluated plan that is one (every operator split as a set of degrees
@@ -53,14 +57,17 @@ class Framework:
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
-    Framework("torchtitan", "torchtitan job config (TOML): [training], [parallelism], [activation_checkpoint]",
-              "standard configurations", ".toml", "exports.frameworks.torchtitan"),
-    Framework("megatron", "Megatron-LM command-line arguments (a bash array)", "standard configurations", ".sh",
-              "exports.frameworks.megatron"),
+    Framework("torchtitan", "torchtitan 0.3 command line: --module, --config and overrides (a bash array)",
+              "standard configurations of Hugging Face configs", ".sh", "exports.frameworks.torchtitan"),
+    Framework("torchtitan@0.2", "torchtitan 0.2 job config (TOML): [training], [parallelism], "
+              "[activation_checkpoint]", "standard configurations", ".toml", "exports.frameworks.torchtitan_v02"),
+    Framework("megatron", "Megatron-LM command-line arguments (a bash array) and its environment",
+              "standard configurations", ".sh", "exports.frameworks.megatron"),
     Framework("jax", "JAX mesh and per-operator PartitionSpecs (JSON; read by exports/jax_loader.py)",
               "any plan", ".json", "exports.frameworks.jax_mesh"),
-    Framework("dtensor", "PyTorch DTensor placements per parameter and activation on a named DeviceMesh (JSON)",
-              "standard configurations", ".json", "exports.frameworks.dtensor"),
+    Framework("dtensor", "PyTorch plan keyed by the transformers model's module names (JSON; applied by "
+              "exports/torch_apply.py)", "standard configurations of Hugging Face configs", ".json",
+              "exports.frameworks.dtensor"),
 )}
 
 

@@ -1,6 +1,10 @@
 """The ``megatron`` export: a standard configuration as Megatron-LM's
 command-line arguments, written as a bash array to add to a
-``pretrain_gpt.py`` command line.
+``pretrain_gpt.py`` command line, after the environment the arguments
+need: ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with tensor or context parallelism
+(Megatron-LM's ``validate_args`` requires it there, so that its
+communication kernels are scheduled in the order it issues them).  The
+file is meant to be sourced before the launch it names in a comment.
 
 The argument names follow Megatron-LM's ``megatron/training/arguments.py``
 of Megatron Core r0.15: ``--tensor-model-parallel-size``,
@@ -90,6 +94,11 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     return args, notes
 
 
+def environment(std) -> dict[str, str]:
+    """The environment variables the arguments need."""
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if std.tp > 1 or std.cp > 1 else {}
+
+
 def render(plan) -> str:
     from exports.frameworks.common import header_lines
 
@@ -98,5 +107,9 @@ def render(plan) -> str:
     head = header_lines(plan, std, FOLLOWS)
     words = [" ".join(shlex.quote(w) for w in a.split(" ", 1)) for a in args]  # a layout's '|' quoted
     lines = [f"# Megatron-LM arguments: {head[0]}", *[f"# {line}" for line in head[1:] + notes],
-             "PASE_PARALLEL_ARGS=(", *[f"    {w}" for w in words], ")"]
+             f'# run: torchrun --nnodes=N --nproc_per_node={plan.procs}/N pretrain_gpt.py "${{PASE_PARALLEL_ARGS[@]}}" '
+             "(and the model's arguments)"]
+    for name, value in environment(std).items():
+        lines.append(f"export {name}={value}")
+    lines += ["PASE_PARALLEL_ARGS=(", *[f"    {w}" for w in words], ")"]
     return "\n".join(lines) + "\n"

@@ -36,10 +36,13 @@ def _splits(name: str, what: str, ways: int) -> str:
     return f"{name} splits {what} {ways} ways" if ways > 1 else f"{name} does not split {what}"
 
 
-def recognise(g, decisions, p: int, batch: int):
+def recognise(g, decisions, p: int, batch: int, nodes=None):
     """The complete :class:`standard.Standard` whose decisions on ``g``
     (``p`` devices, a batch of ``batch``) are exactly ``decisions``, or
-    :class:`NotStandard` naming the first operator that differs.
+    :class:`NotStandard` naming the first operator that differs;
+    ``nodes``: the operators to read and check (a range; default all, and
+    then ``decisions`` holds one per operator of ``g``, else one per node
+    of ``nodes``).
 
     The degrees are read from the operators that show them (``dp`` from
     the sample split of an operator without experts, ``tp`` from the first
@@ -53,7 +56,9 @@ def recognise(g, decisions, p: int, batch: int):
 
     roles = dict(g.graph.get("roles", {}))
     seq, expert = roles.get("seq", ""), roles.get("expert", "")
-    ops = operators(g)
+    every = operators(g)
+    nodes = range(len(every)) if nodes is None else nodes
+    ops = [every[v] for v in nodes]
     dp = tp = cp = ep = None
     shown = {}  # where each degree was read
     for op, d in zip(ops, decisions):
@@ -89,7 +94,7 @@ def recognise(g, decisions, p: int, batch: int):
         why = str(e).removeprefix("--plan: ")
         raise NotStandard(f"the plan is no standard configuration: {' and '.join(shown.values())}, as "
                           f"{std.describe()} would, but then {why}") from None
-    for op, got, want in zip(ops, decisions, expected):
+    for op, got, want in zip(ops, decisions, [expected[v] for v in nodes]):
         if got != want:
             raise NotStandard(f"the plan is no standard configuration: {op.name} is {got!r} where "
                               f"{std.describe() or 'data parallelism'} splits it {want!r}")
@@ -198,5 +203,28 @@ class PlanView:
         if self.settings.plan is not None:
             return complete(parse(self.settings.plan), self.procs, self.batch)
         if self.pipeline is not None:
-            raise NotStandard("a pipelined plan from the search or a plan file has its own plan per stage")
+            return self._pipelined_standard()
         return recognise(self.graph, self.decisions, self.procs, self.batch)
+
+    def _pipelined_standard(self):
+        """The standard configuration of a searched or evaluated pipeline:
+        every stage's operators split as one configuration splits them on
+        the stage's devices (the stages may hold different numbers of
+        layers)."""
+        from dataclasses import replace
+
+        pipe = self.pipeline
+        q = self.procs // pipe.pp
+        found = []
+        for k, (lo, hi) in enumerate(self.stage_ranges):
+            try:
+                found.append(recognise(self.graph, self.decisions[lo:hi], q, pipe.micro, range(lo, hi)))
+            except NotStandard as e:
+                raise NotStandard(f"stage {k}: {e}") from None
+        if any(std != found[0] for std in found[1:]):
+            k = next(i for i, std in enumerate(found) if std != found[0])
+            raise NotStandard(f"the plan is no standard configuration: stage 0 is {found[0].describe()}, stage {k} "
+                              f"{found[k].describe()}")
+        std = found[0]
+        return replace(std, pp=pipe.pp, microbatch=pipe.micro // std.dp, schedule=pipe.schedule.name,
+                       chunks=pipe.schedule.chunks)

@@ -1,54 +1,84 @@
-"""The ``torchtitan`` export: a standard configuration as the sections of a
-torchtitan job config (TOML) that say how to parallelise.
+"""The ``torchtitan`` export: a standard configuration as torchtitan 0.3's
+command line, a bash array ``PASE_TORCHTITAN_ARGS`` to give to
+``torchrun ... -m torchtitan.train``.
 
-The keys follow torchtitan v0.2 (``torchtitan/config/job_config.py``):
-``[training]`` ``local_batch_size`` (per
-data-parallel rank), ``global_batch_size``, ``seq_len``,
-``mixed_precision_param``; ``[parallelism]`` ``data_parallel_replicate_degree``,
-``data_parallel_shard_degree``, ``tensor_parallel_degree``,
-``enable_async_tensor_parallel``, ``context_parallel_degree``,
-``expert_parallel_degree``, ``expert_tensor_parallel_degree``,
-``pipeline_parallel_degree``, ``pipeline_parallel_schedule``,
-``pipeline_parallel_microbatch_size``, ``module_fqns_per_model_part``;
-``[activation_checkpoint]`` ``mode`` and ``selective_ac_option``.
+torchtitan 0.3 runs a job as a named model and config (``--module``,
+``--config``: a function of the module's ``config_registry``) with
+command-line overrides of its fields (``--section.field value``, parsed by
+tyro; ``torchtitan/config/manager.py``), the activation checkpointing a
+subcommand (``activation-checkpoint:none|full|selective``).  The export
+names:
 
-The mapping: ZeRO stage 3 is FSDP (``data_parallel_shard_degree = dp``),
-ZeRO 0 is replication (``data_parallel_replicate_degree = dp``); expert
-parallelism is torchtitan's "dp2ep" (carved out of the FSDP degree, with
-the experts' tensor-parallel degree that of the other layers); the
-pipeline's stages are written as the model parts of torchtitan's decoders
-(``tok_embeddings``, ``layers.i``, ``norm``, ``output``), the first holding
-the embedding and the last the head, as the cost model lays them out.
+* the model: Llama 3 at torchtitan's sizes (8B, 70B, 405B) as its own
+  ``--module llama3 --config llama3_8b`` (``_70b``, ``_405b``); any other
+  Hugging Face config as torchtitan's transformers backend,
+  ``--module transformers_modeling_backend --config
+  transformers_modeling_backend_full`` (``_full_moe`` for a mixture of
+  experts) with ``--hf_model`` the config's directory;
+* ``--training.local_batch_size`` (per data-parallel rank),
+  ``global_batch_size``, ``seq_len``, ``mixed_precision_param``;
+* ``--parallelism.data_parallel_replicate_degree`` (ZeRO 0) or
+  ``data_parallel_shard_degree`` (ZeRO 3: FSDP), ``tensor_parallel_degree``,
+  ``enable_sequence_parallel`` (or ``no_``), ``context_parallel_degree``,
+  ``expert_parallel_degree``, and for a pipeline
+  ``pipeline_parallel_degree``, ``pipeline_parallel_schedule``,
+  ``pipeline_parallel_microbatch_size`` and ``module_fqns_per_model_part``
+  (``tok_embeddings``, ``layers.i``, ``norm``, ``lm_head``; the transformers
+  backend's parts each carry ``rotary_emb``), with
+  ``--training.disable_cuda_graphs`` (torchtitan's CUDA graphs do not run
+  pipelines);
+* ``--compile.no_enable_async_tensor_parallel``: asynchronous tensor
+  parallelism (under ``compile``) overlaps the collectives the cost model
+  charges in full, so it stays off.
 
-Refused, in one line: ZeRO stages 1 and 2 (torchtitan shards the
-optimizer state only together with the weights, by FSDP); expert
-parallelism without FSDP or with context parallelism; fp16 training
-(torchtitan's mixed precision is bfloat16 or float32); plans that are no
-standard configuration.  torchtitan runs tensor parallelism with the
-norms sequence-parallel: a plan costed with ``sp=0`` says so in a comment.
+Refused, in one line: a model that is no Hugging Face config (torchtitan
+names no built-in graph of this tool: ``--export torchtitan@0.2`` writes
+the parallelism sections alone); ZeRO stages 1 and 2; expert parallelism
+without FSDP (``zero=3``: torchtitan's experts borrow the FSDP ranks), with
+context or tensor parallelism (torchtitan 0.3 runs experts without tensor
+parallelism, over ranks borrowed from ``dp_shard x cp x tp``); fp16; plans
+that are no standard configuration.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
+
 from errors import InputError
 
-FOLLOWS = "torchtitan v0.2 (torchtitan/config/job_config.py)"
+FOLLOWS = "torchtitan 0.3 (torchtitan/config/configs.py, torchtitan/config/manager.py)"
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 PRECISION = {"bf16": "bfloat16", "fp32": "float32"}
+FAIL = "--export torchtitan: "
+#: torchtitan's own Llama 3 configs: (width, layers, heads, key/value heads, feed-forward, vocabulary)
+LLAMA3 = {(4096, 32, 32, 8, 14336, 128256): "llama3_8b", (8192, 80, 64, 8, 28672, 128256): "llama3_70b",
+          (16384, 126, 128, 8, 53248, 128256): "llama3_405b"}
 
 
-def _toml(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return str(value)
+def model_args(plan) -> tuple[list[str], bool]:
+    """``--module``, ``--config`` (and ``--hf_model``) of the plan's model,
+    and whether it is the transformers backend."""
+    from exports.frameworks.dtensor import decoder_config
+
+    try:
+        cfg = decoder_config(plan)
+    except InputError:
+        raise InputError(FAIL + f"{plan.model_name} is no Hugging Face config, and torchtitan 0.3 runs a model "
+                         "it names (--module): export a config.json, or write the parallelism sections alone with "
+                         "--export torchtitan@0.2") from None
+    key = (cfg.width, cfg.layers, cfg.heads, cfg.kv_heads, cfg.ffn, cfg.vocab)
+    if cfg.family == "llama" and key in LLAMA3:
+        return ["--module llama3", f"--config {LLAMA3[key]}"], False
+    from models.sources import locate
+
+    folder = os.path.dirname(os.path.abspath(locate(plan.settings.graph)[1]))
+    config = "transformers_modeling_backend_full" + ("_moe" if cfg.experts else "")
+    return ["--module transformers_modeling_backend", f"--config {config}", ("--hf_model", folder)], True
 
 
-def _parts(plan, std) -> list[list[str]]:
-    """Module names of each model part, in model order."""
+def _parts(plan, std, backend: bool) -> list[str]:
+    """``module_fqns_per_model_part``: each part's modules, comma-joined."""
     from exports.frameworks.common import layer_parts
 
     out, i = [], 0
@@ -58,68 +88,76 @@ def _parts(plan, std) -> list[list[str]]:
         names += [f"layers.{j}" for j in range(i, i + n)]
         i += n
         if k == len(counts) - 1:
-            names += ["norm", "output"]
-        out.append(names)
+            names += ["norm", "lm_head"]
+        if backend:
+            names.append("rotary_emb")
+        out.append(",".join(names))
     return out
 
 
-def sections(plan) -> tuple[dict, list[str]]:
-    """The TOML tables ({table: {key: value}}) and the notes for ``plan``."""
+def arguments(plan) -> tuple[list[str], list[str]]:
+    """The arguments (a flag and its values per item: a string of words, or
+    a tuple of words that may hold spaces) and the notes."""
     from exports.frameworks.common import standard_for
 
     std = standard_for(plan, "torchtitan")
-    fail = "--export torchtitan: "
     if std.zero in (1, 2):
-        raise InputError(fail + f"zero={std.zero} shards the optimizer state{' and gradients' if std.zero == 2 else ''}"
+        raise InputError(FAIL + f"zero={std.zero} shards the optimizer state{' and gradients' if std.zero == 2 else ''}"
                          " but not the weights; torchtitan replicates (zero=0) or shards all three with FSDP "
                          "(zero=3)")
     if std.ep > 1 and std.zero != 3:
-        raise InputError(fail + f"ep={std.ep}: torchtitan carves expert parallelism out of the FSDP degree "
+        raise InputError(FAIL + f"ep={std.ep}: torchtitan's experts borrow the FSDP ranks "
                          "(data_parallel_shard_degree): give zero=3")
-    if std.ep > 1 and std.cp > 1:
-        raise InputError(fail + f"ep={std.ep} with cp={std.cp}: torchtitan's expert parallelism spans the "
-                         "context-parallel ranks, the cost model's does not")
+    if std.ep > 1 and (std.cp > 1 or std.tp > 1):
+        raise InputError(FAIL + f"ep={std.ep} with {'cp' if std.cp > 1 else 'tp'}: torchtitan 0.3 runs the experts "
+                         "without tensor parallelism, over ranks borrowed from dp_shard x cp x tp, which the cost "
+                         "model's experts (split over data-parallel ranks, tensor-parallel within) are not: give "
+                         "tp=1 and cp=1")
     if plan.precision == "fp16":
-        raise InputError(fail + "fp16: torchtitan's mixed precision is bfloat16 or float32")
+        raise InputError(FAIL + "fp16: torchtitan's mixed precision is bfloat16 or float32")
+    args, backend = model_args(plan)
     notes = []
-    training = {"local_batch_size": plan.batch // std.dp if std.pp > 1 else std.microbatch,
-                "global_batch_size": plan.batch}
+    args += [f"--training.local_batch_size {plan.batch // std.dp if std.pp > 1 else std.microbatch}",
+             f"--training.global_batch_size {plan.batch}"]
     if plan.seq is not None:
-        training["seq_len"] = plan.seq
+        args.append(f"--training.seq_len {plan.seq}")
     if plan.precision in PRECISION:
-        training["mixed_precision_param"] = PRECISION[plan.precision]
-    par = {"data_parallel_replicate_degree": 1 if std.zero == 3 else std.dp,
-           "data_parallel_shard_degree": std.dp if std.zero == 3 else 1,
-           "tensor_parallel_degree": std.tp, "enable_async_tensor_parallel": False,
-           "context_parallel_degree": std.cp, "expert_parallel_degree": std.ep}
-    if std.ep > 1:
-        par["expert_tensor_parallel_degree"] = std.tp
-    par["pipeline_parallel_degree"] = std.pp
+        args.append(f"--training.mixed_precision_param {PRECISION[plan.precision]}")
+    args += [f"--parallelism.data_parallel_replicate_degree {1 if std.zero == 3 else std.dp}",
+             f"--parallelism.data_parallel_shard_degree {std.dp if std.zero == 3 else 1}",
+             f"--parallelism.tensor_parallel_degree {std.tp}",
+             f"--parallelism.{'' if std.sp else 'no_'}enable_sequence_parallel",
+             f"--parallelism.context_parallel_degree {std.cp}",
+             f"--parallelism.expert_parallel_degree {std.ep}",
+             f"--parallelism.pipeline_parallel_degree {std.pp}"]
     if std.pp > 1:
-        par["pipeline_parallel_schedule"] = SCHEDULES[std.schedule]
-        par["pipeline_parallel_microbatch_size"] = std.microbatch
-        par["module_fqns_per_model_part"] = _parts(plan, std)
-    if std.tp > 1 and not std.sp:
-        notes.append("torchtitan runs the norms sequence-parallel under tensor parallelism; the plan was costed "
-                     "without (sp=0)")
+        args += [f"--parallelism.pipeline_parallel_schedule {SCHEDULES[std.schedule]}",
+                 f"--parallelism.pipeline_parallel_microbatch_size {std.microbatch}",
+                 ("--parallelism.module_fqns_per_model_part", *_parts(plan, std, backend)),
+                 "--training.disable_cuda_graphs"]
+    args.append("--compile.no_enable_async_tensor_parallel")
     if std.pp == 1 and std.microbatch * std.dp < plan.batch:
         notes.append(f"{plan.batch // (std.microbatch * std.dp)} micro-batches accumulate into one step "
                      "(global_batch_size over local_batch_size x data-parallel degree)")
-    ac = {"mode": std.recompute}
     if std.recompute == "selective":
-        ac["selective_ac_option"] = "op"
         notes.append("recompute=selective was costed as Megatron-LM's (the attention recomputed); torchtitan's "
-                     "op-level policy chooses its own operators")
-    return {"training": training, "parallelism": par, "activation_checkpoint": ac}, notes
+                     "selective policy chooses its own operators")
+    if backend:
+        notes.append("the transformers backend reads the model from --hf_model; give --hf_assets_path for its "
+                     "tokenizer")
+    args.append(f"activation-checkpoint:{std.recompute}")
+    return args, notes
 
 
 def render(plan) -> str:
     from exports.frameworks.common import header_lines
 
-    tables, notes = sections(plan)
+    args, notes = arguments(plan)
     std = plan.standard("torchtitan")
     head = header_lines(plan, std, FOLLOWS)
-    lines = [f"# {line}" for line in ["torchtitan job config, parallelism sections: " + head[0], *head[1:], *notes]]
-    for table, keys in tables.items():
-        lines += ["", f"[{table}]"] + [f"{k} = {_toml(v)}" for k, v in keys.items()]
+    nodes = f"--nnodes=N --nproc_per_node={plan.procs}/N"
+    words = [" ".join(shlex.quote(w) for w in (a.split(" ") if isinstance(a, str) else a)) for a in args]
+    lines = [f"# torchtitan job: {head[0]}", *[f"# {line}" for line in head[1:] + notes],
+             f'# run: torchrun {nodes} -m torchtitan.train "${{PASE_TORCHTITAN_ARGS[@]}}"',
+             "PASE_TORCHTITAN_ARGS=(", *[f"    {w}" for w in words], ")"]
     return "\n".join(lines) + "\n"
