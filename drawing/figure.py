@@ -143,8 +143,8 @@ def _names(first: str, last: str) -> tuple[str, str, str]:
     return first, last, first
 
 
-def splits(result) -> Splits:
-    """The :class:`Splits` of ``result``'s layers."""
+def splits(result, plan: str = "") -> Splits:
+    """The :class:`Splits` of ``result``'s layers (``plan``: whose)."""
     layers = result.layers
     names = [layer.name for layer in layers]
     stage_of = [0] * len(layers)
@@ -180,7 +180,7 @@ def splits(result) -> Splits:
                 letters.append(letter)
     letters = sorted(letters, key=lambda c: (c != "b", letters.index(c)))
     options = sorted({k for row in rows for k, _ in row.options})
-    return Splits(tuple(rows), tuple(blocks), tuple(letters), tuple(options), result.pipeline is not None)
+    return Splits(tuple(rows), tuple(blocks), tuple(letters), tuple(options), result.pipeline is not None, plan)
 
 
 # -- the figure -------------------------------------------------------------------------
@@ -243,5 +243,6 @@ def figure(planned) -> Figure:
     cl = result.cost_model.cluster
     return Figure(title, subtitle, tuple(timelines), tuple(bars), result.capacity,
                   None if cl.device_memory is None else cl.device_memory * 1e9, tuple(times),
-                  splits(result))
+                  (splits(result, "standard configuration" if optimum is not None else ""),)
+                  + ((splits(optimum, "per-operator optimum"),) if optimum is not None else ()))
 

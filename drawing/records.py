@@ -150,6 +150,7 @@ class Splits:
     letters: tuple[str, ...]
     options: tuple[str, ...]
     staged: bool = False
+    plan: str = ""  # whose splits, when a drawing shows two plans'
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ class Figure:
     and the per-operator optimum's beside a standard configuration), the
     memory bars against ``capacity`` (bytes a plan may use) and
     ``device_memory``, the step time bars (the plan's, then the
-    baselines'), and the splits."""
+    baselines'), and the splits of each plan a timeline shows."""
 
     title: str
     subtitle: str
@@ -167,4 +168,4 @@ class Figure:
     capacity: float | None
     device_memory: float | None
     times: tuple[Bar, ...]
-    splits: Splits
+    splits: tuple[Splits, ...]

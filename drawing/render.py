@@ -229,7 +229,7 @@ def _memory(ax, fig: Figure) -> None:
 
 
 def _splits_height(sp) -> float:
-    return ROW * (len(sp.rows) + len(sp.blocks) + 1) + 0.75
+    return ROW * (len(sp.rows) + len(sp.blocks) + 1) + 0.95
 
 
 def _stages(stages) -> str:
@@ -293,8 +293,9 @@ def _splits(ax, sp, width: float) -> None:
             ax.plot([0, x], [y + 1, y + 1], color="#BBBBBB", linewidth=0.6)
         y += 1
     split = ", ".join(sp.letters) or "none"
-    ax.set_title(f"Splits of the layers: the ways each dimension is split, letters as the report's dims (split here: "
-                 f"{split}); blocks alike drawn once, with their count", fontsize=9.5, loc="left")
+    whose = f" of the {sp.plan}" if sp.plan else ""
+    ax.set_title(f"Splits of the layers{whose}: the ways each dimension is split, letters as the report's dims (split "
+                 f"here: {split}); blocks alike drawn once, with their count", fontsize=9.5, loc="left")
 
 
 # -- the page ----------------------------------------------------------------------------
@@ -310,8 +311,8 @@ def page(fig: Figure):
     heights = [LANE * len(tl.lanes) + 0.45 for tl in fig.timelines]
     below = 0.95  # an axis' tick labels, its label and a legend under it
     middle = max(3.0, 0.34 * len(fig.times) + 1.3)
-    splits = _splits_height(fig.splits)
-    total = head + sum(h + below + 0.35 for h in heights) + middle + 1.2 + splits + 0.3
+    tables = [_splits_height(sp) for sp in fig.splits]
+    total = head + sum(h + below + 0.35 for h in heights) + middle + 1.2 + sum(tables) + 0.3
     out = Page(figsize=(WIDTH, total), dpi=DPI)
     out.text(LEFT / WIDTH, 1 - 0.3 / total, fig.title, fontsize=13, fontweight="bold", va="top")
     out.text(LEFT / WIDTH, 1 - 0.62 / total, fig.subtitle, fontsize=9.5, va="top", color="#333333")
@@ -330,7 +331,9 @@ def page(fig: Figure):
     _times(axes(y, tall, LEFT, mid - 0.2), fig.times, tall)
     _memory(axes(y, middle, mid + 0.55, WIDTH - 1.75), fig)
     y += middle + 1.2
-    _splits(axes(y, splits - 0.3, 0.3, WIDTH - 0.3), fig.splits, WIDTH - 0.6)
+    for sp, h in zip(fig.splits, tables):
+        _splits(axes(y, h - 0.3, 0.3, WIDTH - 0.3), sp, WIDTH - 0.6)
+        y += h
     return out
 
 

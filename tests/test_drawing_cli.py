@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from conftest import ROOT, run_cli
+from test_drawing import overlapping
 
 LLAMA = str(ROOT / "tests/data/configs/llama3-8b")
 GPT2 = str(ROOT / "tests/data/configs/gpt2")
@@ -59,6 +60,10 @@ def test_a_standard_configuration_is_drawn_beside_the_per_operator_optimum(tmp_p
     assert fig.timelines[1].step == optimum.step_seconds
     assert [b.label for b in fig.times][0] == "standard" and fig.times[-1].label == "per-operator"
     assert {b.group for b in fig.memory} >= {"standard", "per-operator", "baselines"}
+    assert [sorted(v for row in sp.rows for v in row.ids) for sp in fig.splits] == [  # both plans' splits
+        list(range(len(p.result.layers))), list(range(len(optimum.layers)))]
+    assert [row.options for row in fig.splits[0].rows if row.options][0] == (("zero", 3),)
+    assert overlapping(fig) == []
     out = run_cli("-g", GPT2, "--device", "h100", "-p", 16, "--search", "standard", "--compare", "-q", "--draw",
                   "std.png", cwd=tmp_path).stdout
     assert out.startswith("Drew the plan (no stages) to std.png")
