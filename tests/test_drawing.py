@@ -266,20 +266,30 @@ def test_the_rows_stand_for_the_reports_rows(case):
     assert set(sp.letters) == split
 
 
-def test_a_stack_of_126_layers_is_drawn_once_without_overlapping_labels(tmp_path):
+@pytest.mark.parametrize("layers, p, pp", [(80, 64, 4), (126, 128, 8)])
+def test_a_deep_stack_is_drawn_without_overlapping_labels(tmp_path, layers, p, pp):
     from planner import plan
     from settings import Settings
 
     config = json.loads((ROOT / "tests/data/configs/llama3-8b/config.json").read_text())
-    config["num_hidden_layers"] = 126
+    config["num_hidden_layers"] = layers
     (tmp_path / "deep").mkdir()
     (tmp_path / "deep" / "config.json").write_text(json.dumps(config))
-    p = plan(Settings(graph=str(tmp_path / "deep"), device="h100", procs=128, pp=8))
-    fig = figure(p)
-    assert len(fig.timelines[0].lanes) == 8
-    assert max(row.count for row in fig.splits[0].rows) >= 126 // 8  # blocks alike drawn once
-    assert len(fig.splits[0].rows) <= 8 * 12 + 4
+    fig = figure(plan(Settings(graph=str(tmp_path / "deep"), device="h100", procs=p, pp=pp)))
+    assert len(fig.timelines[0].lanes) == pp
+    rows = fig.splits[0].rows
+    assert sum(row.count for row in rows) == 12 * layers + 4  # every operator, in
+    assert len(rows) <= (12 * layers + 4) / 10  # blocks alike drawn once
     assert overlapping(fig) == []
+
+
+def test_the_drawing_is_the_same_whatever_the_hash_seed():
+    from conftest import outputs_under_hash_seeds
+
+    code = (f"import hashlib\nfrom planner import plan\nfrom settings import Settings\nfrom drawing import draw\n"
+            f"p = plan(Settings(graph={LLAMA!r}, device='h100', pp=2, compare=True))\n"
+            "print(*(hashlib.sha256(draw(p, f)).hexdigest() for f in ('png', 'svg', 'pdf')))")
+    assert len(outputs_under_hash_seeds(code)) == 1
 
 
 @pytest.mark.parametrize("case", CASES)
