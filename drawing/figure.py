@@ -34,7 +34,8 @@ __all__ = ["figure", "memory_bars", "time_parts", "splits", "MEMORY_PARTS", "TIM
 MEMORY_PARTS = ("weights", "gradients", "optimizer state", "activations", "transients")
 #: the parts of a step's time, in stacking order
 TIME_PARTS = ("compute", "exposed communication", "bubble", "gradient reduction")
-LONGEST_BLOCK = 256  # the most operators a block drawn once may hold
+LONGEST_BLOCK = 120  # the most operators a block drawn once may hold
+MOST_ROWS = 150  # the most lines of splits: beyond, operators alike one after the other share a line
 
 
 def _extras(*holders) -> tuple[Part, ...]:
@@ -92,17 +93,19 @@ def time_parts(result) -> tuple[Part, ...]:
 # -- splits -----------------------------------------------------------------------------
 
 
-def _repeats(keys: np.ndarray, longest: int) -> list[np.ndarray]:
-    """``runs[L][i]``: how many operators from ``i`` on equal the operator
-    ``L`` after them, for each period ``L`` from 2."""
+def _repeats(keys: np.ndarray, longest: int) -> np.ndarray:
+    """``counts[i, L]``: how many blocks of ``L`` operators alike follow
+    one another from operator ``i`` on (0 where fewer than two), for each
+    period ``L`` from 2 to ``longest``."""
     n = len(keys)
-    out = [np.zeros(0, dtype=np.int64)] * 2
-    for L in range(2, min(longest, n // 2) + 1):
-        same = keys[:-L] == keys[L:]
-        where = np.where(same, n, np.arange(len(same)))  # the next mismatch from each position
-        nxt = np.minimum.accumulate(where[::-1])[::-1]
-        out.append(np.minimum(nxt, len(same)) - np.arange(len(same)))
-    return out
+    counts = np.zeros((n, max(2, min(longest, n // 2) + 1)), dtype=np.int32)
+    for L in range(2, counts.shape[1]):
+        same = keys[:-L] == keys[L:]  # operator i equals operator i + L
+        where = np.where(same, len(same), np.arange(len(same)))  # the next mismatch from each position
+        run = np.minimum.accumulate(where[::-1])[::-1] - np.arange(len(same))
+        count = 1 + run // L
+        counts[:len(same), L] = np.where(count >= 2, count, 0)
+    return counts
 
 
 def _blocks(keys: np.ndarray, starts=None, longest: int = LONGEST_BLOCK) -> list[tuple[int, int, int]]:
@@ -112,24 +115,52 @@ def _blocks(keys: np.ndarray, starts=None, longest: int = LONGEST_BLOCK) -> list
     and a row per operator of a block; a single operator a row); among
     as few, runs that begin where ``starts[i]`` says a block of the model
     begins."""
-    runs = _repeats(keys, longest)
+    counts = _repeats(keys, longest)
     n = len(keys)
     lines = [0.0] * (n + 1)  # lines[i]: the fewest lines for the operators from i on
     choice = [(1, 1)] * (n + 1)
     for i in range(n - 1, -1, -1):
         lines[i], choice[i] = 1 + lines[i + 1], (1, 1)
         off = 0.0 if starts is None or starts[i] else 1e-3  # a run beginning inside a block: the last resort
-        for L in range(2, len(runs)):
-            if i >= len(runs[L]):
-                break
-            count = 1 + int(runs[L][i]) // L
-            if count >= 2 and 1 + L + off + lines[i + L * count] < lines[i]:
+        for L in np.flatnonzero(counts[i]).tolist():
+            count = int(counts[i, L])
+            if 1 + L + off + lines[i + L * count] < lines[i]:
                 lines[i], choice[i] = 1 + L + off + lines[i + L * count], (L, count)
     out, i = [], 0
     while i < n:
         L, count = choice[i]
         out.append((i, L, count))
         i += L * count
+    return out
+
+
+def _split_ways(d) -> tuple:
+    """A decision's splits of more than one way, and its options."""
+    return tuple((c, w) for c, w in zip(d.dims, d.config) if w > 1), d.options
+
+
+def _spans(runs, decisions, stage_of) -> list[tuple[int, int, int]]:
+    """``runs`` with the single operators that follow one another split
+    the same ways (the same letters, as many ways each), with the same
+    options and in the same stage merged into spans ``(start, -length,
+    1)``, runs of blocks alike that spans draw in fewer lines first taken
+    apart into their operators."""
+    ways = [_split_ways(d) for d in decisions]
+    singles = []  # runs of blocks alike that spans draw in fewer lines, taken apart
+    for start, period, count in runs:
+        stop = start + period * count
+        spans = 1 + sum(ways[v] != ways[v - 1] for v in range(start + 1, stop))
+        apart = count > 1 and spans <= period  # the run takes a heading and a line per operator of a block
+        singles += [(v, 1, 1) for v in range(start, stop)] if apart else [(start, period, count)]
+    out: list[tuple[int, int, int]] = []
+    for start, period, count in singles:
+        if period == 1 and out:
+            first, p, _ = out[-1]
+            length = -p if p < 0 else 1 if p == 1 else 0
+            if length and ways[first] == ways[start] and stage_of[first] == stage_of[start]:
+                out[-1] = (first, -(length + 1), 1)
+                continue
+        out.append((start, period, count))
     return out
 
 
@@ -157,8 +188,19 @@ def splits(result, plan: str = "") -> Splits:
                     dtype=np.int64)
     first = [name.split("/", 1)[0] for name in names]  # a block of a named model: layer3/...
     starts = [i == 0 or first[i] != first[i - 1] for i in range(len(names))]
+    runs = _blocks(keys, starts)
+    if sum(period + (count > 1) for _, period, count in runs) > MOST_ROWS:
+        runs = _spans(runs, [layer.decision for layer in layers], stage_of)
     rows, blocks = [], []
-    for start, period, count in _blocks(keys, starts):
+    for start, period, count in runs:
+        if period < 0:  # a span: -period operators alike in splits and options, one after the other
+            ids = tuple(range(start, start - period))
+            kinds = sorted({layers[v].kind for v in ids})
+            ways, options = _split_ways(layers[start].decision)
+            rows.append(Row(f"{names[start]} .. {names[ids[-1]]}", kinds[0] if len(kinds) == 1 else
+                            f"{len(kinds)} kinds", ids, ways, options, tuple(sorted({stage_of[v] for v in ids})),
+                            span=True))
+            continue
         if count > 1:
             a, _, _ = _names(names[start], names[start + (count - 1) * period])
             _, b, _ = _names(names[start + period - 1], names[start + count * period - 1])
@@ -173,6 +215,18 @@ def splits(result, plan: str = "") -> Splits:
             d = layer.decision
             rows.append(Row(label, layer.kind, ids, tuple(zip(d.dims, d.config)), tuple(d.options),
                             tuple(sorted({stage_of[v] for v in ids}))))
+    hidden = 0
+    if len(rows) + len(blocks) > MOST_ROWS:  # still too many: the first lines, whole runs, and what is left out
+        heads = {g.first: g for g in blocks}
+        lines = keep = 0
+        while keep < len(rows):
+            g = heads.get(keep)
+            size = g.last - g.first + 1 if g is not None else 1
+            if lines + size + (g is not None) > MOST_ROWS:
+                break
+            lines, keep = lines + size + (g is not None), keep + size
+        hidden = sum(len(row.ids) for row in rows[keep:])
+        rows, blocks = rows[:keep], [g for g in blocks if g.last < keep]
     letters: list[str] = []
     for row in rows:
         for letter, ways in row.splits:
@@ -180,7 +234,8 @@ def splits(result, plan: str = "") -> Splits:
                 letters.append(letter)
     letters = sorted(letters, key=lambda c: (c != "b", letters.index(c)))
     options = sorted({k for row in rows for k, _ in row.options})
-    return Splits(tuple(rows), tuple(blocks), tuple(letters), tuple(options), result.pipeline is not None, plan)
+    return Splits(tuple(rows), tuple(blocks), tuple(letters), tuple(options), result.pipeline is not None, plan,
+                  hidden)
 
 
 # -- the figure -------------------------------------------------------------------------

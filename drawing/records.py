@@ -108,9 +108,10 @@ class Bar:
 @dataclass(frozen=True)
 class Row:
     """One row of the splits: the operator ``ids`` it stands for (one per
-    repeated block: ``count`` of them), its ``label`` and kind, its split
-    on each letter of its iteration space, its options, and the pipeline
-    stages its operators run on."""
+    repeated block: ``count`` of them; or, a ``span``, operators one after
+    the other alike in splits and options), its ``label`` and kind, its
+    split on each letter of its iteration space, its options, and the
+    pipeline stages its operators run on."""
 
     label: str
     kind: str
@@ -118,6 +119,7 @@ class Row:
     splits: tuple[tuple[str, int], ...]  # (letter, ways), the operator's letters in order
     options: tuple[tuple[str, object], ...]
     stages: tuple[int, ...] = (0,)
+    span: bool = False
 
     @property
     def count(self) -> int:
@@ -151,6 +153,7 @@ class Splits:
     options: tuple[str, ...]
     staged: bool = False
     plan: str = ""  # whose splits, when a drawing shows two plans'
+    hidden: int = 0  # operators left out (past the most lines a drawing shows)
 
 
 @dataclass(frozen=True)

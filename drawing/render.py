@@ -17,6 +17,8 @@ import math
 
 from drawing.figure import MEMORY_PARTS, TIME_PARTS
 from drawing.records import Figure
+from report import fmt_bytes as _fmt_bytes
+from report import fmt_time as _fmt_time
 
 __all__ = ["render", "page", "COLOURS"]
 
@@ -35,6 +37,7 @@ WIDTH = 13.0  # inches
 LEFT, RIGHT = 1.05, 0.35
 LANE = 0.42  # inches per timeline lane
 ROW = 0.19  # inches per splits row
+NOTE = 0.25  # inches for a timeline's note
 DPI = 100
 
 
@@ -48,18 +51,6 @@ def _unit(seconds: float) -> tuple[str, float]:
     return ("s", 1.0) if seconds >= 2.0 else ("ms", 1e3) if seconds >= 2e-3 else ("us", 1e6)
 
 
-def _fmt_time(seconds: float) -> str:
-    from report import fmt_time
-
-    return fmt_time(seconds)
-
-
-def _fmt_bytes(n: float) -> str:
-    from report import fmt_bytes
-
-    return fmt_bytes(n)
-
-
 def _memory_colour(name: str, extras: list[str]) -> str:
     if name in COLOURS:
         return COLOURS[name]
@@ -70,11 +61,11 @@ def _memory_colour(name: str, extras: list[str]) -> str:
 
 
 def _timeline(ax, tl, scale: float, unit: str, span: float) -> list:
+    from matplotlib.collections import PatchCollection
     from matplotlib.patches import Patch, Rectangle
 
     n = len(tl.lanes)
-    width_in = (WIDTH - LEFT - RIGHT)
-    per_second = width_in / span  # inches per second on this axis
+    per_second = (WIDTH - LEFT - RIGHT) / span  # inches per second on this axis
     rects, colours = [], []
     for y, lane in enumerate(tl.lanes):
         ax.add_patch(Rectangle((0, y - 0.36), tl.run * scale, 0.66, facecolor=COLOURS["bubble"], edgecolor="none",
@@ -96,8 +87,6 @@ def _timeline(ax, tl, scale: float, unit: str, span: float) -> list:
             if b.micro is not None and b.length * per_second >= 0.17:
                 ax.text(x + w / 2, y - 0.03, str(b.micro + 1), ha="center", va="center", fontsize=6.5,
                         color="white" if b.kind == "backward" else "black", zorder=4)
-    from matplotlib.collections import PatchCollection
-
     patches = [Rectangle((x, y), w, h) for x, y, w, h in rects]
     edges = [0.4 if w / scale * per_second >= 0.08 else 0.0 for _, _, w, _ in rects]  # white gaps between wide boxes
     ax.add_collection(PatchCollection(patches, facecolors=colours, edgecolors="white", linewidths=edges, zorder=2))
@@ -118,8 +107,6 @@ def _timeline(ax, tl, scale: float, unit: str, span: float) -> list:
     what = (f"{tl.schedule}, {tl.micro_batches} micro-batches; bubble {100 * tl.bubble:.1f}% of the slowest stage's "
             f"(stage {tl.slowest}) busy time" if tl.schedule else "one step, no stages")
     ax.set_title(f"Schedule of the {tl.name}: {what}", fontsize=9.5, loc="left")
-    if tl.note:
-        ax.text(0, n - 0.2, tl.note, fontsize=8, color="#B00000", va="top")
     handles = [Patch(facecolor=COLOURS["forward"], label="forward"),
                Patch(facecolor=COLOURS["backward"], label="backward")]
     if tl.schedule:
@@ -135,7 +122,7 @@ def _timeline(ax, tl, scale: float, unit: str, span: float) -> list:
         handles.append(Patch(facecolor=COLOURS["reduction overlapped"], label="gradient reduction, overlapped"))
     if any(b.chunk for lane in tl.lanes for b in lane.boxes):
         handles.append(Patch(facecolor=_mix(COLOURS["forward"], "#FFFFFF", 0.35 / 2),
-                             label="lighter: the second chunk"))
+                             label="lighter: later chunks"))
     return handles
 
 
@@ -213,7 +200,8 @@ def _memory(ax, fig: Figure) -> None:
     labels = [b.label for b in bars]
     rotate = len(bars) > 6
     ax.set_xticks(xs, labels, fontsize=7.5, rotation=40 if rotate else 0, ha="right" if rotate else "center")
-    ax.set_xlim(xs[0] - 0.6, right)
+    pad = max(0.0, 4.0 - (right - xs[0] + 0.6)) / 2  # a bar no wider with one bar than with four
+    ax.set_xlim(xs[0] - 0.6 - pad, right + pad)
     ax.set_ylim(0, top / 1e9 * (1.22 if len(bars) > 8 else 1.12))
     ax.set_ylabel("GB per device", fontsize=8)
     ax.tick_params(axis="y", labelsize=8)
@@ -229,7 +217,7 @@ def _memory(ax, fig: Figure) -> None:
 
 
 def _splits_height(sp) -> float:
-    return ROW * (len(sp.rows) + len(sp.blocks) + 1) + 0.95
+    return ROW * (len(sp.rows) + len(sp.blocks) + 1 + bool(sp.hidden)) + 0.95
 
 
 def _stages(stages) -> str:
@@ -252,7 +240,7 @@ def _splits(ax, sp, width: float) -> None:
         lefts.append(x)
         x += w
     ax.set_xlim(0, width)
-    ax.set_ylim(len(sp.rows) + len(sp.blocks) + 1, 0)
+    ax.set_ylim(len(sp.rows) + len(sp.blocks) + 1 + bool(sp.hidden), 0)
     ax.axis("off")
     most = max([w for row in sp.rows for _, w in row.splits] + [2])
     for (name, w), left in zip(cols, lefts):
@@ -268,7 +256,7 @@ def _splits(ax, sp, width: float) -> None:
             y += 1
         label = row.label if len(row.label) <= 44 else row.label[:43] + "~"
         cells = [label, row.kind] + ([_stages(row.stages)] if sp.staged else [])
-        cells += [f"x{row.count}" if row.count > 1 else "", str(row.devices)]
+        cells += [f"{row.count} ops" if row.span else f"x{row.count}" if row.count > 1 else "", str(row.devices)]
         for left, text in zip(lefts, cells):
             ax.text(left + 0.05, y + 0.5, text, fontsize=7.5, va="center")
         ways = dict(row.splits)
@@ -292,6 +280,9 @@ def _splits(ax, sp, width: float) -> None:
         if i in ends:  # the end of a run of blocks drawn once
             ax.plot([0, x], [y + 1, y + 1], color="#BBBBBB", linewidth=0.6)
         y += 1
+    if sp.hidden:
+        ax.text(0.05, y + 0.5, f"... and {sp.hidden} more operators, not drawn: the report lists every one",
+                fontsize=7.5, va="center", style="italic")
     split = ", ".join(sp.letters) or "none"
     whose = f" of the {sp.plan}" if sp.plan else ""
     ax.set_title(f"Splits of the layers{whose}: the ways each dimension is split, letters as the report's dims (split "
@@ -312,7 +303,8 @@ def page(fig: Figure):
     below = 0.95  # an axis' tick labels, its label and a legend under it
     middle = max(3.0, 0.34 * len(fig.times) + 1.3)
     tables = [_splits_height(sp) for sp in fig.splits]
-    total = head + sum(h + below + 0.35 for h in heights) + middle + 1.2 + sum(tables) + 0.3
+    total = (head + sum(h + below + 0.35 + NOTE * bool(tl.note) for h, tl in zip(heights, fig.timelines)) + middle
+             + 1.2 + sum(tables) + 0.3)
     out = Page(figsize=(WIDTH, total), dpi=DPI)
     out.text(LEFT / WIDTH, 1 - 0.3 / total, fig.title, fontsize=13, fontweight="bold", va="top")
     out.text(LEFT / WIDTH, 1 - 0.62 / total, fig.subtitle, fontsize=9.5, va="top", color="#333333")
@@ -325,7 +317,9 @@ def page(fig: Figure):
         handles = _timeline(axes(y, h), tl, scale, unit, span)
         out.legend(handles=handles, loc="upper left", ncol=len(handles), fontsize=7.5, frameon=False,
                    bbox_to_anchor=(LEFT / WIDTH, 1 - (y + h + 0.5) / total))
-        y += h + below + 0.35
+        if tl.note:  # what the lanes cannot show as priced, under the legend
+            out.text(LEFT / WIDTH, 1 - (y + h + 0.82) / total, tl.note, fontsize=8, color="#B00000", va="top")
+        y += h + below + 0.35 + NOTE * bool(tl.note)
     mid = WIDTH * 0.47
     tall = min(middle, 0.42 * max(len(fig.times), 2) + 0.5)  # a bar as thick however many there are
     _times(axes(y, tall, LEFT, mid - 0.2), fig.times, tall)
