@@ -128,7 +128,7 @@ _RUN = (
             "to stderr); repeatable", metavar="FORMAT[:PATH]"),
     Setting("draw", ("--draw",), "path", "draw the plan to FILE (.png, .svg or .pdf; matplotlib): the pipeline's "
             "schedule per stage, the memory per device against its capacity, the step time's parts beside the "
-            "baselines of --compare, and the layers' splits", metavar="FILE"),
+            "baselines of the compare flag, and the layers' splits", metavar="FILE"),
     Setting("calibrate", ("--calibrate",), "path", "fit the realistic model's constants to measurements in FILE "
             "(TOML or JSON: gemm, attention, nccl or nccl_file, step; see the README), print the fitted cluster "
             "and, with --save-cluster, write it as a cluster file", metavar="FILE"),
