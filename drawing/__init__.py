@@ -17,7 +17,7 @@ this path imports::
     >>> from planner import plan
     >>> from settings import Settings
     >>> fig = figure(plan(Settings(graph="alexnet", procs=4)))
-    >>> len(fig.timelines[0].lanes), len(fig.splits.rows)
+    >>> len(fig.timelines[0].lanes), len(fig.splits[0].rows)
     (1, 14)
 """
 
