@@ -287,7 +287,7 @@ def stage_result(sub, decisions, model, q: int):
 def stage_sync(sub, decisions, model, q: int) -> float:
     """The gradients' synchronisation of a stage's operators, per step."""
     from blocks import find_chains
-    from cost_model import _with_options, price_stage
+    from cost_model import price_stage, with_options
     from graph import operators
     from options import OPTIONS, contexts
 
@@ -297,7 +297,7 @@ def stage_sync(sub, decisions, model, q: int) -> float:
     for v, (op, d) in enumerate(zip(operators(sub), decisions)):
         key = (op, d, ctx[v].key)
         if key not in seen:
-            C, work, _ = _with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
+            C, work, _ = with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
             seen[key] = float(price_stage(work, C, whole, op)[2][0])
         out.append(seen[key])
     return math.fsum(out)

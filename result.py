@@ -200,7 +200,7 @@ class Result:
     @property
     def memory(self) -> tuple[float, ...]:
         """Per-device bytes of each of :data:`MEMORY_PARTS`, summed over the
-        layers: an upper bound for every device (see the README); for a
+        layers: an upper bound for every device (see docs/memory.md); for a
         pipeline, its peak stage's, with the activations of the
         micro-batches it keeps."""
         if self.pipeline is not None:

@@ -130,7 +130,8 @@ _RUN = (
             "schedule per stage, the memory per device against its capacity, the step time's parts beside the "
             "baselines of the compare flag, and the layers' splits", metavar="FILE"),
     Setting("calibrate", ("--calibrate",), "path", "fit the realistic model's constants to measurements in FILE "
-            "(TOML or JSON: gemm, attention, nccl or nccl_file, step; see the README), print the fitted cluster "
+            "(TOML or JSON: gemm, attention, nccl or nccl_file, step; or an nccl-tests output itself; see "
+            "docs/calibration.md), print the fitted cluster, the measured and modelled collective times "
             "and, with --save-cluster, write it as a cluster file", metavar="FILE"),
     Setting("save_cluster", ("--save-cluster",), "path", "with --calibrate: write the fitted cluster to PATH (a "
             "TOML cluster file for --cluster)", metavar="PATH"),

@@ -21,7 +21,7 @@ machine code are cached.
 
     python benchmarks/search_time.py                 # p = 4..64, plus 128 ... 1024
     python benchmarks/search_time.py --procs 8 16 --large --graphs alexnet resnet101
-    python benchmarks/search_time.py --markdown      # the table for README.md
+    python benchmarks/search_time.py --markdown      # the table for docs/benchmarks.md
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ __all__ = ["run_calibration"]
 
 
 def run_calibration(s, out):
-    from cluster.calibrate import calibrate, read_measurements, render_toml
+    from cluster.calibrate import calibrate, nccl_paths, read_measurements, render_toml
     from cluster.config import record
     from planner import cluster_for
 
@@ -27,8 +27,7 @@ def run_calibration(s, out):
     data = read_measurements(s.calibrate)
     if s.save_cluster is not None:
         mine = {os.path.realpath(s.calibrate)}
-        if isinstance(data.get("nccl_file"), str):
-            mine.add(os.path.realpath(os.path.join(os.path.dirname(s.calibrate), data["nccl_file"])))
+        mine.update(os.path.realpath(p) for p in nccl_paths(data, s.calibrate))
         if isinstance(data.get("step"), dict) and isinstance(data["step"].get("plan"), str):
             mine.add(os.path.realpath(os.path.join(os.path.dirname(s.calibrate), data["step"]["plan"])))
         if os.path.realpath(s.save_cluster) in mine:
@@ -46,7 +45,7 @@ def run_calibration(s, out):
             raise InputError(f"--calibrate: {s.calibrate}: step.plan: {path}: no such plan file")
         return plan(replace(s, calibrate=None, save_cluster=None, evaluate=path, **fields)).result.step_seconds
 
-    fields, lines = calibrate(data, base, s.calibrate, predict)
+    fields, lines, details = calibrate(data, base, s.calibrate, predict)
     fitted = replace(base, **fields)
     text = render_toml(record(fitted), lines, s.calibrate)
     if s.save_cluster is not None:
@@ -57,6 +56,10 @@ def run_calibration(s, out):
     print(f"Calibrated from {s.calibrate}:", file=out)
     for line in lines:
         print(f"  {line}", file=out)
+    if details:
+        print("Collective times, measured and modelled (the model's own, after the fit):", file=out)
+        for line in details:
+            print(f"  {line}", file=out)
     if s.save_cluster is not None:
         print(f"Wrote the fitted cluster to {s.save_cluster}; use it with --cluster {s.save_cluster}", file=out)
     else:

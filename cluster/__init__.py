@@ -27,7 +27,10 @@ approximation otherwise.
   node, ``q_out`` nodes) is the hierarchical algorithm: reduce-scatter inside
   the node, all-reduce of the ``1/q_in`` shard across nodes, all-gather inside:
   ``2 w (q_in - 1)/q_in`` words at ``bw`` and ``2 (w/q_in)(q_out - 1)/q_out`` at
-  ``inter_bw``; with one node it is the ring ``2 w (q - 1)/q``.
+  ``inter_bw``; with one node it is the ring ``2 w (q - 1)/q``.  Inside a
+  node it runs at ``bw * link_eff`` as every collective does, or at ``bw *
+  allreduce_eff`` when that is given (in-switch reduction, NVLink SHARP,
+  speeds up the all-reduce alone).
 * A point-to-point exchange runs at ``inter_bw`` when its group spans nodes
   (the slowest link sets the step), else at ``bw``.
 * A re-distribution charges the words a device needs from other nodes at
@@ -169,6 +172,11 @@ class Cluster:
     link_eff: float = _field(1.0, "--link-eff", "fraction", "share of --bw that collectives reach inside a node "
                              "(NCCL's bus bandwidth; default: the --device's, else 1)", metavar="F",
                              label="link efficiency", tag="le")
+    allreduce_eff: float | None = _field(None, "--allreduce-eff", "positive", "share of --bw an all-reduce's bus "
+                                         "bandwidth reaches inside a node where it differs from the other "
+                                         "collectives' (--link-eff): in-switch reduction (NVLink SHARP) takes it "
+                                         "above 1, up to 2 (realistic model; default: --link-eff)", metavar="F",
+                                         label="all-reduce efficiency", tag="are", high=2.0)
     net_eff: float = _field(1.0, "--net-eff", "fraction", "share of --inter-bw that collectives reach between "
                             "nodes (default: the --network's, else 1)", metavar="F", label="network efficiency",
                             tag="ne")
@@ -201,6 +209,8 @@ class Cluster:
             value = getattr(self, name)
             if value not in PRECISIONS and (name == "precision" or value != ""):
                 raise SettingError(name, f"must be one of {', '.join(PRECISIONS)}, got {shown(value)}")
+        if self.allreduce_eff is not None and not self.realistic:
+            raise SettingError("allreduce_eff", "belongs to the realistic model: give a real --device (or --mem-bw)")
         checks = (("flops and bw", self.bw, self.word), ("flops and inter_bw", self.inter_bw, self.inter_word))
         for name, bw, w in checks:
             if bw is not None and not MIN_WORD_COST <= w <= MAX_WORD_COST:
@@ -231,6 +241,14 @@ class Cluster:
         the bus bandwidth collectives reach, ``bw * link_eff``)."""
         bw = self.bw if self.link_eff == 1.0 else self.bw * self.link_eff
         return self.word_bytes * 1000.0 * self.flops / bw
+
+    @property
+    def allreduce_word(self) -> float:
+        """FLOP equivalent of moving one element of an all-reduce inside a
+        node: ``W``, or at ``bw * allreduce_eff`` when that is given."""
+        if self.allreduce_eff is None:
+            return self.word
+        return self.word_bytes * 1000.0 * self.flops / (self.bw * self.allreduce_eff)
 
     @property
     def inter_word(self) -> float:
@@ -354,14 +372,14 @@ class Cluster:
         (times ``latency_scale`` when given)."""
         q = C[letters]
         if not self.two_level:
-            cost = self.word * (words / q) * 2.0 * (q - 1.0)
+            cost = self.allreduce_word * (words / q) * 2.0 * (q - 1.0)
             if not self.latency:
                 return cost
             steps = self.step_cost * 2.0 * (q - 1.0)
             return cost + (steps if latency_scale is None else steps * latency_scale)
         q_out = self.across(C, letters)
         q_in = q / q_out
-        inside = self.word * 2.0 * words * (q_in - 1.0) / q_in
+        inside = self.allreduce_word * 2.0 * words * (q_in - 1.0) / q_in
         between = self.inter_word * 2.0 * (words / q_in) * (q_out - 1.0) / q_out
         return inside + between + self._steps(q_in, q_out, 2.0, latency_scale)
 

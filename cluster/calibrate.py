@@ -11,13 +11,15 @@ A measurements file (TOML or JSON) holds any of:
   of ``{batch, heads, seq, head_dim, seconds}`` (``causal = true`` halves
   the work) -> ``attention_eff``, the FLOP counted as FlashAttention counts
   them: ``4 b h s^2 d`` forward, 2.5 times that backward;
-* ``nccl``: the output of nccl-tests' ``all_reduce_perf`` (the text itself,
-  or ``nccl_file``, a path relative to the measurements file), from which
-  the ranks and the hosts are read off its ``# Rank`` lines (or ``gpus`` and
-  ``nodes``) -> on one node ``link_eff`` (the bus bandwidth of the largest
-  message over ``bw``) and ``latency`` (the smallest message's time over the ring's
-  ``2 (n - 1)`` steps); across nodes ``net_eff`` (over ``inter_bw``) and
-  ``inter_latency``;
+* ``nccl``: outputs of nccl-tests (the text, or ``nccl_file``: a path or
+  a list of paths relative to the measurements file; or the output itself
+  given to ``--calibrate``): ``all_reduce_perf``, ``all_gather_perf``,
+  ``reduce_scatter_perf`` and ``sendrecv_perf``, as launchers print them
+  (:mod:`cluster.nccl`), the ranks and hosts read off their ``# Rank``
+  lines (or ``gpus`` and ``nodes``) -> ``link_eff``, ``allreduce_eff`` and
+  ``latency`` from tests on one node, ``net_eff`` and ``inter_latency`` from
+  tests across nodes, fitted through the model's own collectives
+  (:mod:`cluster.netfit`);
 * ``step``: ``{plan, seconds}``, a measured step time of a plan file
   (written with ``--output``) -> one factor on ``matmul_eff``,
   ``attention_eff`` and ``memory_eff`` (after the fits above) that makes the
@@ -25,32 +27,46 @@ A measurements file (TOML or JSON) holds any of:
 
 Each fit starts from the cluster the other settings describe (a
 ``--device`` preset, a cluster file, flags), and :func:`calibrate` returns
-the fitted fields and a line per fit saying from what.
+the fitted fields, a line per fit saying from what, and the tables of
+measured against modelled collective times.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
 
 from errors import InputError
 
-__all__ = ["read_measurements", "calibrate", "parse_all_reduce_perf", "render_toml", "KEYS"]
+__all__ = ["read_measurements", "calibrate", "nccl_tables", "render_toml", "KEYS"]
 
 KEYS = ("gemm", "attention", "nccl", "nccl_file", "gpus", "nodes", "step")
 MAX_BYTES = 8 << 20
 
 
+def nccl_paths(data: dict, path: str) -> list[str]:
+    """The nccl-tests outputs the measurements file at ``path`` names
+    (``nccl_file``: one path or a list, relative to the file)."""
+    files = data.get("nccl_file", [])
+    files = [files] if isinstance(files, str) else files
+    if not isinstance(files, list) or not all(isinstance(f, str) and f for f in files):
+        raise InputError(f"--calibrate: {path}: nccl_file must be a path or a list of paths")
+    return [os.path.join(os.path.dirname(path), f) for f in files]
+
+
 def read_measurements(path: str) -> dict:
     """The measurements file at ``path`` as a table (TOML, or JSON by its
-    suffix); one-line errors naming the file."""
+    suffix), or an nccl-tests output itself; one-line errors naming the
+    file."""
+    from cluster.nccl import json_output, looks_like_output
     from readers import read_text
 
     try:
         text = read_text(path, MAX_BYTES, "measurements file")
     except InputError as e:
         raise InputError(f"--calibrate: {e}") from None
+    if json_output(text) is not None:  # the JSON nccl-tests writes (-J)
+        return {"nccl": [text], "_nccl_names": [os.path.basename(path)]}
     if path.lower().endswith(".json"):
         import json
 
@@ -64,7 +80,11 @@ def read_measurements(path: str) -> dict:
         try:
             data = tomllib.loads(text)
         except ValueError as e:
-            raise InputError(f"--calibrate: {path} is not valid TOML: {str(e).splitlines()[0]}") from None
+            if not looks_like_output(text):
+                raise InputError(f"--calibrate: {path} is not valid TOML: {str(e).splitlines()[0]}") from None
+            data = None
+        if not data and looks_like_output(text):  # the output of nccl-tests itself
+            return {"nccl": [text], "_nccl_names": [os.path.basename(path)]}
     if not isinstance(data, dict):
         raise InputError(f"--calibrate: {path} must hold a table of measurements")
     unknown = sorted(set(data) - set(KEYS))
@@ -73,13 +93,20 @@ def read_measurements(path: str) -> dict:
     if not any(k in data for k in ("gemm", "attention", "nccl", "nccl_file", "step")):
         raise InputError(f"--calibrate: {path} has no measurements (gemm, attention, nccl, nccl_file or step)")
     if "nccl_file" in data:
-        if not isinstance(data["nccl_file"], str):
-            raise InputError(f"--calibrate: {path}: nccl_file must be a path")
-        nccl = os.path.join(os.path.dirname(path), data["nccl_file"])
-        try:
-            data = {**data, "nccl": read_text(nccl, MAX_BYTES, "nccl-tests output")}
-        except InputError as e:
-            raise InputError(f"--calibrate: {path}: nccl_file: {e}") from None
+        texts, names = [], []
+        for f in nccl_paths(data, path):
+            try:
+                texts.append(read_text(f, MAX_BYTES, "nccl-tests output"))
+            except InputError as e:
+                raise InputError(f"--calibrate: {path}: nccl_file: {e}") from None
+            names.append(os.path.basename(f))
+        if "nccl" in data:
+            extra = [data["nccl"]] if isinstance(data["nccl"], str) else data["nccl"]
+            if not isinstance(extra, list):
+                raise InputError(f"--calibrate: {path}: nccl must be the text of an nccl-tests output (or a list "
+                                 "of them)")
+            texts, names = texts + extra, names + [f"nccl[{i}]" for i in range(len(extra))]
+        data = {**data, "nccl": texts, "_nccl_names": names}
     return data
 
 
@@ -111,7 +138,7 @@ def _median(xs: list[float]) -> float:
 
 
 def _fit_gemm(rows, cluster, where) -> tuple[float, str]:
-    from cost_model import _wave_share
+    from cost.time import wave_share
 
     peak = cluster.flops * 1e12
     shares = []
@@ -120,7 +147,7 @@ def _fit_gemm(rows, cluster, where) -> tuple[float, str]:
         flop = 2.0 * m * n * k
         t = _number(r["seconds"], f"{where}: gemm[{i}].seconds") if "seconds" in r else \
             flop / (_number(r["tflops"], f"{where}: gemm[{i}].tflops") * 1e12)
-        waves = float(_wave_share(m, n, 1.0, cluster.sms)) if cluster.sms else 1.0
+        waves = float(wave_share(m, n, 1.0, cluster.sms)) if cluster.sms else 1.0
         shares.append(flop / (t * peak * waves))
     eff = _median(shares)
     if eff > 1.0:
@@ -150,69 +177,88 @@ def _fit_attention(rows, cluster, where) -> tuple[float, str]:
                  "attentions, forward and backward")
 
 
-_RANK = re.compile(r"^#\s*Rank\s+(\d+).*?\bon\s+(\S+)")
+def _outputs(data: dict, where: str) -> list[tuple[str, str]]:
+    """The nccl-tests outputs of the measurements: (name, text) each."""
+    texts = data["nccl"]
+    names = data.get("_nccl_names")
+    if isinstance(texts, str):
+        texts = [texts]
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise InputError(f"--calibrate: {where}: nccl must be the text of an nccl-tests output (or a list of them)")
+    if not names:
+        names = ["nccl" if len(texts) == 1 else f"nccl[{i}]" for i in range(len(texts))]
+    return list(zip(names, texts))
 
 
-def parse_all_reduce_perf(text: str) -> tuple[list[tuple[float, float, float]], int, int]:
-    """``(bytes, out-of-place microseconds, bus GB/s)`` per size line of
-    nccl-tests' ``all_reduce_perf`` output, with the ranks and hosts its
-    ``# Rank`` lines name (0, 0 when it has none)."""
-    rows, ranks, hosts = [], set(), set()
-    for line in text.splitlines():
-        m = _RANK.match(line.strip())
-        if m:
-            ranks.add(int(m.group(1)))
-            hosts.add(m.group(2))
-            continue
-        parts = line.split()
-        if not parts or parts[0].startswith("#") or len(parts) < 8:
-            continue
-        try:
-            size = float(parts[0])
-            # ... time algbw busbw #wrong time algbw busbw #wrong: the out-of-place figures are the
-            # eighth to sixth fields from the end, whatever columns come first (root only in later versions)
-            nums = [float(x) for x in parts[-8:-5]]
-        except ValueError:
-            continue
-        if size > 0:
-            rows.append((size, nums[0], nums[2]))
-    return rows, len(ranks), len(hosts)
+def _count(data: dict, key: str, where: str) -> int | None:
+    if key not in data:
+        return None
+    x = data[key]
+    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        raise InputError(f"--calibrate: {where}: {key} must be a positive integer, got {x!r}")
+    return x
 
 
-def _fit_nccl(data, cluster, where) -> tuple[dict, list[str]]:
-    text = data["nccl"]
-    if not isinstance(text, str):
-        raise InputError(f"--calibrate: {where}: nccl must be the text of all_reduce_perf's output")
-    rows, ranks, hosts = parse_all_reduce_perf(text)
-    if not rows:
-        raise InputError(f"--calibrate: {where}: no size lines in the all_reduce_perf output")
-    gpus = int(_number(data["gpus"], f"{where}: gpus")) if "gpus" in data else ranks
-    nodes = int(_number(data["nodes"], f"{where}: nodes")) if "nodes" in data else max(hosts, 1)
-    if gpus < 2:
-        raise InputError(f"--calibrate: {where}: the all_reduce_perf output names no ranks; give gpus (and nodes)")
-    largest = max(rows)
-    smallest = min(rows)
-    bus = largest[2]  # GB/s
-    if not bus > 0 or not smallest[1] > 0:
-        raise InputError(f"--calibrate: {where}: the all_reduce_perf output's largest message has no bus bandwidth "
-                         "(or its smallest no time)")
-    steps = 2.0 * (gpus - 1)
-    if nodes <= 1:
-        eff_key, lat_key, bw, flag, span = "link_eff", "latency", cluster.bw, "--bw", "one node"
-        lat_was = cluster.latency
-    else:
-        if cluster.inter_bw is None:
-            raise InputError(f"--calibrate: {where}: the all_reduce_perf output spans {nodes} nodes; give the network "
-                             "between them (--inter-bw or --network, with --gpus-per-node)")
-        eff_key, lat_key, bw, flag, span = "net_eff", "inter_latency", cluster.inter_bw, "--inter-bw", f"{nodes} nodes"
-        lat_was = cluster.latency if cluster.inter_latency is None else cluster.inter_latency
-    eff = min(bus / bw, 1.0)
-    lat = smallest[1] / steps
-    return {eff_key: eff, lat_key: lat}, [
-        f"{eff_key} {getattr(cluster, eff_key):g} -> {eff:.3f}: bus bandwidth {bus:g} GB/s at {largest[0]:.3g} "
-        f"bytes over {flag} {bw:g} GB/s ({gpus} devices on {span})",
-        f"{lat_key} {lat_was:g} -> {lat:.3g} us: {smallest[1]:g} us at {smallest[0]:.3g} bytes over the ring's "
-        f"{steps:g} steps"]
+def nccl_tables(data: dict, where: str) -> tuple[list, list[str]]:
+    """The tests of the measurements' nccl-tests outputs the model can
+    fit (:class:`cluster.netfit.Table`), and a line per test left out."""
+    from cluster.nccl import FITTED, collective, ranks_read_off, runs
+    from cluster.netfit import Table
+
+    gpus, nodes = _count(data, "gpus", where), _count(data, "nodes", where)
+    tables, skipped = [], []
+    for name, text in _outputs(data, where):
+        found = runs(text, name)
+        if not found:
+            raise InputError(f"--calibrate: {where}: {name}: no size lines in the nccl-tests output (the table under "
+                             "its '#  size  count  type ...' header)")
+        zero = [r for r in found if all(x.busbw == 0 for x in r.rows if x.algbw >= 1.0)
+                and any(x.algbw >= 1.0 for x in r.rows)]
+        alone = [r for r in found if r.repeated or (len(r.ranks) == 1 and gpus is None) or any(r is z for z in zero)]
+        if alone:
+            r = alone[0]
+            many = max(len(s) for s in r.ranks.values()) if r.ranks else 0
+            what = (f"rank {min(r.ranks)} is printed by {many} processes" if r.repeated else
+                    f"it holds {len(alone)} tests of one rank each" if len(alone) > 1 else
+                    "it ran on one rank" if len(r.ranks) == 1 else "its bus bandwidth is 0 at every size")
+            raise InputError(f"--calibrate: {where}: {name}: {what}: the ranks ran alone, each its own test, and "
+                             "nothing crossed a link (nccl-tests built without MPI, or started once per device): "
+                             "build it with MPI=1 and launch all the ranks as one test (mpirun, srun), or run one "
+                             "process over the node's devices (-g 8)")
+        for r in found:
+            n = gpus if gpus is not None else len(r.ranks)
+            h = nodes if nodes is not None else max(len(r.hosts), 1)
+            if n == 0:
+                guess = ranks_read_off(r)
+                seen = f"; its table suggests {guess} ranks" if guess else ""
+                raise InputError(f"--calibrate: {where}: {name}: the output names no ranks (no '# Rank' lines{seen}): "
+                                 f"give gpus and nodes in a measurements file (as: nccl_file = \"{name}\", gpus = "
+                                 f"{guess or 8}, nodes = 1)")
+            if n < 2:
+                raise InputError(f"--calibrate: {where}: {name}: one rank: nothing crossed a link; measure over two "
+                                 "devices or more")
+            if n % h:
+                raise InputError(f"--calibrate: {where}: {name}: {n} ranks on {h} nodes: the model spreads devices "
+                                 "evenly over nodes; give gpus and nodes")
+            test, note = collective(r, n)
+            if test not in FITTED:
+                skipped.append(f"{name}: {test}_perf left out: the model has no {test.replace('_', '-')} "
+                               f"(it uses all_reduce, all_gather, reduce_scatter and sendrecv)")
+                continue
+            rows = [x for x in r.rows if x.seconds > 0]
+            tables.append(Table(test, n, h, [x.size for x in rows], [x.seconds for x in rows],
+                                [x.busbw for x in rows], [x.algbw for x in rows], name, note))
+    if not tables:
+        raise InputError(f"--calibrate: {where}: {skipped[0] if skipped else 'no test to fit'}")
+    return tables, skipped
+
+
+def _fit_nccl(data, cluster, where) -> tuple[dict, list[str], list[str]]:
+    from cluster.netfit import fit_network
+
+    tables, skipped = nccl_tables(data, where)
+    fields, lines, details = fit_network(tables, cluster, where)
+    return fields, skipped + lines, details
 
 
 def _fit_step(step, fields: dict, cluster, where, predict) -> tuple[dict, str]:
@@ -250,9 +296,10 @@ def _fit_step(step, fields: dict, cluster, where, predict) -> tuple[dict, str]:
 
 
 def calibrate(data: dict, cluster, where: str, predict=None) -> tuple[dict, list[str]]:
-    """The fitted cluster fields and a line per fit (see the module
-    docstring); ``cluster`` the one the settings describe; ``predict(fields)``
-    the step time (seconds) of the measurements' plan under the cluster with
+    """The fitted cluster fields, a line per fit (see the module
+    docstring) and the tables of measured against modelled collective times;
+    ``cluster`` the one the settings describe; ``predict(fields)`` the step
+    time (seconds) of the measurements' plan under the cluster with
     ``fields`` changed (needed for ``step``)."""
     if not cluster.realistic:
         raise InputError("--calibrate fits the realistic model's constants: give a real --device (or a cluster "
@@ -267,15 +314,16 @@ def calibrate(data: dict, cluster, where: str, predict=None) -> tuple[dict, list
                                    cluster, where)
         fields["attention_eff"] = eff
         lines.append(line)
+    details = []
     if "nccl" in data:
-        f, ls = _fit_nccl(data, cluster, where)
+        f, ls, details = _fit_nccl(data, cluster, where)
         fields.update(f)
         lines += ls
     if "step" in data:
         f, line = _fit_step(data["step"], fields, cluster, where, predict)
         fields.update(f)
         lines.append(line)
-    return fields, lines
+    return fields, lines, details
 
 
 def render_toml(record: dict, lines: list[str], source: str) -> str:

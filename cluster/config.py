@@ -95,7 +95,7 @@ def record(c: Cluster) -> dict:
 #: the figures of a device (a preset sets them all): a plan file's record of them is used again only for
 #: the device and precision it was made for
 DEVICE_FIGURES = ("flops", "bw", "device_memory", "mem_bw", "matmul_eff", "attention_eff", "memory_eff",
-                  "link_eff", "latency", "headroom", "sms")
+                  "link_eff", "allreduce_eff", "latency", "headroom", "sms")
 #: the figures of a network between nodes (a network preset sets them)
 NETWORK_FIGURES = ("inter_bw", "net_eff", "inter_latency")
 

@@ -373,12 +373,13 @@ def test_estimate_counts_the_arrays_of_an_operator_sharing_its_weight():
 
 
 def test_too_large_cost_arrays_are_refused_before_anything_is_enumerated(monkeypatch):
+    import cost.tables
     import cost_model
 
     def enumerate_nothing(*args):
         raise AssertionError("enumerated")
 
-    monkeypatch.setattr(cost_model, "configurations", enumerate_nothing)
+    monkeypatch.setattr(cost.tables, "configurations", enumerate_nothing)
     with pytest.raises(cost_model.CostTablesTooLarge, match=r"the cost arrays for p = 1000000 need \d+.\d+ GB but "
                                                             r"the limit is 1 GB \(up to 27545 configurations"):
         build_costs(built("transformer"), 10**6, memory_limit=10**9)
@@ -386,13 +387,13 @@ def test_too_large_cost_arrays_are_refused_before_anything_is_enumerated(monkeyp
 
 @pytest.mark.parametrize("g, p", [("transformer", 64), ("inception3", 32), ("rnnlm", 16), ("alexnet", 8)])
 def test_edges_worked_out_per_distinct_split_are_the_same_numbers(monkeypatch, g, p):
-    import cost_model
+    import cost.time
 
     graph = built(g)
     ops = operators(graph)
     cg = costed(g, p)
     for spread in (0, 10**18):  # every matrix per distinct split, or none
-        monkeypatch.setattr(cost_model, "_SPREAD", spread)
+        monkeypatch.setattr(cost.time, "_SPREAD", spread)
         for u, v, d in sorted(graph.edges(data=True))[:40]:
             m = edge_costs(ops[u], d["out"], ops[v], d["inp"], cg.configs[u], cg.configs[v], cg.model)
             assert np.array_equal(m, cg.edge_costs[(u, v)])

@@ -89,8 +89,8 @@ def test_a_hand_edited_peak_at_the_top_of_a_plan_file_is_used(tmp_path):
     assert "20 TFLOPS and 16 GB/s per device" in out
 
 
-def test_the_precedence_is_stated_in_the_readme():
-    text = (ROOT / "README.md").read_text()
+def test_the_precedence_is_stated_in_the_manual():
+    text = (ROOT / "docs" / "cluster.md").read_text()
     assert "looked up again" in text and "recorded cluster" in text
 
 

@@ -87,7 +87,7 @@ class TestCollectiveParser:
     ])
 
     def test_parse_and_attribute(self):
-        import jax_validate as jv
+        import hlo as jv
 
         cs = jv.collectives(self.HLO, 8)
         assert [(c.kind, c.elements, c.group) for c in cs] == [
@@ -114,7 +114,7 @@ class TestCollectiveParser:
         ("source_target_pairs={{0,4},{4,0}}, metadata", [(0, 4), (4, 0)]),
     ])
     def test_replica_groups_and_nodes(self, text, groups):
-        import jax_validate as jv
+        import hlo as jv
 
         got = jv.replica_groups("%x = f32[8]{0} all-reduce(%y), " + text, 8)
         assert list(got) == groups
@@ -124,7 +124,7 @@ class TestCollectiveParser:
         assert jv.Collective("all-reduce", 8, ((0, 4),), "").across_nodes(4) is True
 
     def test_share_of_traffic_between_nodes(self):
-        import jax_validate as jv
+        import hlo as jv
 
         ring = jv.Collective("all-reduce", 8, (tuple(range(8)),), "")
         assert ring.across_share(4) == 2 / 8  # links 3-4 and 7-0 of the ring join the two nodes

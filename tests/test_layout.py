@@ -74,3 +74,34 @@ def test_the_graph_and_the_library_entry_point_do_not_need_the_command_line():
     assert not any(m.startswith("models") for m in reach("graph"))
     assert not any(m == "cli" or m.startswith("cli.") for m in reach("planner"))
     assert not any(m.startswith(("cli", "planner", "studies")) for m in reach("dp_search"))
+
+
+def source_files():
+    """Every Python file of the project outside the tests (benchmarks
+    included), relative to the root."""
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0].startswith(".") or rel.parts[0] in ("tests", "docs") or "__pycache__" in rel.parts:
+            continue
+        yield rel, path
+
+
+def test_no_module_is_over_600_lines():
+    sizes = {str(rel): len(path.read_text().splitlines()) for rel, path in source_files()}
+    assert len(sizes) > 60  # the walk found the project, benchmarks included
+    assert {f: n for f, n in sizes.items() if n > 600} == {}
+
+
+def test_the_cost_model_entry_point_re_exports_a_package_of_one_idea_per_module():
+    import cost_model
+
+    assert len((ROOT / "cost_model.py").read_text().splitlines()) < 200
+    modules = {p.stem for p in (ROOT / "cost").glob("*.py")} - {"__init__"}
+    assert modules == {"rules", "time", "memory", "tables", "evaluate"}
+    offered = [getattr(cost_model, name) for name in cost_model.__all__]
+    defined = [x for x in offered if callable(x)]
+    assert len(defined) > 20 and all(x.__module__.startswith("cost.") for x in defined)  # defined in the package
+    graph = import_graph()
+    order = ["cost.rules", "cost.time", "cost.memory", "cost.tables", "cost.evaluate"]
+    for i, m in enumerate(order):  # each module imports only those before it in the package
+        assert {n for n in graph[m] if n.startswith("cost.")} <= set(order[:i])

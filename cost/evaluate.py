@@ -1,0 +1,201 @@
+"""A strategy's evaluation and result: one configuration (and options) per
+operator checked (:func:`check_strategy`), costed with the formulas the
+tables are built from (:func:`evaluate`, any configuration that divides,
+inside the search space or not), and turned into a :class:`result.Result`
+(:func:`make_result`) with the model FLOP, the recomputed FLOP and the
+words moved that the report shows.
+"""
+
+from __future__ import annotations
+
+import math
+import numpy as np
+
+from cluster import Cluster
+from config_space import Decision, in_space
+from cost.memory import footprint, shared_weights
+from cost.rules import CostModel, extents
+from cost.tables import StrategyCost, node_arrays, with_options
+from cost.time import edge_costs
+from errors import InputError
+from graph import operators, parameter_count
+from kinds.base import Comm
+from kinds import Extents
+from result import Layer, Result
+
+__all__ = ["check_strategy", "StrategyCost", "evaluate", "model_flops", "recomputed_flops", "make_result",
+           "words_moved"]
+
+# -- strategies ----------------------------------------------------------------------
+
+
+def check_strategy(g, strategy, p: int | None = None) -> list[Decision]:
+    """One :class:`config_space.Decision` per node of ``g`` from
+    ``strategy`` (decisions, or configurations: lists of splits in the
+    order of each operator's ``dims``), each checked by
+    :meth:`config_space.Decision.of` (with ``p``, the devices it uses too);
+    :class:`errors.InputError` naming the first bad node."""
+    ops = operators(g)
+    strategy = list(strategy)
+    if len(strategy) != len(ops):
+        raise InputError(f"the strategy has {len(strategy)} configurations; {g.graph['name']} has {len(ops)} operators")
+    out = []
+    for v, (op, d) in enumerate(zip(ops, strategy)):
+        where = f"node {v} ({op.name})"
+        if isinstance(d, Decision):
+            if d.dims != op.dims:
+                raise InputError(f"{where}: decision {d!r} is for the letters {d.dims!r}, not {op.dims!r}")
+            out.append(Decision.of(op, d.config, p, d.options, where))
+        else:
+            out.append(Decision.of(op, d, p, (), where))
+    return out
+
+
+def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None) -> StrategyCost:
+    """Cost of a strategy (one configuration per node id), which need not lie
+    in any enumerated space, with the formulas the cost arrays are built from.
+    Validates it first (see :func:`check_strategy`).  With ``p``, says which
+    configurations the search space for ``p`` devices holds (else: none)."""
+    from blocks import find_chains
+    from options import OPTIONS, contexts
+
+    strategy = check_strategy(g, strategy)
+    ops = operators(g)
+    comp, comm, weights, acts, parts, transient = [], [], [], [], [], []
+    uses_options = any(d.options for d in strategy) or model.options
+    chains = find_chains(g) if uses_options else ()
+    ctx = contexts(g, chains)
+    seen = {}  # identical operators (up to names) with the same decision and context cost the same
+    for v, (op, d) in enumerate(zip(ops, strategy)):
+        key = (op, d, ctx[v].key)
+        if key not in seen:
+            given = {name: d.option(name) for name in OPTIONS}
+            na = node_arrays(op, [d.config], model, ctx[v], given=given)
+            seen[key] = (float(na.compute[0]), float(na.comm[0]), float(na.weights[0]), float(na.activations[0]),
+                         tuple(float(x) for x in na.parts[:, 0]), float(na.transient[0]))
+        for out, x in zip((comp, comm, weights, acts, parts, transient), seen[key]):
+            out.append(x)
+    edges = {}
+    moved = {}
+    for u, v, d in sorted(g.edges(data=True)):
+        key = (ops[u], d["out"], ops[v], d["inp"], strategy[u].config, strategy[v].config)
+        if key not in moved:
+            m = edge_costs(ops[u], d["out"], ops[v], d["inp"], [strategy[u].config], [strategy[v].config], model)
+            moved[key] = float(m[0, 0])
+        edges[(u, v)] = moved[key]
+    cutoff = g.graph["cutoff"]
+    inside = tuple(p is not None and in_space(op, d.config, p, cutoff) for op, d in zip(ops, strategy))
+    return StrategyCost(strategy, tuple(comp), tuple(comm), edges, inside, tuple(weights), tuple(acts),
+                        tuple(parts), tuple(transient), tuple(c.block for c in ctx))
+
+
+def model_flops(g, model: CostModel) -> float:
+    """FLOP of one training step of the whole model as model FLOP
+    utilisation counts them (Narayanan et al., SC'21): two per multiply-add
+    of every matrix product, forward and backward, recomputation not
+    included, attention's whole score matrix; no elementwise work."""
+    ops = operators(g)
+    macs, seen = [], {}  # identical operators count the same
+    for op in ops:
+        if op not in seen:
+            D, C = extents(op, [(1,) * len(op.space)])
+            seen[op] = op.kind.model_macs(op, op.kind.work(op, D, C, model))
+        macs.append(seen[op])
+    return 2.0 * math.fsum(macs)
+
+
+def recomputed_flops(g, strategy, model: CostModel) -> float:
+    """FLOP of the forward passes a step runs again (activation
+    recomputation), counted as :func:`model_flops` counts: a third of each
+    recomputed operator's model FLOP per replay."""
+    if not any(d.option("recompute") != "none" for d in strategy):
+        return 0.0
+    from blocks import find_chains
+    from options import OPTIONS, contexts
+
+    ops = operators(g)
+    ctx = contexts(g, find_chains(g))
+    out, seen = [], {}  # identical operators with the same options replay the same
+    for v, (op, d) in enumerate(zip(ops, strategy)):
+        key = (op, d.options, ctx[v].key)
+        if key not in seen:
+            ones = [(1,) * len(op.space)]
+            C, work, _ = with_options(op, ones, model, ctx[v], {n: d.option(n) for n in OPTIONS})
+            seen[key] = work.replays * 2.0 * op.kind.model_macs(op, work) / 3.0 if work.replays else 0.0
+        if seen[key]:
+            out.append(seen[key])
+    return math.fsum(out)
+
+
+def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
+    """A :class:`result.Result` for graph ``g`` from a :class:`StrategyCost`."""
+    shared = shared_weights(g)
+
+    def saves(v, op, d):  # what the options save on what the operator keeps
+        if not d.options:
+            return 0.0
+        _, C = extents(op, [d.config])
+        default = footprint(op, C, model, shared.get(v, ()))
+        return float(default.kept[0]) - math.fsum(sc.parts[v])
+
+    layers = tuple(
+        Layer(v, op.name, op.kind.name, op.space, d, sc.compute[v], sc.comm[v], sc.in_space[v],
+              sc.weights[v], sc.activations[v], sc.parts[v], sc.transient[v], saves(v, op, d))
+        for v, (op, d) in enumerate(zip(operators(g), sc.strategy)))
+    edges = tuple((u, v, c) for (u, v), c in sorted(sc.edges.items()))
+    params = tuple(g.graph.get("params", {}).items())
+    source = tuple(g.graph.get("source", {}).items())
+    defaults = tuple(g.graph.get("defaults", {}).items())
+    if model.realistic and "model_flops" not in fields:
+        fields["model_flops"] = model_flops(g, model)
+        fields["recomputed_flops"] = recomputed_flops(g, sc.strategy, model)
+    return Result(mode, g.graph["name"], params, p, model, layers, edges, parameters=parameter_count(g),
+                  model_source=source, defaults=defaults, words=words_moved(g, sc, model),
+                  transient=sc.peak_transient, **fields)
+
+
+def _elements(c: Comm, C: Extents):
+    """Elements one device sends or receives in one of the collectives
+    ``c`` describes, on one ring: an all-reduce ``2 w (q - 1) / q``, an
+    all-gather or a reduce-scatter ``w (q - 1) / q``, a send ``w``."""
+    if c.pattern == "cheapest":
+        return np.minimum(*[_elements(o, C) for o in c.options])
+    q = C[c.letters]
+    if c.pattern == "allreduce":
+        return 2.0 * c.words * (q - 1.0) / q
+    if c.pattern in ("allgather", "reducescatter"):
+        return c.words * (q - 1.0) / q
+    return np.where(q > 1, c.words, 0.0)
+
+
+def words_moved(g, sc, model) -> float:
+    """Elements one device sends or receives per step under the strategy
+    ``sc`` (a :class:`StrategyCost`): the collectives of every operator's
+    work record (with its options) and every edge's re-distribution,
+    whatever the links' speeds and latency."""
+    c = model.cluster
+    if not c.realistic and not c.two_level and not c.latency and c.link_eff == 1.0:
+        return sc.comm_total / c.word  # every element costs W: the communication says it
+    from blocks import find_chains
+    from options import OPTIONS, contexts
+
+    ops = operators(g)
+    uses_options = any(d.options for d in sc.strategy)
+    ctx = contexts(g, find_chains(g) if uses_options else ())
+    moved, seen = [], {}  # identical operators (edges) with the same decisions move the same
+    for v, (op, d) in enumerate(zip(ops, sc.strategy)):
+        key = (op, d, ctx[v].key)
+        if key not in seen:
+            C, work, _ = with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
+            seen[key] = [float((x.count * _elements(x, C))[0]) if np.ndim(x.count * _elements(x, C)) else
+                         float(x.count * _elements(x, C)) for x in work.comms]
+        moved.extend(seen[key])
+    unit = CostModel(Cluster(1.0, 1000.0 * c.word_bytes, precision=c.precision))  # one element costs 1
+    for u, v, e in sorted(g.edges(data=True)):
+        key = (ops[u], e["out"], ops[v], e["inp"], sc.strategy[u].config, sc.strategy[v].config)
+        if key not in seen:
+            m = edge_costs(ops[u], e["out"], ops[v], e["inp"], [sc.strategy[u].config], [sc.strategy[v].config],
+                           unit)
+            seen[key] = float(m[0, 0])
+        moved.append(seen[key])
+    return math.fsum(moved)

@@ -1,0 +1,162 @@
+"""The cost model's rules and constants: :class:`CostModel`, the machine
+(a :class:`cluster.Cluster`) and the modelling rules that turn work into
+FLOP or seconds, and the checks every costing shares (the device count, an
+operator's extents at its configurations).
+
+The rules' defaults are the original PaSE tool's (Elango, IPDPS 2021); on a
+cluster with a memory bandwidth (a real device) the realistic time model
+applies (:mod:`cost.time`).  Nothing here prices work or counts bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cluster import Cluster
+from errors import SettingError, shown
+from graph import Operator
+from kinds import Extents
+
+__all__ = ["CostModel", "AUTO", "EMBEDDING_SYNC", "MAX_PROCS", "OPTIMIZERS", "check_procs", "extents"]
+
+EMBEDDING_SYNC = ("dense", "sparse", "best")
+AUTO = "auto"  # an option the search chooses
+MAX_PROCS = 10**6
+#: extra copies of the weights an optimizer keeps (momentum; Adam's two moments)
+OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2}
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The machine and the modelling rules that turn work into FLOP.
+
+    The rules' defaults are the original PaSE model; they only change how an
+    Embedding is costed (see :class:`kinds.gemm.Embedding`):
+    ``embedding_lookup`` costs its compute as a row gather and gradient
+    scatter-add instead of a one-hot GEMM; ``embedding_sync`` exchanges its
+    weight gradient by a ``"dense"`` all-reduce, a ``"sparse"`` push/pull of
+    the rows touched (Parallax), or the cheaper of the two (``"best"``);
+    ``distinct_rows`` is the number of distinct vocabulary rows a device's
+    tokens touch per step (``None``: one per token).
+
+    ``optimizer`` (``sgd``, ``momentum``, ``adam``) sets the optimizer state
+    of the memory model (:meth:`memory_bytes`); it changes no cost.
+
+    ``options``: the execution options (``options/``) as ``(name, value)``
+    pairs: a value every operator it applies to takes, or ``"auto"``: the
+    search chooses per operator (or block).  Those not named stay at their
+    default.
+
+    On a cluster with a memory bandwidth (:attr:`cluster.Cluster.realistic`,
+    a real device) the *realistic* time model applies (:func:`price`): vendor
+    FLOP at the device's efficiencies, a roofline with the memory traffic,
+    collectives at NCCL's bus bandwidth, gradient and weight collectives
+    overlapped with computation.  Otherwise the PaSE paper's model.
+
+    ``micro_batches``: the costs are those of a pipeline stage's operators
+    for one of that many micro-batches (:func:`price`): what each
+    micro-batch pays, and the gradients' synchronisation, paid once per
+    step, shared among them.
+    """
+
+    cluster: Cluster = Cluster()
+    embedding_lookup: bool = False
+    embedding_sync: str = "dense"
+    distinct_rows: int | None = None
+    optimizer: str = "adam"
+    options: tuple = ()
+    micro_batches: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.cluster, Cluster):
+            raise TypeError(f"cluster must be a Cluster, got {self.cluster!r}")
+        if self.embedding_sync not in EMBEDDING_SYNC:
+            raise SettingError("embedding_sync", f"must be one of {', '.join(EMBEDDING_SYNC)}, "
+                                                 f"got {shown(self.embedding_sync)}")
+        if not isinstance(self.embedding_lookup, bool):
+            raise SettingError("embedding_lookup", f"must be true or false, got {shown(self.embedding_lookup)}")
+        m = self.micro_batches
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise SettingError("micro_batches", f"must be an integer >= 1, got {shown(m)}")
+        u = self.distinct_rows
+        if u is not None and (isinstance(u, bool) or not isinstance(u, int) or u < 1):
+            raise SettingError("distinct_rows", f"must be an integer >= 1, got {shown(u)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise SettingError("optimizer", f"must be one of {', '.join(OPTIMIZERS)}, got {shown(self.optimizer)}")
+        from options import OPTIONS
+
+        opts = dict(self.options)
+        for name, value in opts.items():
+            if name not in OPTIONS:
+                raise SettingError(name, "is not an execution option")
+            if value != AUTO and value not in OPTIONS[name].values:
+                raise SettingError(name, f"must be one of {', '.join(map(str, OPTIONS[name].values))} or auto, "
+                                         f"got {shown(value)}")
+        object.__setattr__(self, "options", tuple(sorted((k, v) for k, v in opts.items()
+                                                         if v != OPTIONS[k].default)))
+
+    @property
+    def realistic(self) -> bool:
+        """Whether the realistic time model applies (a real device)."""
+        return self.cluster.realistic
+
+    def option(self, name: str):
+        """An option's setting: a value, ``"auto"``, or its default."""
+        from options import OPTIONS
+
+        return dict(self.options).get(name, OPTIONS[name].default)
+
+    def parameter_bytes(self) -> tuple[float, float, float]:
+        """Bytes per weight element of (weights, gradients, optimizer state).
+
+        In the precision's own type, weights and gradients take its bytes each
+        and every optimizer copy as much (the original's 8-byte word: 8, 8,
+        8 per copy).  In bf16 or fp16, the mixed-precision layout: 2-byte
+        weights and gradients, and a 4-byte master copy of the weights plus
+        4 bytes per optimizer copy (Adam: 2 + 2 + 12 = 16 bytes).
+        """
+        b = self.cluster.word_bytes
+        copies = OPTIMIZERS[self.optimizer]
+        if self.cluster.precision in ("bf16", "fp16"):
+            return float(b), float(b), 4.0 + 4.0 * copies
+        return float(b), float(b), float(b * copies)
+
+    def memory_bytes(self, weights, activations) -> tuple:
+        """(weights, gradients, optimizer state, activations) bytes of the
+        given weight and activation element counts (arrays broadcast)."""
+        wb, gb, ob = self.parameter_bytes()
+        return weights * wb, weights * gb, weights * ob, activations * float(self.cluster.word_bytes)
+
+    @property
+    def original(self) -> bool:
+        """True when the rules are the original PaSE model's."""
+        return not self.embedding_lookup and self.embedding_sync == "dense"
+
+    def describe(self) -> str:
+        """The rules in force, in a few words, for the report's header."""
+        if self.realistic:
+            c = self.cluster
+            return (f"realistic ({c.device or 'a measured device'}): vendor FLOP at {100 * c.matmul_eff:.0f}% of peak "
+                    f"for matrix products, {100 * c.attention_eff:.0f}% for fused attention, memory-bound work at "
+                    f"{100 * c.memory_eff:.0f}% of {c.mem_bw:g} GB/s (roofline); gradients and gathered weights "
+                    "overlap computation")
+        if self.original:
+            return "original PaSE (embedding = one-hot GEMM, dense gradients)"
+        compute = "row lookup" if self.embedding_lookup else "one-hot GEMM"
+        sync = {"dense": "dense all-reduce", "sparse": "sparse push/pull",
+                "best": "cheaper of dense/sparse"}[self.embedding_sync]
+        rows = "" if self.distinct_rows is None else f", {self.distinct_rows} distinct rows"
+        return f"embedding = {compute}, gradient = {sync}{rows}"
+
+
+def check_procs(p) -> int:
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not 1 <= p <= MAX_PROCS:
+        raise SettingError("p", f"must be an integer from 1 to {MAX_PROCS:,}, got {shown(p)}")
+    return int(p)
+
+
+def extents(op: Operator, configs) -> tuple[Extents, Extents]:
+    C = np.asarray(configs, dtype=float).reshape(-1, len(op.space))  # (K, n)
+    return Extents(op.dims, np.asarray(op.space, dtype=float)), Extents(op.dims, C)
