@@ -136,6 +136,9 @@ _RUN = (
     Setting("export", ("--export",), "export", "also write the plan for a training framework: torchtitan, "
             "torchtitan@0.2, megatron, jax or dtensor (see docs/exports.md), to PATH (written as --output writes) or, without PATH, to stdout (the report then goes "
             "to stderr); repeatable", metavar="FORMAT[:PATH]"),
+    Setting("draw", ("--draw",), "path", "draw the plan to FILE (.png, .svg or .pdf; matplotlib): the pipeline's "
+            "schedule per stage, the memory per device against its capacity, the step time's parts beside the "
+            "baselines of the compare flag, and the layers' splits", metavar="FILE"),
     Setting("calibrate", ("--calibrate",), "path", "fit the realistic model's constants to measurements in FILE "
             "(TOML or JSON: gemm, attention, nccl or nccl_file, step; or an nccl-tests output itself; see "
             "docs/calibration.md), print the fitted cluster, the measured and modelled collective times "

@@ -149,22 +149,23 @@ def _loops(path: str) -> bool:
     return False
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file renamed into place,
-    so that an error never leaves a half-written file.  A symbolic link is
-    followed (the link stays), an existing file keeps its permissions, and a
-    special file (``/dev/null``) is simply written."""
+def write_atomic(path: str, text: str | bytes) -> None:
+    """Write ``text`` (or bytes) to ``path`` through a temporary file
+    renamed into place, so that an error never leaves a half-written file.
+    A symbolic link is followed (the link stays), an existing file keeps
+    its permissions, and a special file (``/dev/null``) is simply written."""
     import tempfile
 
+    how = {"mode": "wb"} if isinstance(text, bytes) else {"mode": "w", "encoding": "utf-8", "newline": ""}
     target = os.path.realpath(path)
     if os.path.exists(target) and not os.path.isfile(target):
-        with open(target, "w", encoding="utf-8", newline="") as f:
+        with open(target, **how) as f:
             f.write(text)
         return
     mode = os.stat(target).st_mode & 0o7777 if os.path.exists(target) else 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".pase-", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        with os.fdopen(fd, **how) as f:
             f.write(text)
         os.chmod(tmp, mode)
         os.replace(tmp, target)

@@ -69,6 +69,9 @@ def run(s: Settings, out=None):
 
     reads = Reads(s)  # no output may replace one of these
     exports = checked_exports(s, reads)
+    from cli.drawing import checked_drawing
+
+    drawing = checked_drawing(s, exports, reads)
     if s.calibrate is not None:
         from cli.calibrating import run_calibration
 
@@ -130,6 +133,13 @@ def run(s: Settings, out=None):
         if flag == "--dump-graph":
             print(f"Wrote the graph ({g.number_of_nodes()} operators, {g.number_of_edges()} edges) to "
                   f"{os.path.abspath(DOT_FILE)}", file=out)
+    if drawing is not None:
+        from cli.drawing import write_drawing
+
+        try:
+            print(write_drawing(planned, s.draw, drawing), file=out)
+        except OSError as e:
+            failed = failed or OutputFailed(f"--draw: could not write {s.draw}: {e.strerror or e}")
     print(render_text(result, summary=s.summary), file=out)
     if s.breakdown:
         from studies.breakdown import render
