@@ -250,9 +250,6 @@ def test_the_rows_stand_for_the_reports_rows(case):
     sp = figure(planned(case)).splits[0]
     ids = sorted(v for row in sp.rows for v in row.ids)
     assert ids == [layer.id for layer in r.layers] == list(range(len(r.layers)))  # each operator once
-    stage = {}
-    if r.pipeline is not None:
-        stage = {v: s.index for s in r.pipeline.stages for v in s.nodes}
     rows_alike(r, sp)
     assert len(sp.rows) < len(r.layers) / 3  # the repeated blocks drawn once
     for g in sp.blocks:
