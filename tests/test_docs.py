@@ -40,7 +40,6 @@ FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
 #: the entries of the repository the scratch directory does not link
 UNLINKED = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".hypothesis"}
 #: pages the README links that are added beside this one (a link to them is checked once they exist)
-PAGES_ADDED_BESIDE = {"docs/exports.md", "docs/models.md", "docs/drawing.md"}
 COMMAND_TIMEOUT = 120
 
 
@@ -417,8 +416,6 @@ def test_a_link_leads_somewhere(page, line, target):
     path, _, anchor = target.partition("#")
     dest = (page.parent / path).resolve() if path else page
     rel = os.path.relpath(dest, ROOT)
-    if not dest.exists() and rel in PAGES_ADDED_BESIDE:
-        pytest.skip(f"{rel} is not in this tree")
     where = f"{page.relative_to(ROOT)}:{line}: {target}"
     assert dest.exists(), f"{where}: no such file"
     if anchor and dest.suffix == ".md":
@@ -428,7 +425,7 @@ def test_a_link_leads_somewhere(page, line, target):
 def test_the_readme_leads_to_every_page():
     linked = {os.path.relpath((ROOT / t.partition("#")[0]).resolve(), ROOT)
               for p, _, t in LINKS if p.name == "README.md" and t.partition("#")[0]}
-    pages = {str(p.relative_to(ROOT)) for p in PAGES[1:]} | PAGES_ADDED_BESIDE
+    pages = {str(p.relative_to(ROOT)) for p in PAGES[1:]}
     assert pages <= linked, sorted(pages - linked)
 
 
