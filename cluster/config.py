@@ -169,7 +169,11 @@ def resolve(settings: dict, *, device: str | None = None, file_fields: dict | No
         values.update(preset(name, precision))
     net = given.get("network", keep.get("network"))
     if net:
-        values.update(network_fields(net))
+        fields = network_fields(net)
+        if "inter_bw" not in fields:  # nodes joined as fast as inside one: the device's network figures go
+            for k in NETWORK_FIGURES:
+                values.pop(k, None)
+        values.update(fields)
     values.update({k: v for k, v in keep.items() if k != "precision"})
     values.update({k: v for k, v in given.items() if k != "precision"})
     unknown = set(values) - set(FIELDS)

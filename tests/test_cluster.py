@@ -241,3 +241,22 @@ def test_bytes_moved_do_not_depend_on_the_links():
         row = next(line for line in out.splitlines() if line.startswith("  data parallel "))
         volumes.add(" ".join(row.split()[-2:]))  # "875 MB"
     assert len(volumes) == 1
+
+
+@pytest.mark.parametrize("given", [{"network": "nvlink"}, {"network": "NVLink"}])
+def test_a_network_as_fast_as_a_node_replaces_the_devices_network(given):
+    """``--device h100 --network nvlink``: the nodes are joined as fast as
+    inside one, none of the device's InfiniBand figures kept; another
+    network brings its own."""
+    c = resolve(given, device="h100")
+    assert c.network.lower() == "nvlink" and c.inter_bw is None and c.gpus_per_node == 8
+    ib = resolve({}, device="h100")
+    assert ib.inter_bw == 50.0 and ib.network == "ib-ndr"
+    roce = resolve({"network": "roce-400"}, device="h100")
+    assert (roce.inter_bw, roce.net_eff, roce.inter_latency) == (50.0, 0.75, 8.0)
+    # a step across nodes now costs what it costs inside one
+    w = np.array([1e9])
+    C = __import__("kinds").Extents("b", np.array([[16.0]]))
+    same = resolve({"inter_bw": c.bw, "net_eff": c.link_eff, "inter_latency": c.latency}, device="h100")
+    assert c.allreduce(w, C, "b")[0] == pytest.approx(same.allreduce(w, C, "b")[0], rel=1e-12)
+    assert c.allreduce(w, C, "b")[0] < ib.allreduce(w, C, "b")[0]
