@@ -6,10 +6,11 @@ regular file is read (a FIFO would wait for a writer, a device never end)."""
 from __future__ import annotations
 
 import json
+import os
 
 from errors import InputError
 
-__all__ = ["read_bytes", "read_text", "read_json", "missing", "check_regular"]
+__all__ = ["read_bytes", "read_text", "read_json", "document", "missing", "check_regular"]
 
 
 def missing(path: str) -> str:
@@ -105,3 +106,14 @@ def read_json(path: str, limit: int, what: str):
     except ValueError as e:  # e.g. an integer of thousands of digits
         why = "a number has too many digits" if "digits" in str(e) else type(e).__name__
         raise InputError(f"{path} is not a usable JSON file ({why})") from None
+
+
+def document(source, limit: int, what: str):
+    """A JSON document given as a file's path (read by :func:`read_json`)
+    or as its text (anything that starts with ``{``)."""
+    if isinstance(source, (str, os.PathLike)) and not str(source).lstrip().startswith("{"):
+        return read_json(os.fspath(source), limit, what)
+    try:
+        return json.loads(source)
+    except (ValueError, TypeError, RecursionError) as e:
+        raise InputError(f"not a JSON document: {e}") from None

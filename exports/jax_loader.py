@@ -15,8 +15,6 @@ no jax.
 
 from __future__ import annotations
 
-import json
-import os
 
 from errors import InputError
 
@@ -34,19 +32,12 @@ def load(source):
     text or parsed document."""
     if isinstance(source, dict):
         return from_document(source)
-    text = source
-    if isinstance(source, (str, os.PathLike)) and not str(source).lstrip().startswith("{"):
-        try:
-            if os.path.getsize(source) > MAX_BYTES:
-                raise LoaderError(f"{source}: larger than {MAX_BYTES >> 20} MB")
-            with open(source, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise LoaderError(f"{source}: {e.strerror or e}") from None
+    from readers import document
+
     try:
-        doc = json.loads(text)
-    except (ValueError, TypeError) as e:
-        raise LoaderError(f"not a JSON document: {e}") from None
+        doc = document(source, MAX_BYTES, "sharding file")
+    except InputError as e:  # unreadable, too large, not JSON: said as this module's error
+        raise LoaderError(str(e)) from None
     return from_document(doc)
 
 

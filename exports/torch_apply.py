@@ -30,8 +30,6 @@ outputs are partial sums.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -120,19 +118,12 @@ def load(source) -> TorchPlan:
         return source
     if isinstance(source, dict):
         return _checked(source)
-    text = source
-    if isinstance(source, (str, os.PathLike)) and not str(source).lstrip().startswith("{"):
-        try:
-            if os.path.getsize(source) > MAX_BYTES:
-                raise PlanError(f"{source}: larger than {MAX_BYTES >> 20} MB")
-            with open(source, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise PlanError(f"{source}: {e.strerror or e}") from None
+    from readers import document
+
     try:
-        doc = json.loads(text)
-    except (ValueError, TypeError) as e:
-        raise PlanError(f"not a JSON document: {e}") from None
+        doc = document(source, MAX_BYTES, "plan file")
+    except InputError as e:  # unreadable, too large, not JSON: said as this module's error
+        raise PlanError(str(e)) from None
     return _checked(doc)
 
 

@@ -90,3 +90,26 @@ def rel(a: float, b: float) -> float:
 @pytest.fixture(params=SETTINGS, ids=[f"{g}-p{p}" for g, p in SETTINGS])
 def setting(request):
     return request.param
+
+
+def one_line_error(proc, status: int = 2) -> str:
+    """The one line a refused run prints (no traceback, the status
+    ``status``), without the program's prefix."""
+    assert proc.returncode == status, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("scheduler.py: error: "), lines[0]
+    return lines[0].removeprefix("scheduler.py: error: ")
+
+
+def tiny_llama(tmp_path, layers: int = 2):
+    """A directory holding Llama 3 8B's config shrunk (width 512, 8 heads,
+    a vocabulary of 32,768) to ``layers`` layers."""
+    cfg = json.loads((ROOT / "tests" / "data" / "configs" / "llama3-8b" / "config.json").read_text())
+    cfg.update(hidden_size=512, intermediate_size=1792, num_hidden_layers=layers, num_attention_heads=8,
+               num_key_value_heads=8, vocab_size=32768)
+    d = tmp_path / "tiny-llama"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d

@@ -10,6 +10,7 @@ import math
 import pytest
 
 from conftest import ROOT, rel, run_cli
+from test_calibrate_nccl import cluster_file, model_time
 
 NCCL = ROOT / "tests" / "data" / "calibrate" / "all_reduce_perf.txt"
 LLAMA8B = ROOT / "tests" / "data" / "configs" / "llama3-8b"
@@ -33,25 +34,6 @@ def test_all_reduce_perf_is_parsed():
     assert collective(run, 8) == ("all_reduce", "")  # bus bandwidth 1.75 times the algorithm's, a sum
 
 
-def _model_time(cluster, test, size, ranks):
-    """The model's own time of a collective of ``size`` bytes over the
-    first ``ranks`` devices of ``cluster``, from its methods."""
-    import numpy as np
-
-    from kinds.base import Extents
-
-    C, words = Extents("b", [[float(ranks)]]), size / cluster.word_bytes
-    method = {"all_reduce": cluster.allreduce, "all_gather": cluster.allgather,
-              "reduce_scatter": cluster.allgather}.get(test, cluster.send)
-    return float(np.ravel(cluster.seconds(method(words, C, "b")))[0])
-
-
-def _cluster(path):
-    from cluster.config import read_cluster_file, resolve
-
-    return resolve({}, file_fields=read_cluster_file(str(path)))
-
-
 def test_nccl_gemm_and_attention_fits(tmp_path):
     (tmp_path / "nccl.txt").write_text(NCCL.read_text())
     (tmp_path / "m.toml").write_text(
@@ -62,9 +44,9 @@ def test_nccl_gemm_and_attention_fits(tmp_path):
     run_cli("--calibrate", tmp_path / "m.toml", "--device", "h100", "--save-cluster", tmp_path / "fit.toml")
     fit = _fitted(tmp_path / "fit.toml")
     # on one node of 8: the model's all-reduce meets the large messages (bandwidth) and the small ones (latency)
-    cl = _cluster(tmp_path / "fit.toml")
+    cl = cluster_file(tmp_path / "fit.toml")
     for size, us in ((134217728, 737.1), (8589934592, 43120), (8, 21.40), (1024, 22.10)):
-        assert rel(_model_time(cl, "all_reduce", size, 8), us * 1e-6) < 0.05
+        assert rel(model_time(cl, "all_reduce", size, 8), us * 1e-6) < 0.05
     assert 0.7 < fit["link_eff"] < 0.8 and 1.4 < fit["latency"] < 1.7 and "allreduce_eff" not in fit
 
     # each product's share of the peak, its tiles' waves over 132 multiprocessors counted
@@ -174,10 +156,10 @@ def test_across_nodes_the_network_is_fitted(tmp_path, args, was):
     (tmp_path / "m.toml").write_text('nccl_file = "n.txt"\ngpus = 16\nnodes = 2\n')
     out = run_cli("--calibrate", tmp_path / "m.toml", *args, "--save-cluster", tmp_path / "f.toml").stdout
     assert was in out and "all_reduce_perf, 16 ranks on 2 nodes of 8" in out
-    fit, cl = _fitted(tmp_path / "f.toml"), _cluster(tmp_path / "f.toml")
+    fit, cl = _fitted(tmp_path / "f.toml"), cluster_file(tmp_path / "f.toml")
     assert 0 < fit["net_eff"] < 1 and fit["inter_latency"] > 0
     # the latency between nodes over the model's own steps: 2 (q_out - 1) = 2, beside 2 (q_in - 1) = 14 inside
     assert "(all_reduce_perf's 2 from 8 B to 1 KiB), 2 steps each" in out
-    assert rel(_model_time(cl, "all_reduce", 8, 16), 21.40e-6) < 0.05
+    assert rel(model_time(cl, "all_reduce", 8, 16), 21.40e-6) < 0.05
     for size, us in ((134217728, 737.1), (8589934592, 43120)):
-        assert rel(_model_time(cl, "all_reduce", size, 16), us * 1e-6) < 0.1
+        assert rel(model_time(cl, "all_reduce", size, 16), us * 1e-6) < 0.1

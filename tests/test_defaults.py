@@ -5,23 +5,12 @@ report, and progress on a non-terminal (cli/progress.py)."""
 from __future__ import annotations
 
 import io
-import json
 
 import pytest
 
-from conftest import ROOT, not_progress, run_cli
+from conftest import ROOT, not_progress, run_cli, tiny_llama
 
 LLAMA8B = ROOT / "tests" / "data" / "configs" / "llama3-8b"
-
-
-def _tiny_llama(tmp_path, layers=4):
-    cfg = json.loads((LLAMA8B / "config.json").read_text())
-    cfg.update(hidden_size=512, intermediate_size=1792, num_hidden_layers=layers, num_attention_heads=8,
-               num_key_value_heads=8, vocab_size=32768)
-    d = tmp_path / "tiny-llama"
-    d.mkdir(exist_ok=True)
-    (d / "config.json").write_text(json.dumps(cfg))
-    return d
 
 
 def _plan(*args):
@@ -38,7 +27,7 @@ def test_a_real_device_searches_recomputation_zero_and_stages(tmp_path):
     """A memory the plan as built cannot meet: nothing searched fails (and
     says what would fit); by default on the device, a plan fits, at least
     as fast as each search asked for by flags."""
-    model = _tiny_llama(tmp_path)
+    model = tiny_llama(tmp_path, 4)
     fixed = run_cli("-g", model, *TIGHT, "--recompute", "none", "--zero", "0", "--pp", "1", ok=False)
     assert fixed.returncode == 1 and "no strategy fits" in fixed.stderr
     line = not_progress(fixed.stderr).strip()
@@ -69,7 +58,7 @@ def test_the_papers_setting_keeps_its_defaults():
 
 
 def test_a_flag_fixes_what_it_gives(tmp_path):
-    model = _tiny_llama(tmp_path)
+    model = tiny_llama(tmp_path, 4)
     planned = _plan("-g", model, "-p", 8, "-b", 32, "--seq", 2048, "--device", "h100", "--zero", "0", "--pp", "1")
     s = planned.settings
     assert s.recompute == "auto" and str(s.zero) == "0" and s.pp == 1
@@ -80,7 +69,7 @@ def test_a_flag_fixes_what_it_gives(tmp_path):
 def test_a_cluster_file_with_a_capacity_is_a_real_device(tmp_path):
     cluster = tmp_path / "c.toml"
     cluster.write_text('device = "h100"\ndevice_memory = 80\n')
-    planned = _plan("-g", _tiny_llama(tmp_path), "-p", 8, "-b", 32, "--seq", 2048, "--cluster", cluster)
+    planned = _plan("-g", tiny_llama(tmp_path, 4), "-p", 8, "-b", 32, "--seq", 2048, "--cluster", cluster)
     assert planned.settings.pp == "auto"
     bare = tmp_path / "bare.toml"
     bare.write_text("flops = 10\n")
@@ -88,7 +77,7 @@ def test_a_cluster_file_with_a_capacity_is_a_real_device(tmp_path):
 
 
 def test_nothing_fits_with_everything_searched_says_more_devices(tmp_path):
-    proc = run_cli("-g", _tiny_llama(tmp_path), "-p", 8, "-b", 32, "--seq", 2048, "--device", "h100",
+    proc = run_cli("-g", tiny_llama(tmp_path, 4), "-p", 8, "-b", 32, "--seq", 2048, "--device", "h100",
                    "--device-memory", "0.02", "--headroom", "0", ok=False)
     line = not_progress(proc.stderr).strip()
     assert proc.returncode == 1 and len(line.splitlines()) == 1 and "Traceback" not in proc.stderr

@@ -20,7 +20,7 @@ from functools import lru_cache
 
 import pytest
 
-from conftest import ROOT, modules_loaded_by_a_plain_run, outputs_under_hash_seeds, run_cli
+from conftest import ROOT, modules_loaded_by_a_plain_run, one_line_error, outputs_under_hash_seeds, run_cli
 
 LLAMA = str(ROOT / "tests" / "data" / "configs" / "llama3-8b" / "config.json")
 MIXTRAL = str(ROOT / "tests" / "data" / "configs" / "mixtral-8x7b" / "config.json")
@@ -451,12 +451,6 @@ def _config(tmp_path, name: str, cfg: dict) -> str:
     return str(path)
 
 
-def _one_line_error(proc, status: int = 2) -> str:
-    assert proc.returncode == status, proc.stderr
-    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
-    return proc.stderr
-
-
 class TestCommandLine:
     def test_stdout_holds_the_export_alone(self, tmp_path):
         config = _config(tmp_path, "llama", SMALL_LLAMA)
@@ -486,7 +480,7 @@ class TestCommandLine:
         target.chmod(0o640)
         proc = run_cli("-g", config, "-p", "8", "-b", "16", "--seq", "16", "--plan", "tp=2,zero=1",
                        "--export", f"torchtitan@0.2:{target}", ok=False)
-        assert "zero=1" in _one_line_error(proc)
+        assert "zero=1" in one_line_error(proc)
         assert target.read_text() == "mine\n"  # refused: nothing written
         run_cli("-g", config, "-p", "8", "-b", "16", "--seq", "16", "--plan", "tp=2,zero=3",
                 "--export", f"torchtitan@0.2:{target}", "-q")
@@ -507,13 +501,13 @@ class TestCommandLine:
         args = [a.replace("{tmp}", str(tmp_path)) for a in args]
         before = sorted(tmp_path.iterdir())
         proc = run_cli("-g", "alexnet", *(["-p", "8"] if "-p" not in args else []), *args, ok=False)
-        assert words in _one_line_error(proc)
+        assert words in one_line_error(proc)
         assert sorted(tmp_path.iterdir()) == before
 
     @pytest.mark.parametrize("fmt", ["torchtitan", "dtensor"])
     def test_a_built_in_graph_is_refused_in_one_line_and_nothing_written(self, tmp_path, fmt):
         proc = run_cli("-g", "transformer", "-p", "8", "--plan", "tp=2", "--export", f"{fmt}:{tmp_path / 'x'}", ok=False)
-        assert "is no Hugging Face config" in _one_line_error(proc)
+        assert "is no Hugging Face config" in one_line_error(proc)
         assert list(tmp_path.iterdir()) == []
 
     def test_help_names_the_flag(self):

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, one_line_error, run_cli
 
 CONFIGS = ROOT / "tests" / "data" / "configs"
 ONNX = ROOT / "tests" / "data" / "onnx"
@@ -21,16 +21,6 @@ ONNX = ROOT / "tests" / "data" / "onnx"
 
 def run(*args, cwd, ok=True, **kw):
     return run_cli(*args, cwd=cwd, ok=ok, **kw)
-
-
-def one_line_error(proc, status: int = 2) -> str:
-    """The one line a refused run prints, without the program's prefix."""
-    assert proc.returncode == status, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("scheduler.py: error: "), lines[0]
-    return lines[0].removeprefix("scheduler.py: error: ")
 
 
 def files_in(path) -> dict:

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, one_line_error, run_cli
 
 CONFIGS = ROOT / "tests" / "data" / "configs"
 
@@ -22,16 +22,6 @@ CONFIGS = ROOT / "tests" / "data" / "configs"
 def run(*args, cwd, ok=True, **kw):
     """``scheduler.py`` in a subprocess in ``cwd``, as users run it."""
     return run_cli(*args, cwd=cwd, ok=ok, **kw)
-
-
-def one_line_error(proc, status: int = 2) -> str:
-    """The one line a refused run prints, without the program's prefix."""
-    assert proc.returncode == status, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("scheduler.py: error: "), lines[0]
-    return lines[0].removeprefix("scheduler.py: error: ")
 
 
 def cluster_of(path) -> dict:

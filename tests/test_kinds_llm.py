@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cluster import Cluster
-from cost_model import CostModel, op_cost_parts, op_memory, op_work
+from cost_model import CostModel, op_memory, op_work
 from errors import InputError
 from graph import GraphBuilder, operators
 from kinds.attention import FusedAttention
@@ -19,25 +19,7 @@ from kinds.base import Extents
 from kinds.moe import Combine, Dispatch, TopKGating
 from kinds.pointwise import RMSNormOver
 from kinds.shape import Expand
-
-W = 5000.0
-MODEL = CostModel()
-
-
-def single(kind, *shapes, letters):
-    B = GraphBuilder("t", cutoff=1)
-    B.add("op", kind, *[B.data(s, ls) for s, ls in zip(shapes, letters)])
-    return operators(B.graph)[0]
-
-
-def cost(op, cfg, model=MODEL):
-    comp, comm = op_cost_parts(op, [cfg], model)
-    return float(comp[0]), float(comm[0])
-
-
-def AR(w, q):
-    return W * w / q * 2 * (q - 1)
-
+from test_kinds import AR, MODEL, W, cost, single  # the same hand-worked setting
 
 class TestTopKGating:
     # logits (b, s, o) = (4, 6, 8): top-2 of 8 experts

@@ -9,19 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import ROOT, not_progress, run_cli
+from conftest import ROOT, not_progress, run_cli, tiny_llama
 
 LLAMA8B = ROOT / "tests" / "data" / "configs" / "llama3-8b"
-
-
-def _tiny_llama(tmp_path, layers=2):
-    cfg = json.loads((LLAMA8B / "config.json").read_text())
-    cfg.update(hidden_size=512, intermediate_size=1792, num_hidden_layers=layers, num_attention_heads=8,
-               num_key_value_heads=8, vocab_size=32768)
-    d = tmp_path / "tiny-llama"
-    d.mkdir(exist_ok=True)
-    (d / "config.json").write_text(json.dumps(cfg))
-    return d
 
 
 def _setup(model, p, batch, seq, memory, framework=None):
@@ -89,7 +79,7 @@ def test_the_best_point_of_the_grid(tmp_path, memory, layers, framework):
     the same best, and every estimate the plan's figures up to rounding
     (five layers: estimated from the first three, the blocks counted; under
     a framework, whose sequence parallelism follows each point's sp)."""
-    s, g, model, blocks = _setup(_tiny_llama(tmp_path, layers), 8, 16, 2048, memory, framework)
+    s, g, model, blocks = _setup(tiny_llama(tmp_path, layers), 8, 16, 2048, memory, framework)
     found, costing = _searched(s, g, model, blocks, 8)
     assert all(L.short == (layers > 3) for L in costing._layouts.values())
     best, costs = _brute_force(s, g, model, blocks, 8)
@@ -105,7 +95,7 @@ def test_the_best_point_of_the_grid(tmp_path, memory, layers, framework):
 
 
 def test_cli_with_compare_shows_the_gap(tmp_path):
-    model = _tiny_llama(tmp_path)
+    model = tiny_llama(tmp_path)
     out = tmp_path / "r.json"
     proc = run_cli("-g", model, "-p", 8, "-b", 16, "--seq", 2048, "--device", "h100", "--search", "standard",
                    "--compare", "--output", out)
@@ -121,7 +111,7 @@ def test_cli_with_compare_shows_the_gap(tmp_path):
 def test_compare_when_the_best_accumulates_gradients(tmp_path):
     """The per-operator optimum is searched with micro-batches too, when the
     standard configuration needs them to fit."""
-    model = _tiny_llama(tmp_path)
+    model = tiny_llama(tmp_path)
     out = tmp_path / "r.json"
     proc = run_cli("-g", model, "-p", 8, "-b", 64, "--seq", 2048, "--device", "h100", "--device-memory", 0.3,
                    "--headroom", 0, "--search", "standard", "--compare", "--output", out)
@@ -135,7 +125,7 @@ def test_the_answer_is_a_plan_spec_that_costs_the_same(tmp_path):
     from cli.args import parse_args
     from planner import plan
 
-    model = _tiny_llama(tmp_path)
+    model = tiny_llama(tmp_path)
     args = ["-g", str(model), "-p", "8", "-b", "16", "--seq", "2048", "--device", "h100", "--device-memory", "1.2",
             "--headroom", "0"]
     searched = plan(parse_args(args + ["--search", "standard"]))
@@ -157,7 +147,7 @@ def test_bad_search_input(args, message):
 
 
 def test_nothing_fits_says_what_the_smallest_needs(tmp_path):
-    proc = run_cli("-g", _tiny_llama(tmp_path), "-p", 8, "-b", 16, "--seq", 2048, "--device", "h100",
+    proc = run_cli("-g", tiny_llama(tmp_path), "-p", 8, "-b", 16, "--seq", 2048, "--device", "h100",
                    "--device-memory", "0.05", "--headroom", "0", "--search", "standard", ok=False)
     assert proc.returncode == 1 and "no standard configuration fits" in proc.stderr
     assert len(not_progress(proc.stderr).strip().splitlines()) == 1

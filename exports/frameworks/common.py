@@ -30,6 +30,23 @@ def layer_parts(plan, std, fmt: str) -> list[int]:
     return [counts[k % std.pp] // v for k in range(std.pp * v)]
 
 
+def part_modules(plan, std, fmt: str, head: str) -> list[list[str]]:
+    """The module names of each model part of a pipeline (torchtitan's
+    Llama naming: the embedding ``tok_embeddings`` in the first part,
+    ``layers.{i}`` in order, and ``norm`` with the output layer ``head``
+    in the last), in model order (:func:`layer_parts`)."""
+    out, i = [], 0
+    counts = layer_parts(plan, std, fmt)
+    for k, n in enumerate(counts):
+        names = ["tok_embeddings"] if k == 0 else []
+        names += [f"layers.{j}" for j in range(i, i + n)]
+        i += n
+        if k == len(counts) - 1:
+            names += ["norm", head]
+        out.append(names)
+    return out
+
+
 def header_lines(plan, std, follows: str) -> list[str]:
     """The comment lines every export of a standard configuration starts
     with (without the comment marker)."""

@@ -78,21 +78,11 @@ def model_args(plan) -> tuple[list[str], bool]:
 
 
 def _parts(plan, std, backend: bool) -> list[str]:
-    """``module_fqns_per_model_part``: each part's modules, comma-joined."""
-    from exports.frameworks.common import layer_parts
+    """``module_fqns_per_model_part``: each part's modules, comma-joined
+    (the transformers backend's rotary embedding in every part)."""
+    from exports.frameworks.common import part_modules
 
-    out, i = [], 0
-    counts = layer_parts(plan, std, "torchtitan")
-    for k, n in enumerate(counts):
-        names = ["tok_embeddings"] if k == 0 else []
-        names += [f"layers.{j}" for j in range(i, i + n)]
-        i += n
-        if k == len(counts) - 1:
-            names += ["norm", "lm_head"]
-        if backend:
-            names.append("rotary_emb")
-        out.append(",".join(names))
-    return out
+    return [",".join(names + ["rotary_emb"] * backend) for names in part_modules(plan, std, "torchtitan", "lm_head")]
 
 
 def arguments(plan) -> tuple[list[str], list[str]]:

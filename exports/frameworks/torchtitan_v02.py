@@ -33,6 +33,7 @@ norms sequence-parallel: a plan costed with ``sp=0`` says so in a comment.
 from __future__ import annotations
 
 from errors import InputError
+from exports.frameworks.common import part_modules
 
 FOLLOWS = "torchtitan v0.2 (torchtitan/config/job_config.py)"
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
@@ -47,22 +48,6 @@ def _toml(value) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     return str(value)
-
-
-def _parts(plan, std) -> list[list[str]]:
-    """Module names of each model part, in model order."""
-    from exports.frameworks.common import layer_parts
-
-    out, i = [], 0
-    counts = layer_parts(plan, std, "torchtitan@0.2")
-    for k, n in enumerate(counts):
-        names = ["tok_embeddings"] if k == 0 else []
-        names += [f"layers.{j}" for j in range(i, i + n)]
-        i += n
-        if k == len(counts) - 1:
-            names += ["norm", "output"]
-        out.append(names)
-    return out
 
 
 def sections(plan) -> tuple[dict, list[str]]:
@@ -100,7 +85,7 @@ def sections(plan) -> tuple[dict, list[str]]:
     if std.pp > 1:
         par["pipeline_parallel_schedule"] = SCHEDULES[std.schedule]
         par["pipeline_parallel_microbatch_size"] = std.microbatch
-        par["module_fqns_per_model_part"] = _parts(plan, std)
+        par["module_fqns_per_model_part"] = part_modules(plan, std, "torchtitan@0.2", "output")
     if std.tp > 1 and not std.sp:
         notes.append("torchtitan runs the norms sequence-parallel under tensor parallelism; the plan was costed "
                      "without (sp=0)")
