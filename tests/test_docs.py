@@ -284,8 +284,9 @@ INSTALL_RUN = ("python3 -m venv .venv && . .venv/bin/activate && pip install -r 
 
 
 def _ci_command() -> str:
+    """The first command ``.ci/run`` runs: the README's install-and-test command."""
     return [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith(
-        ("#", "set ", "cd "))][-1]
+        ("#", "set ", "cd "))][0]
 
 
 def _outside_console(page: Path) -> list[tuple[int, str]]:
