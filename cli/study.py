@@ -247,11 +247,12 @@ def run_study(s: Settings, out=None, reads=None):
     from cli.progress import Progress
     from studies.tables import render, render_file
 
-    progress = Progress("sweep", "settings")
+    progress = None if s.summary else Progress("sweep", "settings")  # -q: no progress either
     try:
         sw = sweep(s, progress)
     finally:
-        progress.close()
+        if progress is not None:
+            progress.close()
     df, axes = sw.table, sw.axes
     fixed = _fixed(s, axes)
     counts = " x ".join(f"{len(v)} {SWEEPABLE[a]}" for a, v in s.sweep)

@@ -181,3 +181,15 @@ def test_an_interrupted_sweep_keeps_its_rows(tmp_path):
     rows = pd.read_csv(path)
     assert 1 <= len(rows) < 9 and list(rows["procs"]) == [4, 8, 16, 32, 64, 128, 256, 512, 1024][: len(rows)]
     assert "PaSE sweep: 9 settings" in out
+
+
+def test_a_quiet_sweep_shows_no_progress(tmp_path):
+    """-q shows no progress line, for a sweep as for one plan; without it a
+    sweep long enough says how long it took (stderr is not a terminal)."""
+    from cli.progress import LINE
+
+    args = ("-g", "transformer", "-p", "256,512,1024", "--output", str(tmp_path / "t.csv"))
+    loud = run_cli(*args, cwd=tmp_path)
+    assert [line for line in loud.stderr.splitlines() if LINE.match(line)], loud.stderr
+    quiet = run_cli(*args, "-q", cwd=tmp_path)
+    assert quiet.stderr == "", quiet.stderr
