@@ -76,6 +76,10 @@ def _memory_lines(r: Result) -> list[str]:
 def _pipeline_lines(r: Result) -> list[str]:
     """The stages of a pipelined plan: what each holds and costs."""
     pipe, cl = r.pipeline, r.cost_model.cluster
+    if pipe.pp == 1:  # one stage: the batch's micro-batches one after the other, gradients accumulated
+        return [f"Gradient accumulation: {pipe.m} micro-batches of {pipe.micro} sample{'s' * (pipe.micro > 1)}, one "
+                f"after the other on all {pipe.stages[0].devices} devices, each "
+                f"{fmt_time(cl.seconds(pipe.stages[0].time))}; the gradients reduced once per step"]
     lines = [f"Pipeline: {pipe.pp} stages of {pipe.stages[0].devices} devices, {pipe.m} micro-batches of "
              f"{pipe.micro} sample{'s' * (pipe.micro > 1)}, {pipe.schedule}; bubble {100 * pipe.bubble:.1f}% of "
              f"the slowest stage's busy time" + (f"; each stage's plan {pipe.bound}" if pipe.bound else "")]
@@ -99,10 +103,11 @@ def _time_lines(r: Result) -> list[str]:
         busy = pipe.m * slow.time
         comp = pipe.m * slow.compute * (slow.result.compute / max(slow.result.compute + slow.result.communication,
                                                                   1e-300))
+        bubble = "" if pipe.pp == 1 else f"bubble {fmt_time(cl.seconds(pipe.step - pipe.sync - busy))}, "
         parts = (f"compute {fmt_time(cl.seconds(comp))}, exposed communication {fmt_time(cl.seconds(busy - comp))}, "
-                 f"bubble {fmt_time(cl.seconds(pipe.step - pipe.sync - busy))}, gradient synchronisation "
-                 f"{fmt_time(cl.seconds(pipe.sync))}")
-        lines = [f"Predicted step time: {fmt_time(r.step_seconds)} on the critical path (the slowest stage): {parts}"]
+                 f"{bubble}gradient synchronisation {fmt_time(cl.seconds(pipe.sync))}")
+        where = "the critical path (the slowest stage)" if pipe.pp > 1 else "the critical path"
+        lines = [f"Predicted step time: {fmt_time(r.step_seconds)} on {where}: {parts}"]
         if not r.cost_model.realistic:
             return lines
     elif not r.cost_model.realistic:

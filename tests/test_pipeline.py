@@ -221,3 +221,13 @@ def test_the_search_finds_a_plan_at_least_as_fast_that_fits(tmp_path, row):
     assert found["memory"]["fits"] is True and found["memory"]["total"] <= found["memory"]["capacity"]
     assert found["step_seconds"] <= paper["step_seconds"]
     assert math.isfinite(found["step_seconds"]) and found["step_seconds"] > 0
+
+
+def test_micro_batches_without_stages_are_reported_as_gradient_accumulation(tmp_path):
+    """One stage is no pipeline: the report says the micro-batches run one
+    after the other on all the devices, with no stage table and no bubble."""
+    out = run_cli("-g", "transformer", "-p", 8, "--microbatches", 4, "-q", cwd=tmp_path).stdout
+    assert ("Gradient accumulation: 4 micro-batches of 32 samples, one after the other on all 8 devices, each "
+            in out)
+    assert "Pipeline:" not in out and "stages" not in out and "bubble" not in out
+    assert "Predicted step time:" in out and "gradient synchronisation" in out
