@@ -89,7 +89,8 @@ def _option_settings() -> tuple[Setting, ...]:
 
     return tuple(Setting(o.name, (f"--{o.name}",), "option", f"{o.help}; auto: searched per "
                          f"{'operator' if o.scope == 'operator' else 'block'} within the device memory "
-                         f"(default: {o.default})", choices=tuple(map(str, o.values)) + ("auto",), sweep=True)
+                         f"(default: auto on a real device (a --device preset or a cluster file with a capacity), "
+                         f"else {o.default})", choices=tuple(map(str, o.values)) + ("auto",), sweep=True)
                  for o in OPTIONS.values())
 
 
@@ -101,8 +102,10 @@ def _cluster_settings() -> tuple[Setting, ...]:
 
 
 _PIPELINE = (
-    Setting("pp", ("--pp",), "count_auto", "pipeline stages: 1 (none, the default), a number, or auto (searched "
-            "with the micro-batches, the schedule and each stage's plan)", metavar="N|auto", sweep=True, label="stages",
+    Setting("pp", ("--pp",), "count_auto", "pipeline stages: 1 (none), a number, or auto (searched "
+            "with the micro-batches, the schedule and each stage's plan); default: on a real device (a --device preset "
+            "or a cluster file with a capacity) stages searched beside none at all for a model of repeated blocks, "
+            "else 1", metavar="N|auto", sweep=True, label="stages",
             tag="pp"),
     Setting("microbatches", ("--microbatches",), "count_auto", "micro-batches a pipeline splits the batch into, or "
             "auto (searched; default); without --pp, gradient accumulation over that many", metavar="M|auto"),
