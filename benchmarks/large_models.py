@@ -46,7 +46,8 @@ SIZES = {"70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layer
          "405b": dict(hidden_size=16384, intermediate_size=53248, num_hidden_layers=126, num_attention_heads=128,
                       num_key_value_heads=8)}
 H100 = ("--device", "h100", "--gpus-per-node", "8", "--inter-bw", "50")
-OPTIONS = ("--recompute", "auto", "--zero", "auto")
+OPTIONS = ("--recompute", "auto", "--zero", "auto", "--pp", "1")  # the per-operator search, no stages
+NONE = ("--recompute", "none", "--zero", "0", "--pp", "1")  # nothing a device searches by default
 
 
 def cases(tmp: Path):
@@ -57,9 +58,10 @@ def cases(tmp: Path):
         (d / "config.json").write_text(json.dumps({**LLAMA, **sizes}))
         paths[name] = str(d)
     return [
-        # memory unbounded (--device-memory 10000): the search as it was measured before blocks were searched once
+        # memory unbounded (--device-memory 10000, no option searched): the search as it was measured before blocks
+        # were searched once
         ("70b", "Llama 3 70B, p = 1024, memory unbounded",
-         ["-g", paths["70b"], "-p", "1024", "-b", "1024", "--seq", "4096", *H100, "--device-memory", "10000"],
+         ["-g", paths["70b"], "-p", "1024", "-b", "1024", "--seq", "4096", *H100, "--device-memory", "10000", *NONE],
          4.03, 1.0),
         ("70b-options", "Llama 3 70B, p = 1024, options searched",
          ["-g", paths["70b"], "-p", "1024", "-b", "1024", "--seq", "4096", *H100, *OPTIONS], 10.0, None),
