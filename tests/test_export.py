@@ -143,6 +143,22 @@ class TestTorchtitan:
         assert "--parallelism.enable_sequence_parallel" in args and "--compile.no_enable_async_tensor_parallel" in args
         assert args[-1] == "activation-checkpoint:full"  # the subcommand, last
 
+    def test_a_plan_costed_compiled_compiles_and_float8_is_refused_in_one_line(self):
+        kw = dict(plan="tp=8,dp=8,zero=3,sp=1", seq=4096, batch=256, device="h100", framework="torchtitan")
+        eager = bash_array(render("torchtitan", LLAMA, 64, **kw), "PASE_TORCHTITAN_ARGS")
+        compiled = bash_array(render("torchtitan", LLAMA, 64, compile=True, **kw), "PASE_TORCHTITAN_ARGS")
+        assert "--compile.enable" not in eager and "--compile.enable" in compiled
+        i = compiled.index("--compile.components")
+        assert compiled[i + 1] == "model,loss"  # a list, as torchtitan's parser reads one
+        assert "Float8LinearConverter" in refused("torchtitan", LLAMA, 64, compile=True, float8=True, **kw)
+        toml = tomllib.loads(render("torchtitan@0.2", LLAMA, 64, compile=True, float8=True, **kw))
+        assert toml["compile"] == {"enable": True, "components": ["model", "loss"]}
+        assert toml["model"]["converters"] == ["float8"] and toml["float8"]["enable_fsdp_float8_all_gather"] is True
+        assert "compile" not in tomllib.loads(render("torchtitan@0.2", LLAMA, 64, **kw))
+        megatron = render("megatron", LLAMA, 64, float8=True, **{**kw, "framework": "megatron"})
+        assert "--fp8-format hybrid" in megatron
+        assert "--fp8-format" not in render("megatron", LLAMA, 64, **{**kw, "framework": "megatron"})
+
     def test_other_configs_run_on_the_transformers_backend(self):
         args = bash_array(render("torchtitan", MIXTRAL, 64, plan="ep=8,zero=3", batch=256), "PASE_TORCHTITAN_ARGS")
         assert flag_value(args, "--config") == "transformers_modeling_backend_full_moe"

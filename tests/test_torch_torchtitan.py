@@ -132,3 +132,10 @@ def test_a_searched_pipeline(small_llama):
     assert [m for part in par.module_fqns_per_model_part for m in part if m.startswith("layers.")] == \
         [f"layers.{i}" for i in range(4)]
     assert _mesh_sizes(par, 8) == {"pp": 2, "dp_replicate": 4, "dp_shard": 1}
+
+
+def test_a_plan_costed_compiled_parses_as_compiled():
+    cfg = _parsed(_words(_render(LLAMA, 64, plan="tp=8,dp=8,zero=3,sp=1", seq=4096, batch=256, device="h100",
+                                 framework="torchtitan", compile=True)))
+    assert cfg.compile.enable is True and list(cfg.compile.components) == ["model", "loss"]
+    assert cfg.compile.enable_async_tensor_parallel is False

@@ -86,6 +86,9 @@ def arguments(plan) -> tuple[list[str], list[str]]:
                  "--use-distributed-optimizer", "--no-gradient-accumulation-fusion", "--ckpt-format fsdp_dtensor"]
     if plan.precision in ("bf16", "fp16"):
         args.append(f"--{plan.precision}")
+    fw = plan.framework
+    if fw is not None and fw.float8:  # the linear layers in FP8 through Transformer Engine
+        args += ["--fp8-format hybrid", "--fp8-amax-history-len 1024", "--fp8-amax-compute-algo max"]
     notes = [f"the data-parallel degree, {std.dp}, is what the world size of {plan.procs} leaves: "
              f"{plan.procs} / (tp x pp x cp)"]
     if std.pp == 1 and std.microbatch * std.dp < plan.batch:

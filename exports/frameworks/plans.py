@@ -131,6 +131,12 @@ class PlanView:
         return self.result.cost_model.cluster.precision
 
     @property
+    def framework(self):
+        """The framework profile the plan was costed under (``None``: none):
+        whether it ran compiled and in Float8, which an export says too."""
+        return self.result.cost_model.framework
+
+    @property
     def pipeline(self):
         return self.result.pipeline
 

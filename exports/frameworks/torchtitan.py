@@ -105,6 +105,11 @@ def arguments(plan) -> tuple[list[str], list[str]]:
                          "tp=1 and cp=1")
     if plan.precision == "fp16":
         raise InputError(FAIL + "fp16: torchtitan's mixed precision is bfloat16 or float32")
+    fw = plan.framework
+    if fw is not None and fw.float8:
+        raise InputError(FAIL + "--float8: torchtitan 0.3 turns Float8 on in a config function's model converters "
+                         "(Float8LinearConverter), which command-line overrides cannot set; export with "
+                         "torchtitan@0.2 (its TOML has them) or cost the plan without --float8")
     args, backend = model_args(plan)
     notes = []
     args += [f"--training.local_batch_size {plan.batch // std.dp if std.pp > 1 else std.microbatch}",
@@ -125,6 +130,8 @@ def arguments(plan) -> tuple[list[str], list[str]]:
                  f"--parallelism.pipeline_parallel_microbatch_size {std.microbatch}",
                  ("--parallelism.module_fqns_per_model_part", *_parts(plan, std, backend)),
                  "--training.disable_cuda_graphs"]
+    if fw is not None and fw.compiled:  # costed with torch.compile's fused kernels: the job compiles too
+        args += ["--compile.enable", "--compile.components model,loss"]
     args.append("--compile.no_enable_async_tensor_parallel")
     if std.pp == 1 and std.microbatch * std.dp < plan.batch:
         notes.append(f"{plan.batch // (std.microbatch * std.dp)} micro-batches accumulate into one step "
