@@ -226,11 +226,12 @@ def least_memory(costed, in_flight: float) -> list[float]:
 def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, threads, pps, smallest, bar):
     """The best of the ``ranked`` pipeline settings (best first), each
     stage searched within the memory (see :func:`search`)."""
-    from dp_search import DoesNotFit, search as plain_search, search_within
+    from dp_search import DoesNotFit
 
     best, tried, fitted = None, 0, 0
     to_beat = math.inf if incumbent is None else incumbent
     failed = [math.inf]  # the least a stage searched within the memory needed, where none fitted
+    found: dict = {}  # (micro, pp, kind of stage, in flight) -> (plan, bound, gap), or the DoesNotFit it raised
     for est, micro, pp, counts, sched in ranked:
         if best is not None and (fitted >= SEARCHED or est >= best.step):
             break
@@ -256,14 +257,14 @@ def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, t
                     continue
                 lo, hi = ranges[i]
                 f = max(sched.in_flight(j, pp, m) for j in range(pp) if keys[j] == key)
-                sub = costed.restrict(range(lo, hi))
-                if capacity is None:
-                    r = plain_search(sub, threads=threads)
-                    plans[key], floor = r.strategy, r.cost
-                else:
-                    b = search_within(sub, capacity, threads=threads, in_flight=f)
-                    plans[key], floor = b.result.strategy, b.lower_bound
-                    bounds.append(b.gap if b.status == "bound" else 0.0)
+                at = (micro, pp, key, f)  # the same stage in another cut or schedule: searched once
+                if at not in found:
+                    found[at] = _stage(costed.restrict(range(lo, hi)), capacity, threads, f)
+                if isinstance(found[at], DoesNotFit):
+                    raise found[at]
+                plans[key], floor, gap = found[at]
+                if capacity is not None:
+                    bounds.append(gap)
                 if m * floor >= ABANDON * min(best.step if best is not None else math.inf, to_beat):
                     raise _Slower  # this stage alone makes it slower than the best
         except DoesNotFit as e:
@@ -286,6 +287,23 @@ def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, t
             return None
         raise PipelineDoesNotFit(max(pps), capacity, failed[0] if math.isfinite(failed[0]) else smallest[0])
     return best
+
+
+def _stage(sub, capacity, threads, in_flight):
+    """A stage's plan, a lower bound of its cost and the bound's gap (0:
+    exact), searched within ``capacity`` with ``in_flight`` micro-batches'
+    activations kept; the :class:`dp_search.DoesNotFit` it raises when
+    nothing fits."""
+    from dp_search import DoesNotFit, search as plain_search, search_within
+
+    if capacity is None:
+        r = plain_search(sub, threads=threads)
+        return r.strategy, r.cost, 0.0
+    try:
+        b = search_within(sub, capacity, threads=threads, in_flight=in_flight)
+    except DoesNotFit as e:
+        return e
+    return b.result.strategy, b.lower_bound, b.gap if b.status == "bound" else 0.0
 
 
 class PipelineDoesNotFit(MemoryError):

@@ -348,7 +348,8 @@ def _plain(s: Settings, g, model, limit, progress, cutoff: float | None = None):
     """The per-operator search of the whole batch (no stages): its result,
     and the profile's text with ``s.profile``; with ``cutoff`` (the step of
     a plan found otherwise), ``None`` when it cannot be faster (its
-    operators at their cheapest, or the search's bound, reach it)."""
+    operators at their cheapest, its pieces searched alone, or the search's
+    bound, reach it: :func:`dp_search.pieces_bound`)."""
     from cost_model import build_costs, with_edges
     from dp_search import NotBetter
 
@@ -361,6 +362,11 @@ def _plain(s: Settings, g, model, limit, progress, cutoff: float | None = None):
     finally:
         if bar is not None:
             bar.close()
+    if cutoff is not None:  # its pieces searched alone bound it below (with room for rounding)
+        from dp_search import pieces_bound
+
+        if pieces_bound(costed, threads=s.threads, memory_limit=limit) >= cutoff * (1 + 1e-9):
+            return None, None
     try:
         result, profile = _search(s, g, model, costed, limit, progress, cutoff)
     except NotBetter:
