@@ -101,6 +101,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     from blocks import find_chains
     from cost_model import build_costs, with_edges
     from dp_search import search as plain_search, stage_costs
+    from options import contexts
 
     capacity = model.cluster.capacity
     g1 = build(micro_values[0] if micro_values else 1)
@@ -115,6 +116,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     costs: dict = {}
     graphs: dict = {}
     chains_of: dict = {}  # micro-batch -> its graph's chains, found once
+    contexts_of: dict = {}  # and its operators' contexts
     pairs = [(pp, micro) for pp in sorted(pps, reverse=True) if p % pp == 0  # small stages first: quick to cost
              for micro in (micro_values or micro_candidates(batch, p, pp)) if batch // micro >= pp]
     smallest = [math.inf]  # the least memory a device of any pipeline tried needs (its stages' bound)
@@ -130,9 +132,11 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         if micro not in graphs:
             graphs[micro] = build(micro)
             chains_of[micro] = find_chains(graphs[micro])
+            contexts_of[micro] = contexts(graphs[micro], chains_of[micro])
         g = graphs[micro]
         stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m)
-        costed = build_costs(g, q, stage_model, memory_limit=memory_limit, edges=False, chains=chains_of[micro])
+        costed = build_costs(g, q, stage_model, memory_limit=memory_limit, edges=False, chains=chains_of[micro],
+                             ctx=contexts_of[micro])
         # a bound: every stage's operators at their cheapest, edges free
         floor = m * math.fsum(float(c.min()) for c in costed.node_costs) / pp
         if incumbent is not None and floor >= incumbent:
@@ -293,14 +297,17 @@ def _stage(sub, capacity, threads, in_flight):
     """A stage's plan, a lower bound of its cost and the bound's gap (0:
     exact), searched within ``capacity`` with ``in_flight`` micro-batches'
     activations kept; the :class:`dp_search.DoesNotFit` it raises when
-    nothing fits."""
+    nothing fits.  Within a capacity, unpruned: the search prunes afresh
+    at each multiplier, and that took longer than the eliminations it
+    shortened (two thirds of the stages' time on Megatron-LM's 145.6B row,
+    a third on Llama 3 405B's)."""
     from dp_search import DoesNotFit, search as plain_search, search_within
 
     if capacity is None:
         r = plain_search(sub, threads=threads)
         return r.strategy, r.cost, 0.0
     try:
-        b = search_within(sub, capacity, threads=threads, in_flight=in_flight)
+        b = search_within(sub, capacity, threads=threads, in_flight=in_flight, prune=False)
     except DoesNotFit as e:
         return e
     return b.result.strategy, b.lower_bound, b.gap if b.status == "bound" else 0.0

@@ -374,9 +374,11 @@ _EDGE_TEMPORARIES = 4  # (K_src, K_tgt) temporaries while an edge matrix is comp
 _OP_TEMPORARIES = 64  # (K,) temporaries while an operator's configurations are enumerated and costed
 
 
-def estimate_costs(g, p: int, model: CostModel = CostModel(), chains=None) -> CostEstimate:
+def estimate_costs(g, p: int, model: CostModel = CostModel(), chains=None, ctx=None) -> CostEstimate:
     """The memory :func:`build_costs` will use for ``g``, ``p`` and the
-    model's searched options (``chains``: ``g``'s, when found already)."""
+    model's searched options (``chains``: ``g``'s, when found already;
+    ``ctx``: its operators' contexts with those chains, when worked out
+    already and the model has options)."""
     from blocks import find_chains
     from options import OPTIONS, contexts
 
@@ -385,7 +387,8 @@ def estimate_costs(g, p: int, model: CostModel = CostModel(), chains=None) -> Co
     ops = operators(g)
     if model.options and chains is None:
         chains = find_chains(g)
-    ctx = contexts(g, chains if model.options else ())
+    if ctx is None or not model.options:
+        ctx = contexts(g, chains if model.options else ())
     searched = [OPTIONS[name] for name, value in model.options if value == AUTO]
     keyed = (lambda c: c.key) if model.options else (lambda c: c.shared)
     ids: dict = {}  # identical operators share an id, as they share their arrays (and their edges' matrices)
@@ -408,22 +411,25 @@ def estimate_costs(g, p: int, model: CostModel = CostModel(), chains=None) -> Co
 
 
 def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | None = None,
-                progress=None, edges: bool = True, chains=None) -> CostedGraph:
+                progress=None, edges: bool = True, chains=None, ctx=None) -> CostedGraph:
     """Enumerate and cost every configuration and edge of ``g`` for ``p`` devices.
 
     With ``memory_limit`` (bytes), raise :class:`CostTablesTooLarge` before
     enumerating anything when :func:`estimate_costs` exceeds it.  ``progress(done,
     total)`` is called as the edge matrices are built.  Without ``edges``,
     the operators' arrays only (:func:`with_edges` adds the edges later).
-    ``chains``: ``g``'s, when found already.
+    ``chains``: ``g``'s, when found already; ``ctx``: its operators'
+    contexts (:func:`options.contexts` with those chains), when worked out
+    already (the same for every ``p``).
     """
     from blocks import find_chains
     from options import contexts
 
     p = check_procs(p)
     chains = find_chains(g) if chains is None else chains
+    ctx = contexts(g, chains) if ctx is None else ctx
     if memory_limit is not None:
-        est = estimate_costs(g, p, model, chains)
+        est = estimate_costs(g, p, model, chains, ctx)
         if est.peak > memory_limit:
             raise CostTablesTooLarge(
                 f"the cost arrays for p = {p} need {est.peak / 1e9:.3g} GB but the limit is "
@@ -432,7 +438,6 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
             )
     cutoff = g.graph["cutoff"]
     ops = operators(g)
-    ctx = contexts(g, chains)
     searched = tuple(name for name, value in model.options if value == AUTO)
     lists = {k: [] for k in ("configs", "compute", "comm", "node_costs", "weights", "activations", "memory", "parts",
                              "transient", "tables")}
