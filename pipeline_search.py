@@ -101,7 +101,6 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     from blocks import find_chains
     from cost_model import build_costs, with_edges
     from dp_search import search as plain_search, stage_costs
-    from options import contexts
 
     capacity = model.cluster.capacity
     g1 = build(micro_values[0] if micro_values else 1)
@@ -116,7 +115,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     costs: dict = {}
     graphs: dict = {}
     chains_of: dict = {}  # micro-batch -> its graph's chains, found once
-    contexts_of: dict = {}  # and its operators' contexts
+    known_of: dict = {}  # and what costing its operators works out of it alone, whatever the stage's devices
     pairs = [(pp, micro) for pp in sorted(pps, reverse=True) if p % pp == 0  # small stages first: quick to cost
              for micro in (micro_values or micro_candidates(batch, p, pp)) if batch // micro >= pp]
     smallest = [math.inf]  # the least memory a device of any pipeline tried needs (its stages' bound)
@@ -132,11 +131,11 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         if micro not in graphs:
             graphs[micro] = build(micro)
             chains_of[micro] = find_chains(graphs[micro])
-            contexts_of[micro] = contexts(graphs[micro], chains_of[micro])
+            known_of[micro] = {}
         g = graphs[micro]
         stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m)
         costed = build_costs(g, q, stage_model, memory_limit=memory_limit, edges=False, chains=chains_of[micro],
-                             ctx=contexts_of[micro])
+                             known=known_of[micro])
         # a bound: every stage's operators at their cheapest, edges free
         floor = m * math.fsum(float(c.min()) for c in costed.node_costs) / pp
         if incumbent is not None and floor >= incumbent:
