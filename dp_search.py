@@ -21,6 +21,7 @@ estimated first and checked against a memory limit.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 
@@ -227,6 +228,52 @@ def search(costed, algo: int = 0, *, prune: bool | str = "auto", memory_limit: i
     return _named(r, costed, algo, problem)
 
 
+def pieces_bound(costed, *, threads: int | None = None, memory_limit: int | None = None) -> float:
+    """A lower bound of ``costed``'s unconstrained optimum, at a small part
+    of the search's work: what precedes its longest chain of repeated
+    blocks, each block and what follows, each searched alone (blocks with
+    the same arrays once) over a spanning tree of its edges (the costliest
+    kept: a tree is searched in the time of its edges), the other edges
+    dropped (a re-distribution costs nothing or more).  ``-inf`` without a
+    chain, or when a dropped edge could cost less than nothing."""
+    import networkx as nx
+
+    if not costed.chains:
+        return -math.inf
+    c = max(costed.chains, key=lambda x: x.count * x.size)
+    pieces = [range(0, c.start)] + [c.block(k) for k in range(c.count)] + [range(c.stop, costed.n)]
+    where = {v: i for i, piece in enumerate(pieces) for v in piece}
+    inner: dict = {}  # piece -> its edges (ids from its first operator, the array)
+    for (u, v), m in costed.edge_costs.items():
+        if where[u] != where[v]:
+            if float(m.min()) < 0:
+                return -math.inf
+            continue
+        lo = pieces[where[u]][0]
+        inner.setdefault(where[u], []).append((u - lo, v - lo, m))
+    tables = costed.tables or [()] * costed.n
+    found: dict = {}  # what identifies a piece's arrays -> its bound
+    parts = []
+    for i, piece in enumerate(pieces):
+        if not len(piece):
+            continue
+        edges = inner.get(i, [])
+        key = (tuple((id(costed.node_costs[v]), tuple(id(t) for t in tables[v])) for v in piece),
+               tuple(sorted((u, v, id(m)) for u, v, m in edges)))
+        if key not in found:
+            tree = nx.Graph()
+            tree.add_nodes_from(range(len(piece)))
+            tree.add_weighted_edges_from((u, v, float(m.max())) for u, v, m in edges)
+            tree = nx.maximum_spanning_tree(tree)
+            if any(not tree.has_edge(u, v) and float(m.min()) < 0 for u, v, m in edges):
+                return -math.inf
+            sub = costed.restrict(piece)
+            sub = replace(sub, edge_costs={e: m for e, m in sub.edge_costs.items() if tree.has_edge(*e)})
+            found[key] = search(sub, threads=threads, memory_limit=memory_limit, prune=False).cost
+        parts.append(found[key])
+    return math.fsum(parts)
+
+
 def stage_costs(costed, *, threads: int | None = None, memory_limit: int | None = None):
     """The least costs of pipeline stages of ``c`` blocks of ``costed``'s
     one repeated chain, for every ``c``: ``(first, middle, last, whole)``
@@ -234,7 +281,10 @@ def stage_costs(costed, *, threads: int | None = None, memory_limit: int | None 
     cheapest in time (block options at their default); ``None`` when the
     graph is not one chain between plain segments.  Worked out on the
     chain shortened to three blocks (what follows the last one read from
-    the third): the blocks' arrays are the same."""
+    the third): the blocks' arrays are the same.  Not pruned: on three
+    blocks, finding what dominance removes takes longer than the
+    eliminations it shortens (a third of the time, on Megatron-LM's and
+    Llama 3's rows)."""
     from search.chain import stage_costs as costs
 
     if len(costed.chains) != 1:
@@ -267,7 +317,7 @@ def stage_costs(costed, *, threads: int | None = None, memory_limit: int | None 
                 tuple(c.start + k * c.size + c.exit for k in range(keep)), c.entry, c.start, c.start + keep * c.size)
     order = generate_seq(len(short_nodes), list(short_edges))[0]
     return costs(short_nodes, short_edges, order, short, count=c.count, threads=threads,
-                 memory_limit=memory_limit, held_bytes=costed.nbytes)
+                 memory_limit=memory_limit, held_bytes=costed.nbytes, prune=False)
 
 
 # -- within the device memory ---------------------------------------------------------

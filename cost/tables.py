@@ -374,56 +374,80 @@ _EDGE_TEMPORARIES = 4  # (K_src, K_tgt) temporaries while an edge matrix is comp
 _OP_TEMPORARIES = 64  # (K,) temporaries while an operator's configurations are enumerated and costed
 
 
-def estimate_costs(g, p: int, model: CostModel = CostModel(), chains=None) -> CostEstimate:
-    """The memory :func:`build_costs` will use for ``g``, ``p`` and the
-    model's searched options (``chains``: ``g``'s, when found already)."""
-    from blocks import find_chains
-    from options import OPTIONS, contexts
+def _structure(g, model: CostModel, ctx) -> tuple:
+    """What :func:`estimate_costs` reads of ``g`` whatever ``p``: its
+    distinct operators, the extra arrays of each (operator, context) pair
+    (its searched options' values), and the distinct edges' pairs of
+    operators."""
+    from options import OPTIONS
 
-    p = check_procs(p)
-    cutoff = g.graph["cutoff"]
     ops = operators(g)
-    if model.options and chains is None:
-        chains = find_chains(g)
-    ctx = contexts(g, chains if model.options else ())
     searched = [OPTIONS[name] for name, value in model.options if value == AUTO]
     keyed = (lambda c: c.key) if model.options else (lambda c: c.shared)
     ids: dict = {}  # identical operators share an id, as they share their arrays (and their edges' matrices)
     op_id = [ids.setdefault(op, len(ids)) for op in ops]
-    distinct = list(ids)
-    counts = [count_configurations(op, p, cutoff) for op in distinct]
     # per configuration: its splits, compute, communication and cost, weights, activations, memory, its four
     # parts and its transient; per searched option and value, seven more (cost, communication, parts, transient);
     # an operator in another context (a weight another holds, a place in a block) has arrays of its own
     arrays = {(op_id[v], keyed(ctx[v])): sum(7 * len(o.values) for o in searched if o.applies(ops[v], ctx[v]))
               for v in range(len(ops))}
-    held = sum(8 * counts[i] * (len(distinct[i].space) + 11 + extra) for (i, _), extra in arrays.items())
-    pairs = {(op_id[u], d["out"], op_id[v], d["inp"]): counts[op_id[u]] * counts[op_id[v]]
-             for u, v, d in g.edges(data=True)}
-    held += 8 * sum(pairs.values())
+    pairs = {(op_id[u], d["out"], op_id[v], d["inp"]): (op_id[u], op_id[v]) for u, v, d in g.edges(data=True)}
+    return list(ids), tuple(arrays.items()), tuple(pairs.values())
+
+
+def estimate_costs(g, p: int, model: CostModel = CostModel(), chains=None, known: dict | None = None) -> CostEstimate:
+    """The memory :func:`build_costs` will use for ``g``, ``p`` and the
+    model's searched options (``chains``: ``g``'s, when found already;
+    ``known``: what :func:`build_costs` keeps of ``g`` between calls)."""
+    from blocks import find_chains
+    from options import contexts
+
+    p = check_procs(p)
+    cutoff = g.graph["cutoff"]
+    known = {} if known is None else known
+    key = ("structure", model.options)
+    if key not in known:
+        if not model.options:
+            ctx = contexts(g, ())
+        elif "contexts" in known:
+            ctx = known["contexts"]
+        else:
+            ctx = contexts(g, find_chains(g) if chains is None else chains)
+        known[key] = _structure(g, model, ctx)
+    distinct, arrays, pairs = known[key]
+    counts = [count_configurations(op, p, cutoff) for op in distinct]
+    held = sum(8 * counts[i] * (len(distinct[i].space) + 11 + extra) for (i, _), extra in arrays)
+    sizes = [counts[a] * counts[b] for a, b in pairs]
+    held += 8 * sum(sizes)
     largest_K = max(counts, default=0)
-    largest_edge = max(pairs.values(), default=0)
+    largest_edge = max(sizes, default=0)
     op_work = max((k * (len(op.space) + _OP_TEMPORARIES) for op, k in zip(distinct, counts)), default=0)
     return CostEstimate(held, held + 8 * max(_EDGE_TEMPORARIES * largest_edge, op_work), largest_K, largest_edge)
 
 
 def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | None = None,
-                progress=None, edges: bool = True, chains=None) -> CostedGraph:
+                progress=None, edges: bool = True, chains=None, known: dict | None = None) -> CostedGraph:
     """Enumerate and cost every configuration and edge of ``g`` for ``p`` devices.
 
     With ``memory_limit`` (bytes), raise :class:`CostTablesTooLarge` before
     enumerating anything when :func:`estimate_costs` exceeds it.  ``progress(done,
     total)`` is called as the edge matrices are built.  Without ``edges``,
     the operators' arrays only (:func:`with_edges` adds the edges later).
-    ``chains``: ``g``'s, when found already.
+    ``chains``: ``g``'s, when found already; ``known``: a dict kept
+    between calls for the same graph and chains, where what depends on
+    them alone is kept (the operators' contexts, their distinct operators).
     """
     from blocks import find_chains
     from options import contexts
 
     p = check_procs(p)
     chains = find_chains(g) if chains is None else chains
+    known = {} if known is None else known
+    if "contexts" not in known:
+        known["contexts"] = contexts(g, chains)
+    ctx = known["contexts"]
     if memory_limit is not None:
-        est = estimate_costs(g, p, model, chains)
+        est = estimate_costs(g, p, model, chains, known)
         if est.peak > memory_limit:
             raise CostTablesTooLarge(
                 f"the cost arrays for p = {p} need {est.peak / 1e9:.3g} GB but the limit is "
@@ -432,7 +456,6 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
             )
     cutoff = g.graph["cutoff"]
     ops = operators(g)
-    ctx = contexts(g, chains)
     searched = tuple(name for name, value in model.options if value == AUTO)
     lists = {k: [] for k in ("configs", "compute", "comm", "node_costs", "weights", "activations", "memory", "parts",
                              "transient", "tables")}

@@ -177,11 +177,14 @@ def options_for(s: Settings) -> tuple:
     return tuple(out)
 
 
-def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
+def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = None) -> Planned:
     """The computation ``s`` asks for (see the module docstring), with
     ``baselines`` (keys; default: all three with ``compare``, else none).
     ``progress(what, unit)``, when given, makes a progress callback
-    ``(done, total)`` with a ``close()`` for each long step."""
+    ``(done, total)`` with a ``close()`` for each long step.  ``graphs``
+    (batch -> graph): the model's graphs built already, for the settings'
+    model parameters (the standard search's, for the per-operator plan
+    beside it), used rather than built again."""
     from conflicts import check_given_plan, check_timing
     from plan_file import decisions, read
 
@@ -213,7 +216,8 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
         # stages searched by default compete with none at all (the whole batch at once); --pp auto searches stages
         with_plain = given_pp is None and s.pp == "auto" and s.microbatches in (None, "auto")
         model = cost_model_for(s, recorded)
-        g = build_graph(s.graph, **_model_params(s))
+        g = (graphs or {}).get(s.batch) if s.batch is not None else None
+        g = build_graph(s.graph, **_model_params(s)) if g is None else g
         if s.require_fit and model.cluster.capacity is None:
             raise SettingError("require_fit", "needs a device memory to fit: give --device, --device-memory or a "
                                               "cluster file giving one")
@@ -237,7 +241,7 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
         if given:
             raise InputError(f"--search standard searches {' and '.join(given)} with the rest: give "
                              f"{'them' if len(given) > 1 else 'it'} with --plan to fix a value")
-        found, result = _search_standard(s, g, model, progress)
+        found, result, graphs = _search_standard(s, g, model, progress)
         s = replace(s, plan=found.best.spec())
     if found is not None:
         pass  # the search's answer, costed already
@@ -248,7 +252,7 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
 
         result = _standard_result(s, g, complete(parse(s.plan), s.procs, g.graph["batch"]), model)
     elif pipelined:
-        result, profile = _pipeline(s, g, model, limit, file, progress, with_plain)
+        result, profile = _pipeline(s, g, model, limit, file, progress, with_plain, graphs)
     elif file is not None:
         _check_model(g, recorded, s.evaluate)
         try:
@@ -296,22 +300,23 @@ def plan(s: Settings, *, baselines=None, progress=None) -> Planned:
     if keys:
         result = result.with_baselines(compare(g, s.procs, model, keys))
     if found is not None and s.compare:  # the per-operator optimum beside it, and the gap
-        result = _beside_the_optimum(s, result, found.best, g.graph["batch"], progress)
+        result = _beside_the_optimum(s, result, found.best, g.graph["batch"], progress, graphs)
     if not math.isfinite(result.total_cost):
         raise InputError("the total cost is not a finite number; choose realistic --flops and --bw")
     return Planned(s, g, result, profile)
 
 
-def _beside_the_optimum(s: Settings, result, best, batch: int, progress):
+def _beside_the_optimum(s: Settings, result, best, batch: int, progress, graphs):
     """``result`` (the best standard configuration ``best``) with the
     per-operator optimum among its baselines and the gap in its notes: the
     search over the same options, and over stages and micro-batches when
-    the standard configuration uses them."""
+    the standard configuration uses them, on the graphs the standard
+    search built (``graphs``, batch -> graph)."""
     staged = best.pp > 1 or best.microbatch * best.dp < batch
-    per_op = replace(s, search=None, plan=None, compare=False, recompute="auto", zero="auto",
+    per_op = replace(s, search=None, plan=None, compare=False, recompute="auto", zero="auto", batch=batch,
                      **({"pp": "auto", "microbatches": "auto"} if staged else {"pp": 1}))
     try:
-        optimum = plan(per_op, baselines=(), progress=progress).result
+        optimum = plan(per_op, baselines=(), progress=progress, graphs=graphs).result
     except MemoryError as e:
         return replace(result, notes=result.notes + (f"No per-operator plan to compare with: {e}",))
     optimum = replace(optimum, key="per_operator", title="per-operator", label="per-operator optimum (PaSE)")
@@ -348,7 +353,8 @@ def _plain(s: Settings, g, model, limit, progress, cutoff: float | None = None):
     """The per-operator search of the whole batch (no stages): its result,
     and the profile's text with ``s.profile``; with ``cutoff`` (the step of
     a plan found otherwise), ``None`` when it cannot be faster (its
-    operators at their cheapest, or the search's bound, reach it)."""
+    operators at their cheapest, its pieces searched alone, or the search's
+    bound, reach it: :func:`dp_search.pieces_bound`)."""
     from cost_model import build_costs, with_edges
     from dp_search import NotBetter
 
@@ -361,6 +367,11 @@ def _plain(s: Settings, g, model, limit, progress, cutoff: float | None = None):
     finally:
         if bar is not None:
             bar.close()
+    if cutoff is not None:  # its pieces searched alone bound it below (with room for rounding)
+        from dp_search import pieces_bound
+
+        if pieces_bound(costed, threads=s.threads, memory_limit=limit) >= cutoff * (1 + 1e-9):
+            return None, None
     try:
         result, profile = _search(s, g, model, costed, limit, progress, cutoff)
     except NotBetter:
@@ -376,10 +387,11 @@ def _plain(s: Settings, g, model, limit, progress, cutoff: float | None = None):
     return result, profile
 
 
-def _pipeline(s: Settings, g, model, limit, file, progress=None, with_plain: bool = False):
+def _pipeline(s: Settings, g, model, limit, file, progress=None, with_plain: bool = False, graphs=None):
     """A pipelined plan: searched (``--pp``, ``--microbatches``,
     ``--schedule``), or the one a plan file records, costed again; with
-    ``with_plain``, the plan without stages where it is faster."""
+    ``with_plain``, the plan without stages where it is faster; the graphs
+    at micro-batches from ``graphs`` (batch -> graph) where it has them."""
     import pipeline
     import pipeline_search
 
@@ -409,11 +421,18 @@ def _pipeline(s: Settings, g, model, limit, file, progress=None, with_plain: boo
         if batch % s.microbatches:
             raise InputError(f"--microbatches {s.microbatches} does not divide the batch of {batch}")
         micro_values = [batch // s.microbatches]
+    built = {**(graphs or {}), batch: g}  # each graph at a micro-batch built once, the answer's included
+
+    def build(micro):
+        if micro not in built:
+            built[micro] = _micro_graph(s, micro)
+        return built[micro]
+
     auto = s.schedule == "auto" or s.schedule is None and s.pp == "auto"  # searched; else 1f1b unless given
     schedules = None if auto else [pipeline.parse_schedule(s.schedule or "1f1b")]
     pipe = failed = None
     try:
-        pipe = pipeline_search.search(lambda b: _micro_graph(s, b), model, s.procs, batch,
+        pipe = pipeline_search.search(build, model, s.procs, batch,
                                       pp_values=[s.pp] if isinstance(s.pp, int) else [1] if s.pp is None else None,
                                       micro_values=micro_values, schedules=schedules, memory_limit=limit,
                                       threads=s.threads, progress=progress)
@@ -430,7 +449,7 @@ def _pipeline(s: Settings, g, model, limit, file, progress=None, with_plain: boo
             plain = None
         if plain is not None:
             return plain, profile
-    return pipeline.as_result(pipe_graph(s, pipe), pipe, model, s.procs, batch, "search"), None
+    return pipeline.as_result(build(pipe.micro), pipe, model, s.procs, batch, "search"), None
 
 
 def _nothing_fits(s: Settings, model, *errors):

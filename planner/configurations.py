@@ -39,7 +39,8 @@ def _standard_result(s: Settings, g, std, model, graphs: dict | None = None):
 
 def _search_standard(s: Settings, g, model, progress):
     """The best standard configuration (:mod:`standard_search`) of the
-    settings' model within the device memory, and its result."""
+    settings' model within the device memory, its result, and the model's
+    graphs the search built (batch -> graph)."""
     import standard_search
     from planner.defaults import what_would_fit
 
@@ -74,7 +75,9 @@ def _search_standard(s: Settings, g, model, progress):
         raise MemoryError(f"no standard configuration fits in {model.cluster.capacity / 1e9:.4g} GB per device: "
                           f"the smallest needs {need}"
                           f"{what_would_fit(s, model.cluster, found.least_memory, standard=True)}")
-    return found, results[found.best]
+    for micro, built in costing.graphs.items():
+        graphs.setdefault(micro, built)
+    return found, results[found.best], {micro: built[0] for micro, built in graphs.items()}
 
 
 def standard_costing(s: Settings, model, batch: int, chain, build=None):

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -148,14 +149,48 @@ def _same(red, block, model) -> bool:
     return True
 
 
+def _entry_alike(red, run: Run) -> bool:
+    """Whether the first block read from the chain's entry is the second
+    read from the first exit: the entry as many configurations as the exit,
+    and the same edges (equal arrays) into the block."""
+    if run.entry is None or len(run.blocks) < 2 or red.sizes[run.entry] != red.sizes[run.exits[0]]:
+        return False
+    here = {v: i for i, v in enumerate(run.blocks[0])}
+    there = {v: i for i, v in enumerate(run.blocks[1])}
+
+    def touching(prev, block):  # position in the block -> (edge array, prev first)
+        out = {}
+        for (u, v), m in red.edges.items():
+            if u == prev and v in block:
+                out[(block[v], True)] = m
+            elif v == prev and u in block:
+                out[(block[u], False)] = m
+        return out
+
+    a, b = touching(run.entry, here), touching(run.exits[0], there)
+    return a.keys() == b.keys() and all(a[k] is b[k] or np.array_equal(a[k], b[k]) for k in a)
+
+
 class _Blocks:
     """The boundary matrices of a run's blocks: one elimination for the
     first block (from the entry) and one for the others (from the previous
-    exit), each computed once and kept for the recovery."""
+    exit), each computed once and kept for the recovery; the first block's
+    is the others' when it reads the entry as they read an exit (the same
+    arrays: :func:`_entry_alike`)."""
 
     def __init__(self, red, run: Run, pool):
         self.red, self.run, self.pool = red, run, pool
         self.cache = {}  # block number whose arrays it is -> (matrix, Eliminated, keep)
+        self.first = None  # the block whose matrix the first block takes (worked out when first asked)
+
+    def first_rep(self) -> int:
+        """The block whose matrix the first block takes: the second when
+        it reads the entry as the second reads the first exit, else its own."""
+        if self.first is None:
+            run = self.run
+            alike = _entry_alike(self.red, run) and _same(self.red, run.blocks[0], run.blocks[1])
+            self.first = 1 if alike else 0
+        return self.first
 
     def _free(self, k: int) -> list:
         return [v for v in self.run.blocks[k] if v != self.run.exits[k] and (self.red.sizes[v] > 1 or v in
@@ -167,6 +202,8 @@ class _Blocks:
         rep = 0 if k == 0 else 1
         if k > 1 and not _same(self.red, run.blocks[k], run.blocks[1]):
             rep = k
+        if k == 0:
+            rep = self.first_rep()
         if rep not in self.cache:
             prev = run.entry if rep == 0 else run.exits[rep - 1]
             b = run.exits[rep]
@@ -181,12 +218,20 @@ class _Blocks:
         return self.cache[rep] + (rep,)
 
 
-def _reduced(node_costs, edge_costs, order, runs, fold: bool = True, **options):
+def _reduced(node_costs, edge_costs, order, runs, fold: bool = True, entry: bool = False, **options):
     """The pruned problem, every block's operators keeping what any block
     keeps at their position, and what touches a boundary kept whole (with
-    ``fold`` false, every operator: nothing in the constant)."""
+    ``fold`` false, every operator: nothing in the constant); with
+    ``entry``, a run's entry keeps what its exits keep where the first
+    block reads it as the others read an exit (:func:`_entry_alike`): the
+    first block's matrix is then the others'."""
     if not fold:
         alike = [[b[i] for b in r.blocks] for r in runs for i in range(len(r.blocks[0]))]
+        if entry:
+            given = SimpleNamespace(sizes=[len(c) for c in node_costs], edges=edge_costs)
+            for r in runs:
+                if _entry_alike(given, r):
+                    alike[[g[0] for g in alike].index(r.exits[0])].append(r.entry)
         return reduce_problem(node_costs, edge_costs, order, free=range(len(node_costs)), alike=alike, **options)
     boundaries = {r.entry for r in runs if r.entry is not None} | {e for r in runs for e in r.exits}
     near = set(boundaries)  # never folded: what touches a boundary must cost alike in every block
@@ -218,27 +263,37 @@ def stage_costs(node_costs, edge_costs, order, run: Run, count: int | None = Non
     arrives point to point), and what all ``count`` blocks (default: the
     run's) cost with both.  Blocks are taken as identical (the second
     block's matrix), so the run may be a short one standing for ``count``
-    blocks: figures to rank cuts by, four eliminations in all."""
+    blocks: figures to rank cuts by, three or four eliminations in all (the
+    first block's matrix is needed only when it is the others': else the
+    first block is eliminated with what precedes it, its exit kept)."""
     pool = options.pop("pool", None)
-    red = _reduced(node_costs, edge_costs, order, [run], fold=False, **options)
+    red = _reduced(node_costs, edge_costs, order, [run], fold=False, entry=True, **options)
     before, after = _segments(red, [run])
     blocks = _Blocks(red, run, pool)
     entry = run.entry
     count = len(run.blocks) if count is None else count
-    if entry is None:
-        head = np.zeros(1)
-    else:
-        done = eliminate(red, _order(red, [v for v in before if v != entry], (entry,)), (entry,),
-                         nodes={v: red.nodes[v] for v in before}, pool=pool)
-        head = np.asarray(done.table, dtype=float)
     exit_ = run.exits[-1]
     done = eliminate(red, _order(red, after, (exit_,)), (exit_,),
                      nodes={**{v: red.nodes[v] for v in after}, exit_: np.zeros(red.sizes[exit_])}, pool=pool)
     tail = np.asarray(done.table, dtype=float)
-    M0 = blocks.matrix(0)[0]
-    M = blocks.matrix(1)[0] if len(run.blocks) > 1 else M0  # one block: no stage but the whole
+    if len(run.blocks) > 1 and entry is not None and blocks.first_rep() == 0:
+        M = blocks.matrix(1)[0]
+        b = run.exits[0]  # the first block and what precedes it, its exit kept: a vector, no matrix
+        inner = before + [v for v in run.blocks[0] if v != b and v in red.nodes]
+        done = eliminate(red, _order(red, inner, (b,)), (b,), nodes={v: red.nodes[v] for v in inner + [b]},
+                         pool=pool)
+        f = np.asarray(done.table, dtype=float)
+    else:
+        if entry is None:
+            head = np.zeros(1)
+        else:
+            done = eliminate(red, _order(red, [v for v in before if v != entry], (entry,)), (entry,),
+                             nodes={v: red.nodes[v] for v in before}, pool=pool)
+            head = np.asarray(done.table, dtype=float)
+        M0 = blocks.matrix(0)[0]
+        M = blocks.matrix(1)[0] if len(run.blocks) > 1 else M0  # one block: no stage but the whole
+        f, _ = minplus_vector(head, M0)
     first, middle, last = [], [], []
-    f, _ = minplus_vector(head, M0)
     mid = np.zeros(M.shape[0])
     for c in range(count):
         if c:

@@ -3,6 +3,8 @@ alone, and searched once with exactly the plain search's optimum."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -10,10 +12,10 @@ from blocks import find_chains
 from cluster import Cluster
 from conftest import ROOT, built, reference, rel, run_cli
 from cost_model import CostModel, build_costs
-from dp_search import runs_of, search, search_within
+from dp_search import pieces_bound, runs_of, search, search_within
 from graph import GraphBuilder, operators
 from models import build_graph
-from search.chain import Run, minplus_vector, series, solve_chained
+from search.chain import Run, _Blocks, _reduced, minplus_vector, series, solve_chained, stage_costs
 from search.order import generate_seq
 
 CONFIGS = ROOT / "tests" / "data" / "configs"
@@ -122,6 +124,44 @@ def test_chained_against_brute_force(seed):
     assert got == pytest.approx(want, rel=1e-12)  # the recovered plan costs the optimum
 
 
+def sub_problem(nodes, edges, keep, free=None):
+    """The problem of the nodes ``keep`` alone (renumbered in order), the
+    node ``free`` costing nothing (a stage's input from the stage before)."""
+    at = {v: i for i, v in enumerate(keep)}
+    costs = [np.zeros(len(nodes[v])) if v == free else nodes[v] for v in keep]
+    return costs, {(at[u], at[v]): m for (u, v), m in edges.items() if u in at and v in at}
+
+
+@pytest.mark.parametrize("entry_alike", [True, False])
+@pytest.mark.parametrize("seed", range(3))
+def test_stage_costs_against_brute_force(seed, entry_alike):
+    """Every length of the first stage (with what precedes the blocks), a
+    middle one (its input free) and the last (with what follows), and the
+    whole chain: each the least cost of those operators alone, whether the
+    first block reads the entry as the others read an exit (its matrix is
+    then theirs) or not."""
+    nodes, edges, run = random_chain_problem(seed, blocks=4, size=2, K=3)
+    if not entry_alike:
+        edges[(0, run.blocks[0][0])] = np.random.default_rng(seed + 100).uniform(0, 10, (3, 3))
+    order, _ = generate_seq(len(nodes), list(edges))
+    first, middle, last, whole = stage_costs(nodes, edges, order, run, prune=True, threads=1)
+    blocks, tail = run.blocks, len(nodes) - 1
+    for c in (1, 2, 3):
+        held = [v for b in blocks[:c] for v in b]
+        assert first[c - 1] == pytest.approx(brute_force(*sub_problem(nodes, edges, [0] + held)), rel=1e-12)
+        prev = blocks[0][-1]  # the boundary the stage reads, costing nothing
+        held = [v for b in blocks[1:1 + c] for v in b]
+        assert middle[c - 1] == pytest.approx(brute_force(*sub_problem(nodes, edges, [prev] + held, prev)),
+                                              rel=1e-12)
+        prev = blocks[3 - c][-1]
+        held = [v for b in blocks[4 - c:] for v in b]
+        assert last[c - 1] == pytest.approx(brute_force(*sub_problem(nodes, edges, [prev] + held + [tail], prev)),
+                                            rel=1e-12)
+    assert whole == pytest.approx(brute_force(nodes, edges), rel=1e-12)
+    red = _reduced(nodes, edges, order, [run], fold=False, entry=True, prune=True, threads=1)
+    assert _Blocks(red, run, None).first_rep() == (1 if entry_alike else 0)
+
+
 def test_series_refuses_an_edge_that_bypasses_the_chain():
     nodes, edges, run = random_chain_problem(0)
     assert series([run], len(nodes), list(edges))
@@ -196,3 +236,15 @@ def test_chained_searches_with_every_step_merged_keep_the_strategy(monkeypatch, 
     merged = search(cg, chained=True)
     assert merged.stats.repeated and (merged.cost, merged.index) == (plain.cost, plain.index)
     assert merged.stats.work == plain.stats.work and merged.stats.work_computed < merged.stats.work
+
+
+@pytest.mark.parametrize("name, options", [("gpt2", ()), ("llama3-8b", (("recompute", "auto"), ("zero", "auto")))])
+def test_the_pieces_bound_lies_between_the_cheapest_operators_and_the_optimum(name, options):
+    """What precedes the blocks, each block and what follows, each searched
+    alone over a spanning tree of its edges: at most the whole search's
+    optimum, more than every operator at its cheapest."""
+    cg = build_costs(config(name, batch=16, seq=512), 32, CostModel(TWO_LEVEL.cluster, options=options))
+    floor = math.fsum(float(c.min()) for c in cg.node_costs)
+    bound = pieces_bound(cg)
+    assert floor < bound <= search(cg).cost * (1 + 1e-12)
+    assert pieces_bound(build_costs(built("alexnet"), 8, TWO_LEVEL)) == -math.inf  # no repeated blocks
