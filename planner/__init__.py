@@ -24,10 +24,11 @@ from typing import NamedTuple
 from errors import InputError, SettingError
 from planner.configurations import (_accumulation, _search_standard, _standard_pipeline,  # noqa: F401
                                     _standard_result, standard_costing)
-from planner.graphs import _chain, _micro_graph, _model_batch, _model_params, pipe_graph  # noqa: F401
+from planner.graphs import _chain, _model_params, pipe_graph  # noqa: F401
+from planner.job import Job
 from settings import CLUSTER_SETTINGS, MODEL_PARAMS, OPTION_SETTINGS, Settings
 
-__all__ = ["Planned", "plan", "cost_model_for", "cluster_for"]
+__all__ = ["Planned", "plan", "cost_model_for", "cluster_for", "Job"]
 
 
 class Planned(NamedTuple):
@@ -225,9 +226,11 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
         if (key := "procs" if e.name == "p" else e.name) in from_file:
             raise InputError(f"--evaluate: {s.evaluate}: {key} {e.problem}") from None
         raise
-    if with_plain and _chain(g) is None:  # stages by default cut repeated blocks: without any, none are searched
-        s, with_plain = replace(s, pp=None), False
     limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
+    job = Job.of(s, model, limit, graphs)  # what the stages below read: the settings are not passed on
+    job.seed(g, main=True)
+    if with_plain and job.chain() is None:  # stages by default cut repeated blocks: without any, none are searched
+        s, with_plain = replace(s, pp=None), False
     profile = None
     pipelined = s.pp not in (None, 1) or s.microbatches is not None or "pipeline" in recorded
     if s.schedule is not None and s.pp in (None, 1) and s.plan is None:
@@ -241,7 +244,10 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
         if given:
             raise InputError(f"--search standard searches {' and '.join(given)} with the rest: give "
                              f"{'them' if len(given) > 1 else 'it'} with --plan to fix a value")
-        found, result, graphs = _search_standard(s, g, model, progress)
+        from planner.defaults import what_would_fit
+
+        found, result = _search_standard(job, progress, lambda need: what_would_fit(s, model.cluster, need,
+                                                                                    standard=True))
         s = replace(s, plan=found.best.spec())
     if found is not None:
         pass  # the search's answer, costed already
@@ -250,9 +256,11 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
             raise InputError("--plan and --evaluate each give the plan to cost: give one")
         from standard import complete, parse
 
-        result = _standard_result(s, g, complete(parse(s.plan), s.procs, g.graph["batch"]), model)
+        result = _standard_result(job, complete(parse(s.plan), s.procs, g.graph["batch"]))
+    elif pipelined and file is not None:
+        result = _recorded_pipeline(job, file, s.evaluate)
     elif pipelined:
-        result, profile = _pipeline(s, g, model, limit, file, progress, with_plain, graphs)
+        result, profile = _pipeline(s, job, progress, with_plain)
     elif file is not None:
         _check_model(g, recorded, s.evaluate)
         try:
@@ -269,7 +277,7 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
                 f"This strategy uses at most {most} of the {s.procs} devices.",))
     else:
         try:
-            result, profile = _plain(s, g, model, limit, progress)
+            result, profile = _plain(job, progress)
         except DoesNotFit as e:
             from planner.defaults import what_would_fit
 
@@ -300,7 +308,7 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
     if keys:
         result = result.with_baselines(compare(g, s.procs, model, keys))
     if found is not None and s.compare:  # the per-operator optimum beside it, and the gap
-        result = _beside_the_optimum(s, result, found.best, g.graph["batch"], progress, graphs)
+        result = _beside_the_optimum(s, result, found.best, g.graph["batch"], progress, job.graphs())
     if not math.isfinite(result.total_cost):
         raise InputError("the total cost is not a finite number; choose realistic --flops and --bw")
     return Planned(s, g, result, profile)
@@ -349,18 +357,19 @@ def _idle_note(result, model, p: int) -> str:
             f"spread ({why}); the others stay idle.")
 
 
-def _plain(s: Settings, g, model, limit, progress, cutoff: float | None = None):
-    """The per-operator search of the whole batch (no stages): its result,
-    and the profile's text with ``s.profile``; with ``cutoff`` (the step of
+def _plain(job: Job, progress, cutoff: float | None = None):
+    """The per-operator search of the job's whole batch (no stages): its
+    result, and the profile's text with ``job.profile``; with ``cutoff`` (the step of
     a plan found otherwise), ``None`` when it cannot be faster (its
     operators at their cheapest, its pieces searched alone, or the search's
     bound, reach it: :func:`dp_search.pieces_bound`)."""
     from cost_model import build_costs, with_edges
     from dp_search import NotBetter
 
+    g = job.graph()
     bar = progress("building the cost tables", "edges") if progress is not None else None
     try:
-        costed = build_costs(g, s.procs, model, memory_limit=limit, edges=False)
+        costed = build_costs(g, job.procs, job.model, memory_limit=job.memory_limit, edges=False)
         if cutoff is not None and math.fsum(float(c.min()) for c in costed.node_costs) >= cutoff:
             return None, None
         costed = with_edges(costed, bar)
@@ -370,50 +379,54 @@ def _plain(s: Settings, g, model, limit, progress, cutoff: float | None = None):
     if cutoff is not None:  # its pieces searched alone bound it below (with room for rounding)
         from dp_search import pieces_bound
 
-        if pieces_bound(costed, threads=s.threads, memory_limit=limit) >= cutoff * (1 + 1e-9):
+        if pieces_bound(costed, threads=job.threads, memory_limit=job.memory_limit) >= cutoff * (1 + 1e-9):
             return None, None
     try:
-        result, profile = _search(s, g, model, costed, limit, progress, cutoff)
+        result, profile = _search(job, costed, progress, cutoff)
     except NotBetter:
         return None, None
     if cutoff is not None and not result.total_cost < cutoff:
         return None, None
     most = max(int(c.prod(axis=1).max()) for c in costed.configs)
-    if most < s.procs:
+    if most < job.procs:
         used = max(layer.devices for layer in result.layers)
         result = replace(result, notes=result.notes + (
-            f"No operator can use more than {most} of the {s.procs} devices (no configuration splits further "
+            f"No operator can use more than {most} of the {job.procs} devices (no configuration splits further "
             f"at cutoff {g.graph['cutoff']}); this strategy uses at most {used}.",))
     return result, profile
 
 
-def _pipeline(s: Settings, g, model, limit, file, progress=None, with_plain: bool = False, graphs=None):
-    """A pipelined plan: searched (``--pp``, ``--microbatches``,
-    ``--schedule``), or the one a plan file records, costed again; with
-    ``with_plain``, the plan without stages where it is faster; the graphs
-    at micro-batches from ``graphs`` (batch -> graph) where it has them."""
+def _recorded_pipeline(job: Job, file, path: str):
+    """The pipelined plan a plan file records, costed again."""
+    import pipeline
+    from plan_file import decisions
+
+    rec = file.recorded["pipeline"]
+    try:
+        pp, m, micro = int(rec["pp"]), int(rec["m"]), int(rec["micro"])
+        sched = pipeline.parse_schedule(rec["schedule"])
+        ranges = [tuple(r) for r in rec["stages"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(f"--evaluate: {path}: the pipeline record is not one this tool wrote ({e})") from None
+    gm = job.graph(micro)
+    try:
+        strategy = decisions(gm, file, job.procs // pp)
+    except InputError as e:
+        raise InputError(f"--evaluate: {e}") from None
+    _check_ranges(ranges, gm.number_of_nodes(), path)
+    pipe = pipeline.evaluate(gm, job.model, job.procs, pp, m, micro, sched, ranges, strategy)
+    return pipeline.as_result(gm, pipe, job.model, job.procs, job.batch, "evaluate", source=path)
+
+
+def _pipeline(s: Settings, job: Job, progress=None, with_plain: bool = False):
+    """A pipelined plan searched as the settings' ``--pp``,
+    ``--microbatches`` and ``--schedule`` ask; with ``with_plain``, the
+    plan without stages where it is faster.  The graphs at micro-batches
+    are the job's, each built once (the answer's included)."""
     import pipeline
     import pipeline_search
 
-    batch = g.graph["batch"]
-    if file is not None:  # the stages a plan file records
-        rec = file.recorded["pipeline"]
-        try:
-            pp, m, micro = int(rec["pp"]), int(rec["m"]), int(rec["micro"])
-            sched = pipeline.parse_schedule(rec["schedule"])
-            ranges = [tuple(r) for r in rec["stages"]]
-        except (KeyError, TypeError, ValueError) as e:
-            raise InputError(f"--evaluate: {s.evaluate}: the pipeline record is not one this tool wrote ({e})") from None
-        gm = _micro_graph(s, micro)
-        from plan_file import decisions
-
-        try:
-            strategy = decisions(gm, file, s.procs // pp)
-        except InputError as e:
-            raise InputError(f"--evaluate: {e}") from None
-        _check_ranges(ranges, gm.number_of_nodes(), s.evaluate)
-        pipe = pipeline.evaluate(gm, model, s.procs, pp, m, micro, sched, ranges, strategy)
-        return pipeline.as_result(gm, pipe, model, s.procs, batch, "evaluate", source=s.evaluate), None
+    batch = job.batch
     if s.procs % (s.pp if isinstance(s.pp, int) else 1):
         raise InputError(f"--pp {s.pp} does not divide the {s.procs} devices")
     micro_values = None
@@ -421,35 +434,28 @@ def _pipeline(s: Settings, g, model, limit, file, progress=None, with_plain: boo
         if batch % s.microbatches:
             raise InputError(f"--microbatches {s.microbatches} does not divide the batch of {batch}")
         micro_values = [batch // s.microbatches]
-    built = {**(graphs or {}), batch: g}  # each graph at a micro-batch built once, the answer's included
-
-    def build(micro):
-        if micro not in built:
-            built[micro] = _micro_graph(s, micro)
-        return built[micro]
-
     auto = s.schedule == "auto" or s.schedule is None and s.pp == "auto"  # searched; else 1f1b unless given
     schedules = None if auto else [pipeline.parse_schedule(s.schedule or "1f1b")]
     pipe = failed = None
     try:
-        pipe = pipeline_search.search(build, model, s.procs, batch,
+        pipe = pipeline_search.search(job.graph, job.model, job.procs, batch,
                                       pp_values=[s.pp] if isinstance(s.pp, int) else [1] if s.pp is None else None,
-                                      micro_values=micro_values, schedules=schedules, memory_limit=limit,
-                                      threads=s.threads, progress=progress)
+                                      micro_values=micro_values, schedules=schedules, memory_limit=job.memory_limit,
+                                      threads=job.threads, progress=progress)
     except pipeline_search.PipelineDoesNotFit as e:
         if not with_plain:
-            _nothing_fits(s, model, e)
+            _nothing_fits(s, job.model, e)
         failed = e
     if with_plain:  # searched within what the pipeline found: given up where it cannot be faster
         try:
-            plain, profile = _plain(s, g, model, limit, progress, cutoff=None if pipe is None else pipe.step)
+            plain, profile = _plain(job, progress, cutoff=None if pipe is None else pipe.step)
         except MemoryError as e:
             if pipe is None:
-                _nothing_fits(s, model, failed, e)
+                _nothing_fits(s, job.model, failed, e)
             plain = None
         if plain is not None:
             return plain, profile
-    return pipeline.as_result(build(pipe.micro), pipe, model, s.procs, batch, "search"), None
+    return pipeline.as_result(job.graph(pipe.micro), pipe, job.model, job.procs, batch, "search"), None
 
 
 def _nothing_fits(s: Settings, model, *errors):
@@ -476,23 +482,23 @@ def _check_ranges(ranges, n: int, path: str) -> None:
         raise InputError(f"--evaluate: {path}: the pipeline's stages must cover the {n} operators")
 
 
-def _search(s: Settings, g, model, costed, limit, progress, cutoff=None):
-    """The searched result, and the profile's text with ``s.profile``
-    (``cutoff``: see :func:`dp_search.search_within`)."""
+def _search(job: Job, costed, progress, cutoff=None):
+    """The searched result of the job's graph, and the profile's text with
+    ``job.profile`` (``cutoff``: see :func:`dp_search.search_within`)."""
     from cost_model import make_result
     from dp_search import search, search_within
     from result import MemoryBound
 
-    capacity = model.cluster.capacity
+    capacity = job.model.cluster.capacity
 
     def once(callback=None):
         if capacity is None:
-            return search(costed, s.algo, memory_limit=limit, progress=callback, threads=s.threads)
-        return search_within(costed, capacity, s.algo, memory_limit=limit, progress=callback,
-                             threads=s.threads, cutoff=cutoff)
+            return search(costed, job.algo, memory_limit=job.memory_limit, progress=callback, threads=job.threads)
+        return search_within(costed, capacity, job.algo, memory_limit=job.memory_limit, progress=callback,
+                             threads=job.threads, cutoff=cutoff)
 
     profile = None
-    if s.profile:
+    if job.profile:
         import cProfile
         import io
         import pstats
@@ -512,7 +518,7 @@ def _search(s: Settings, g, model, costed, limit, progress, cutoff=None):
             if bar is not None:
                 bar.close()
     timings = ()
-    if s.measure:
+    if job.measure:
         for _ in range(2):
             once()
         timings = tuple(_found(once()).seconds for _ in range(5))
@@ -520,7 +526,7 @@ def _search(s: Settings, g, model, costed, limit, progress, cutoff=None):
     if capacity is not None:
         bound = MemoryBound(capacity, r.status, r.lower_bound, r.gap, r.lam, r.searches, r.least_memory)
     found = _found(r)
-    result = make_result(g, costed.figures(found.index, found.choices), model, s.procs, "search",
+    result = make_result(job.graph(), costed.figures(found.index, found.choices), job.model, job.procs, "search",
                          search=replace(found.stats, timings=timings), bound=bound)
     return result, profile
 

@@ -8,8 +8,7 @@ import math
 from dataclasses import replace
 
 from errors import InputError
-from planner.graphs import _chain, _micro_graph, _model_batch, _model_params
-from settings import Settings
+from planner.job import Job
 
 __all__ = ["standard_costing"]
 
@@ -22,94 +21,79 @@ def _accumulation(std, batch: int) -> str:
     return ""
 
 
-def _standard_result(s: Settings, g, std, model, graphs: dict | None = None):
+def _standard_result(job: Job, std):
     """The result of the complete standard configuration ``std`` on the
-    settings' model ``g``: through :func:`_standard_pipeline` with stages or
-    micro-batches accumulated (``graphs``: the micro-batch graphs built so
-    far), else its decisions costed on ``g``."""
+    job's model: through :func:`_standard_pipeline` with stages or
+    micro-batches accumulated, else its decisions costed on the model's
+    graph."""
     from cost_model import evaluate, make_result
     from standard import strategy
 
-    model = model.with_sequence_parallel(std.sp)  # a framework's own rules for sequence parallelism
+    g = job.graph()
+    model = job.model.with_sequence_parallel(std.sp)  # a framework's own rules for sequence parallelism
     if std.pp > 1 or std.microbatch * std.dp < g.graph["batch"]:  # stages, or micro-batches accumulated
-        return _standard_pipeline(s, std, model, graphs)
-    return make_result(g, evaluate(g, strategy(g, std), model, s.procs), model, s.procs, "evaluate",
+        return _standard_pipeline(job, std, model)
+    return make_result(g, evaluate(g, strategy(g, std), model, job.procs), model, job.procs, "evaluate",
                        label=f"standard configuration {std.describe()}")
 
 
-def _search_standard(s: Settings, g, model, progress):
+def _search_standard(job: Job, progress, hint=None):
     """The best standard configuration (:mod:`standard_search`) of the
-    settings' model within the device memory, its result, and the model's
-    graphs the search built (batch -> graph)."""
+    job's model within the device memory, and its result; the graphs the
+    search builds are kept in the job.  ``hint(need)``: what to add to
+    the message when nothing fits."""
     import standard_search
-    from planner.defaults import what_would_fit
 
+    g, model = job.graph(), job.model
     batch = g.graph["batch"]
-    chain = _chain(g)
+    chain = job.chain()
     blocks = chain.count if chain is not None else 0
     node = model.cluster.gpus_per_node or 8
-    graphs = {batch: (g, chain)}
     results = {}
-
-    def build(micro):
-        return graphs[micro][0] if micro in graphs else _micro_graph(s, micro)
 
     def exact(std):
         if std not in results:
-            for micro, built in costing.graphs.items():  # the graphs built, and their blocks
-                graphs.setdefault(micro, built)
-            results[std] = _standard_result(s, g, std, model, graphs)
+            for built in costing.graphs.values():  # the graphs the costing built, and their blocks
+                job.seed(*built)
+            results[std] = _standard_result(job, std)
         return results[std].total_cost, results[std].memory_bytes
 
     bar = None
     if progress is not None:
         def bar(total):
             return progress("costing standard configurations", "structures")
-    costing = standard_costing(s, model, batch, chain, build)
-    found = standard_search.search(g, s.procs, batch, node, blocks, costing, model.cluster.capacity, exact, bar)
+    costing = standard_costing(job, batch)
+    found = standard_search.search(g, job.procs, batch, node, blocks, costing, model.cluster.capacity, exact, bar)
     if found.best is None:
         if not math.isfinite(found.least_memory):
             raise InputError(f"--search standard: no standard configuration applies to {g.graph['name']} on "
-                             f"{s.procs} devices")
+                             f"{job.procs} devices")
         need = f"{'at least ' if found.least_is_bound else ''}{found.least_memory / 1e9:.4g} GB"
         raise MemoryError(f"no standard configuration fits in {model.cluster.capacity / 1e9:.4g} GB per device: "
-                          f"the smallest needs {need}"
-                          f"{what_would_fit(s, model.cluster, found.least_memory, standard=True)}")
-    for micro, built in costing.graphs.items():
-        graphs.setdefault(micro, built)
-    return found, results[found.best], {micro: built[0] for micro, built in graphs.items()}
+                          f"the smallest needs {need}{hint(found.least_memory) if hint else ''}")
+    return found, results[found.best]
 
 
-def standard_costing(s: Settings, model, batch: int, chain, build=None):
-    """The :class:`standard_costs.Costing` of the settings' model: graphs at
-    other batches from ``build`` (default: built), the model with its first
+def standard_costing(job: Job, batch: int):
+    """The :class:`standard_costs.Costing` of the job's model: its graphs
+    at other batches (the job's, built once), the model with its first
     three layers where it is a config (its blocks counted, not built)."""
     from standard_costs import Costing
 
-    def first_layers(micro, layers):
-        from models.sources import build_first_layers
-
-        return build_first_layers(s.graph, layers, **{**_model_params(s), "batch": micro})
-
-    return Costing(build or (lambda micro: _micro_graph(s, micro)), model, s.procs, batch, first_layers, chain)
+    return Costing(job.graph, job.model, job.procs, batch, job.first_layers, job.chain(batch))
 
 
-def _standard_pipeline(s: Settings, std, model, graphs: dict | None = None):
-    """A standard configuration with pipeline stages, costed: Megatron-LM's
-    layout (the blocks split evenly, the embedding in the first stage, the
-    head in the last)."""
+def _standard_pipeline(job: Job, std, model):
+    """A standard configuration with pipeline stages, costed on ``model``
+    (the job's, with the configuration's sequence parallelism):
+    Megatron-LM's layout (the blocks split evenly, the embedding in the
+    first stage, the head in the last)."""
     import pipeline
     from standard import strategy
 
-    batch = _model_batch(s)
+    batch = job.batch
     micro = std.microbatch * std.dp  # the samples of a micro-batch over the data-parallel groups
-    if graphs is not None and micro in graphs:  # built already (a search over configurations)
-        g, chain = graphs[micro]
-    else:
-        g = _micro_graph(s, micro)
-        chain = _chain(g)
-        if graphs is not None:
-            graphs[micro] = (g, chain)
+    g, chain = job.graph(micro), job.chain(micro)
     if chain is not None:
         counts = pipeline._even(chain.count, std.pp)
         if min(counts) < 1:
@@ -134,6 +118,6 @@ def _standard_pipeline(s: Settings, std, model, graphs: dict | None = None):
     if sched.name == "interleaved" and any(c % sched.chunks for c in counts):
         raise InputError(f"--plan: interleaved:{sched.chunks} needs each stage's blocks ({counts[0]}) to divide "
                          f"into {sched.chunks} chunks")
-    pipe = pipeline.evaluate(g, model, s.procs, std.pp, m, micro, sched, ranges, strategy(g, std))
-    return pipeline.as_result(g, pipe, model, s.procs, batch, "evaluate",
+    pipe = pipeline.evaluate(g, model, job.procs, std.pp, m, micro, sched, ranges, strategy(g, std))
+    return pipeline.as_result(g, pipe, model, job.procs, batch, "evaluate",
                               label=f"standard configuration {std.describe()}")

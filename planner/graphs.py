@@ -1,5 +1,7 @@
-"""The model's graphs a plan needs: the settings' parameters, the graph at
-a micro-batch, its longest chain of repeated blocks."""
+"""The model's graphs outside a plan's job (:mod:`planner.job` builds a
+plan's own): the settings' model parameters, the graph of a pipelined
+plan's micro-batch (what an export describes), a graph's longest chain of
+repeated blocks."""
 
 from __future__ import annotations
 
@@ -12,20 +14,6 @@ def _model_params(s: Settings) -> dict:
     return {k: getattr(s, k) for k in MODEL_PARAMS if getattr(s, k) is not None}
 
 
-def _micro_graph(s: Settings, micro: int):
-    """The model's graph at a micro-batch of ``micro`` samples."""
-    from models import build_graph
-
-    return build_graph(s.graph, **{**_model_params(s), "batch": micro})
-
-
-def _model_batch(s: Settings) -> int:
-    """The model's batch (the flag's, else the model's default)."""
-    from models import build_graph
-
-    return s.batch if s.batch is not None else build_graph(s.graph, **_model_params(s)).graph["batch"]
-
-
 def _chain(g):
     """The graph's longest chain of repeated blocks (``None``: none)."""
     from blocks import find_chains
@@ -35,4 +23,7 @@ def _chain(g):
 
 
 def pipe_graph(s: Settings, pipe):
-    return _micro_graph(s, pipe.micro)
+    """The model's graph at the micro-batch of the pipeline ``pipe``."""
+    from models import build_graph
+
+    return build_graph(s.graph, **{**_model_params(s), "batch": pipe.micro})

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import ROOT, run_cli
 from megatron_table import ROWS
 from megatron_table import config as megatron_config
 from megatron_table import eq3 as eq3_flops
@@ -231,3 +231,32 @@ def test_micro_batches_without_stages_are_reported_as_gradient_accumulation(tmp_
             in out)
     assert "Pipeline:" not in out and "stages" not in out and "bubble" not in out
     assert "Predicted step time:" in out and "gradient synchronisation" in out
+
+
+@pytest.mark.parametrize("settings", [dict(graph="transformer", procs=8, pp="auto"),
+                                      dict(graph=str(ROOT / "tests/data/configs/llama3-8b/config.json"), procs=64,
+                                           device="h100", batch=64, seq=1024, search="standard", compare=True)],
+                         ids=["pp-auto", "standard-compare"])
+def test_a_plan_builds_each_of_its_graphs_once(monkeypatch, settings):
+    """The planner's job builds the model at each batch it needs (the
+    step's, each micro-batch's) once, whichever stage asks: the pipeline
+    search, the standard search, the per-operator plan beside it."""
+    from collections import Counter
+
+    import models
+    import planner
+    from settings import Settings
+
+    built = Counter()
+    real = models.build_graph
+
+    def counting(source, **params):
+        g = real(source, **params)
+        built[g.graph["batch"]] += 1
+        return g
+
+    monkeypatch.setattr(models, "build_graph", counting)
+    planned = planner.plan(Settings(**settings))
+    assert len(built) > 2  # micro-batches were asked for
+    assert max(built.values()) == 1, built
+    assert planned.result.total_cost > 0

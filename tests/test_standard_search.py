@@ -26,6 +26,15 @@ def _setup(model, p, batch, seq, memory, framework=None):
     return s, g, cost_model_for(s), _chain(g).count
 
 
+def _job(s, g, model):
+    """The planner's job for ``s`` on ``model``, its graph ``g`` built."""
+    from planner import Job
+
+    job = Job.of(s, model, 2**40)
+    job.seed(g, main=True)
+    return job
+
+
 def _brute_force(s, g, model, blocks, p):
     """Every point of the grid costed by the plan's own evaluation (the
     accumulation of a structure only where nothing fits its whole batch),
@@ -34,7 +43,7 @@ def _brute_force(s, g, model, blocks, p):
     import standard_search
     from errors import InputError
 
-    batch, graphs = g.graph["batch"], {}
+    batch, job = g.graph["batch"], _job(s, g, model)
     every, costs = [], {}
     node = model.cluster.gpus_per_node or 8
     for shape in standard_search.structures(g, p, batch, node, blocks):
@@ -44,7 +53,7 @@ def _brute_force(s, g, model, blocks, p):
             for zero, rec in standard_search.grid(replace(shape, microbatch=micro)):
                 std = replace(shape, microbatch=micro, zero=zero, recompute=rec)
                 try:
-                    r = planner._standard_result(s, g, std, model, graphs)
+                    r = planner._standard_result(job, std)
                 except InputError:
                     break
                 costs[std] = (r.total_cost, r.memory_bytes)
@@ -61,13 +70,13 @@ def _searched(s, g, model, blocks, p):
     import planner
     import standard_search
 
-    batch, graphs = g.graph["batch"], {}
+    batch, job = g.graph["batch"], _job(s, g, model)
 
     def exact(std):
-        r = planner._standard_result(s, g, std, model, graphs)
+        r = planner._standard_result(job, std)
         return r.total_cost, r.memory_bytes
 
-    costing = planner.standard_costing(s, model, batch, planner._chain(g))
+    costing = planner.standard_costing(job, batch)
     node = model.cluster.gpus_per_node or 8
     return standard_search.search(g, p, batch, node, blocks, costing, model.cluster.capacity, exact), costing
 
