@@ -71,4 +71,8 @@ def what_would_fit(s: Settings, cluster, need: float, *, standard: bool = False)
             ways.append("more micro-batches (--microbatches auto: a larger split of the batch)")
         elif s.pp in (None, 1) and s.microbatches is None:
             ways.append("--microbatches auto (gradient accumulation: a larger split of the batch)")
-    return "; it would fit with " + (" or ".join(ways) if len(ways) < 3 else ", ".join(ways[:-1]) + " or " + ways[-1])
+    what = "; it would fit with " + (" or ".join(ways) if len(ways) < 3 else ", ".join(ways[:-1]) + " or " + ways[-1])
+    if cluster.headroom:  # the capacity is not the memory the user gave or the data sheet states: say why
+        what += (f"; {capacity / 1e9:.4g} GB is the device's {cluster.device_memory:.4g} GB less {cluster.headroom:.4g} "
+                 "GB of headroom (--headroom)")
+    return what

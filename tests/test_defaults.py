@@ -148,3 +148,19 @@ def test_progress_lines_on_stderr_and_none_with_q():
     assert all(line.startswith("scheduler.py: ") for line in full.stderr.splitlines())  # progress lines only
     quiet = run_cli(*args, "-q")
     assert quiet.stderr == ""
+
+
+def test_a_refusal_accounts_for_the_headroom(tmp_path):
+    """The capacity a refusal names is the device's memory less the
+    headroom: the message says so when a headroom is kept, and not when
+    none is."""
+    model = tiny_llama(tmp_path, 4)
+    fixed = ("-g", model, "-p", 8, "-b", 32, "--seq", 2048, "--device", "h100", "--recompute", "none", "--zero", "0",
+             "--pp", "1")
+    kept = run_cli(*fixed, "--device-memory", "1.6", "--headroom", "1", ok=False)
+    line = not_progress(kept.stderr).strip()
+    assert kept.returncode == 1 and len(line.splitlines()) == 1
+    assert "fits in 0.6 GB per device" in line
+    assert line.endswith("; 0.6 GB is the device's 1.6 GB less 1 GB of headroom (--headroom)")
+    none = run_cli(*fixed, "--device-memory", "0.6", "--headroom", "0", ok=False)
+    assert none.returncode == 1 and "headroom" not in none.stderr
