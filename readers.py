@@ -108,9 +108,16 @@ def read_json(path: str, limit: int, what: str):
         raise InputError(f"{path} is not a usable JSON file ({why})") from None
 
 
-def document(source, limit: int, what: str):
+def document(source, limit: int, what: str, error=None):
     """A JSON document given as a file's path (read by :func:`read_json`)
-    or as its text (anything that starts with ``{``)."""
+    or as its text (anything that starts with ``{``); ``error``: the
+    exception class a reader's own callers expect (unreadable, too large,
+    not JSON said in one line as that error), else :class:`InputError`."""
+    if error is not None:
+        try:
+            return document(source, limit, what)
+        except InputError as e:
+            raise error(str(e)) from None
     if isinstance(source, (str, os.PathLike)) and not str(source).lstrip().startswith("{"):
         return read_json(os.fspath(source), limit, what)
     try:

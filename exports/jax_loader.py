@@ -34,11 +34,7 @@ def load(source):
         return from_document(source)
     from readers import document
 
-    try:
-        doc = document(source, MAX_BYTES, "sharding file")
-    except InputError as e:  # unreadable, too large, not JSON: said as this module's error
-        raise LoaderError(str(e)) from None
-    return from_document(doc)
+    return from_document(document(source, MAX_BYTES, "sharding file", LoaderError))
 
 
 def _spec(value, axes: set, where: str) -> tuple[str, ...]:

@@ -120,11 +120,7 @@ def load(source) -> TorchPlan:
         return _checked(source)
     from readers import document
 
-    try:
-        doc = document(source, MAX_BYTES, "plan file")
-    except InputError as e:  # unreadable, too large, not JSON: said as this module's error
-        raise PlanError(str(e)) from None
-    return _checked(doc)
+    return _checked(document(source, MAX_BYTES, "plan file", PlanError))
 
 
 def _checked(doc) -> TorchPlan:

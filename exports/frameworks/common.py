@@ -18,6 +18,15 @@ def standard_for(plan, fmt: str, needs_roles: bool = True):
     return plan.standard(fmt)
 
 
+def fsdp_zero(std, fail: str) -> None:
+    """Refuse ZeRO-1 and -2 for a framework whose data parallelism either
+    replicates everything or shards it all with FSDP (torchtitan)."""
+    if std.zero in (1, 2):
+        raise InputError(fail + f"zero={std.zero} shards the optimizer state{' and gradients' if std.zero == 2 else ''}"
+                         " but not the weights; torchtitan replicates (zero=0) or shards all three with FSDP "
+                         "(zero=3)")
+
+
 def layer_parts(plan, std, fmt: str) -> list[int]:
     """Layers (blocks) of each model part of a pipeline, in model order: one
     part per stage, or with ``chunks`` per device (interleaved), part ``k``

@@ -88,13 +88,10 @@ def _parts(plan, std, backend: bool) -> list[str]:
 def arguments(plan) -> tuple[list[str], list[str]]:
     """The arguments (a flag and its values per item: a string of words, or
     a tuple of words that may hold spaces) and the notes."""
-    from exports.frameworks.common import standard_for
+    from exports.frameworks.common import fsdp_zero, standard_for
 
     std = standard_for(plan, "torchtitan")
-    if std.zero in (1, 2):
-        raise InputError(FAIL + f"zero={std.zero} shards the optimizer state{' and gradients' if std.zero == 2 else ''}"
-                         " but not the weights; torchtitan replicates (zero=0) or shards all three with FSDP "
-                         "(zero=3)")
+    fsdp_zero(std, FAIL)
     if std.ep > 1 and std.zero != 3:
         raise InputError(FAIL + f"ep={std.ep}: torchtitan's experts borrow the FSDP ranks "
                          "(data_parallel_shard_degree): give zero=3")

@@ -52,14 +52,11 @@ def _toml(value) -> str:
 
 def sections(plan) -> tuple[dict, list[str]]:
     """The TOML tables ({table: {key: value}}) and the notes for ``plan``."""
-    from exports.frameworks.common import standard_for
+    from exports.frameworks.common import fsdp_zero, standard_for
 
     std = standard_for(plan, "torchtitan@0.2")
     fail = "--export torchtitan@0.2: "
-    if std.zero in (1, 2):
-        raise InputError(fail + f"zero={std.zero} shards the optimizer state{' and gradients' if std.zero == 2 else ''}"
-                         " but not the weights; torchtitan replicates (zero=0) or shards all three with FSDP "
-                         "(zero=3)")
+    fsdp_zero(std, fail)
     if std.ep > 1 and std.zero != 3:
         raise InputError(fail + f"ep={std.ep}: torchtitan carves expert parallelism out of the FSDP degree "
                          "(data_parallel_shard_degree): give zero=3")
