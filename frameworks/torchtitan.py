@@ -6,9 +6,10 @@ code of December 2024 runs Llama 3.1 (torch, torchao and torchtitan of
 Checked against (``benchmarks/published.py``) every row of torchtitan's
 ``benchmarks/llama3_h100_202412_torchtitan.md``: Llama 3.1 8B on 8 and
 128 H100s (eager, compiled, compiled with Float8), 8B with context
-parallelism, 70B on 256 and 405B on 512.  Two constants are fitted on one
-row, FSDP + torch.compile on 8 GPUs (time: ``contention``; memory:
-``reserve``); every other row is held out.
+parallelism, 70B on 256 and 405B on 512; and the 8B runs on 32 and 64
+H200s of June 2025 (a later torchtitan, which also compiles the loss).
+Two constants are fitted on one row, FSDP + torch.compile on 8 GPUs (time:
+``overhead``; memory: ``reserve``); every other row is held out.
 """
 
 from __future__ import annotations
