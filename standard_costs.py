@@ -385,6 +385,7 @@ class Costing:
         return table
 
     def _fill_edges(self, micro, variant, e, pairs) -> dict:
+        from cost.rules import float8_input
         from cost.time import edge_costs
 
         table = self._edges.setdefault((micro, variant, e), {})
@@ -396,7 +397,9 @@ class Costing:
         src = sorted({a for a, _ in todo})
         tgt = sorted({b for _, b in todo})
         self.calls += 1
-        m = edge_costs(L.reps[cu][0], out, L.reps[cv][0], inp, src, tgt, self._models[variant])
+        model = self._models[variant]
+        fp8 = float8_input(L.reps[cv][0], inp, L.reps[cv][1], model)
+        m = edge_costs(L.reps[cu][0], out, L.reps[cv][0], inp, src, tgt, model, fp8)
         si, ti = {a: i for i, a in enumerate(src)}, {b: j for j, b in enumerate(tgt)}
         for a, b in todo:
             table[(a, b)] = float(m[si[a], ti[b]])

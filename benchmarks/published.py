@@ -16,7 +16,10 @@ framework that ran it):
   per ``s b h``) for each setting, term by term;
 - **torchtitan's December 2024 benchmark** (``torchtitan``): tokens/s per
   GPU and the allocator's peak (GiB) of Llama 3.1 8B, 70B and 405B on
-  H100 96 GB (``--device h100-96gb --framework torchtitan``);
+  H100 96 GB (``--device h100-96gb --framework torchtitan``), and its
+  June 2025 runs of Llama 3.1 8B on 32 and 64 H200s (``--device h200``:
+  FSDP, torch.compile, Float8 with its all-gathers in FP8; a later
+  torchtitan, which also compiles the loss);
 - **ZeRO (Rajbhandari et al., SC'20), Figure 1** and **DeepSpeed's
   estimators** (``zero``): model states per device, without a framework and
   with ``--framework deepspeed``.
@@ -120,8 +123,17 @@ def korthikanti(tmp: Path):
         yield row("Korthikanti T2", f"{label}: {formula}", "bytes / sbh", want, kept / (s * b * h), "{:.4f}")
 
 
+#: torchtitan's published runs: (file, the table's source, the device they ran on)
+TORCHTITAN = (("torchtitan_h100_202412.json", "torchtitan 2024-12", "h100-96gb"),
+              ("torchtitan_h200_202506.json", "torchtitan 2025-06 H200", "h200"))
+
+
 def torchtitan(tmp: Path):
-    data = json.loads((DATA / "torchtitan_h100_202412.json").read_text())
+    for name, source, device in TORCHTITAN:
+        yield from torchtitan_runs(tmp, json.loads((DATA / name).read_text()), source, device)
+
+
+def torchtitan_runs(tmp: Path, data: dict, source: str, device: str):
     base = json.loads(LLAMA8B.read_text())
     paths = {}
     for name, changes in data["models"].items():
@@ -136,13 +148,12 @@ def torchtitan(tmp: Path):
         r = dict(zip(data["columns"], values))
         flags = ["--compile"] * r["compile"] + ["--float8"] * r["float8"]
         res = run("-g", paths[r["model"]], "-p", r["gpus"], "-b", r["batch"], "--seq", r["seq"], "--device",
-                  "h100-96gb", "--framework", "torchtitan", "--plan", r["plan"], *flags)
+                  device, "--framework", "torchtitan", "--plan", r["plan"], *flags)
         label = f"{r['model'].upper()}, {r['gpus']} GPUs, {r['label']}"
-        fit = label in fitted
+        fit = label in fitted and device == "h100-96gb"
         tps = r["batch"] * r["seq"] / res.step_seconds / r["gpus"]
-        yield row("torchtitan 2024-12", label, "tokens/s per GPU", r["tokens_per_s"], tps, "{:,.0f}", fit)
-        yield row("torchtitan 2024-12", label, "memory GiB", r["memory_gib"], res.reserved_bytes / 2**30, "{:.1f}",
-                  fit)
+        yield row(source, label, "tokens/s per GPU", r["tokens_per_s"], tps, "{:,.0f}", fit)
+        yield row(source, label, "memory GiB", r["memory_gib"], res.reserved_bytes / 2**30, "{:.1f}", fit)
 
 
 def zero(tmp: Path):

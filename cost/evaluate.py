@@ -14,9 +14,9 @@ import numpy as np
 from cluster import Cluster
 from config_space import Decision, in_space
 from cost.memory import footprint, shared_weights
-from cost.rules import CostModel, extents
+from cost.rules import CostModel, extents, float8_input
 from cost.tables import StrategyCost, node_arrays, with_options
-from cost.time import edge_costs
+from cost.time import edge_costs, ring_words
 from errors import InputError
 from graph import operators, parameter_count
 from kinds.base import Comm
@@ -80,9 +80,11 @@ def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None, 
     edges = {}
     moved = {}
     for u, v, d in sorted(g.edges(data=True)):
-        key = (ops[u], d["out"], ops[v], d["inp"], strategy[u].config, strategy[v].config)
+        fp8 = float8_input(ops[v], d["inp"], ctx[v], model)
+        key = (ops[u], d["out"], ops[v], d["inp"], strategy[u].config, strategy[v].config, fp8)
         if key not in moved:
-            m = edge_costs(ops[u], d["out"], ops[v], d["inp"], [strategy[u].config], [strategy[v].config], model)
+            m = edge_costs(ops[u], d["out"], ops[v], d["inp"], [strategy[u].config], [strategy[v].config], model,
+                           fp8)
             moved[key] = float(m[0, 0])
         edges[(u, v)] = moved[key]
     cutoff = g.graph["cutoff"]
@@ -189,15 +191,20 @@ def words_moved(g, sc, model) -> float:
         key = (op, d, ctx[v].key)
         if key not in seen:
             C, work, _ = with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
-            seen[key] = [float((x.count * _elements(x, C))[0]) if np.ndim(x.count * _elements(x, C)) else
-                         float(x.count * _elements(x, C)) for x in work.comms]
+            fp8 = work.fp8 and model.framework is not None and "weights" in model.framework.float8_gathers
+            words = [np.sum(x.count * _elements(x, C)) / (c.word_bytes if fp8 and x.role == "weights" else 1.0)
+                     for x in work.comms]  # a Float8 product's weights gathered at a byte per element
+            if work.ring:  # ring attention passes its keys and values itself
+                words.append(np.sum(ring_words(op, C, work, model)))
+            seen[key] = [float(w) for w in words]
         moved.extend(seen[key])
     unit = CostModel(Cluster(1.0, 1000.0 * c.word_bytes, precision=c.precision))  # one element costs 1
     for u, v, e in sorted(g.edges(data=True)):
-        key = (ops[u], e["out"], ops[v], e["inp"], sc.strategy[u].config, sc.strategy[v].config)
+        fp8 = float8_input(ops[v], e["inp"], ctx[v], model)
+        key = (ops[u], e["out"], ops[v], e["inp"], sc.strategy[u].config, sc.strategy[v].config, fp8)
         if key not in seen:
             m = edge_costs(ops[u], e["out"], ops[v], e["inp"], [sc.strategy[u].config], [sc.strategy[v].config],
-                           unit)
+                           unit, fp8, rules=model)
             seen[key] = float(m[0, 0])
         moved.append(seen[key])
     return math.fsum(moved)

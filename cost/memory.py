@@ -70,7 +70,11 @@ def as_kept(op: Operator, C: Extents, model: CostModel, fp: Footprint, inside: b
     * an input kept as this device's shard under sequence parallelism
       (:func:`cost.rules.regathered`) counts ``1 / q`` of itself;
     * with Float8, a weighted product of a block holds FP8 copies (a byte
-      per element) of its weights and input while it runs (a transient).
+      per element) of its weights and input while it runs (a transient);
+    * ring attention (:func:`cost.time.ring_parts`) holds, while it runs,
+      the keys and values its kernels read (all-gathered, or its own and
+      the ones in flight passed step by step) and, backward, their fp32
+      gradients' running sum and the sum in flight (a transient).
     """
     fw = model.framework
     b = float(model.cluster.word_bytes)
@@ -88,9 +92,28 @@ def as_kept(op: Operator, C: Extents, model: CostModel, fp: Footprint, inside: b
     if fw.float8 and inside and any(t.role == "weight" for t in op.inputs) and op.kind.name in ("Einsum", "FC"):
         copies = sum(shard(t, C) for t in op.inputs if t.role != "data")
         transient = transient + copies
+    if op.kind.name == "FusedAttention" and op.kind.ring(op, model):
+        transient = transient + _ring_buffers(op, C, model)
     K = len(C)
     return Footprint(fp.weights, fp.gradients, fp.optimizer, np.broadcast_to(acts, (K,)).astype(float),
                      np.broadcast_to(transient, (K,)).astype(float))
+
+
+def _ring_buffers(op: Operator, C: Extents, model: CostModel):
+    """Bytes ring attention holds beyond its inputs while it runs (K,):
+    ``kv`` the keys and values its kernels read over ``c`` devices (the
+    device's own ``kv / c`` an input), all of them all-gathered or two
+    steps' worth in flight passed step by step, and two gradient buffers of
+    ``kv / c`` (the running sum and the one in flight); nothing where
+    ``c = 1``."""
+    from cost.time import ring_heads
+
+    fw = model.framework
+    b = float(model.cluster.word_bytes)
+    c = C[op.dims[-3]]
+    kv = (shard(op.inputs[1], C) + shard(op.inputs[2], C)) * ring_heads(op, C, fw)
+    held = kv * (1.0 - 1.0 / c) if fw.ring == "allgather" else 2.0 * kv / c
+    return np.where(c > 1, b * held + 2.0 * float(fw.ring_grad_bytes or b) * kv / c, 0.0)
 
 
 def kept_items(op: Operator, C: Extents, model: CostModel) -> list:

@@ -20,7 +20,7 @@ from graph import Operator
 from kinds import Extents
 
 __all__ = ["CostModel", "AUTO", "EMBEDDING_SYNC", "MAX_PROCS", "OPTIMIZERS", "check_procs", "extents",
-           "regathered"]
+           "regathered", "float8_product", "float8_input"]
 
 EMBEDDING_SYNC = ("dense", "sparse", "best")
 AUTO = "auto"  # an option the search chooses
@@ -224,6 +224,28 @@ def regathered(op: Operator, C: Extents, model: CostModel) -> list:
         mine = set("".join(t.axes))
         out.append((i, "".join(c for c in op.dims if c not in mine)))
     return out
+
+
+def float8_product(op: Operator, context, model: CostModel) -> bool:
+    """Whether ``op`` runs as a Float8 product under the model's framework
+    (``--float8``): a weighted matrix product (``Einsum``, ``FC``) of a
+    repeated block with weights of its own (``context``: its
+    :class:`options.Context`; not the output layer)."""
+    fw = model.framework
+    if fw is None or not fw.float8 or context is None or context.block is None:
+        return False
+    return op.kind.name in ("Einsum", "FC") and any(t.role == "weight" and i not in context.shared
+                                                     for i, t in enumerate(op.inputs))
+
+
+def float8_input(op: Operator, i: int, context, model: CostModel) -> bool:
+    """Whether input ``i`` of ``op`` arrives re-distributed at a byte per
+    element (cast before): an activation of a Float8 product whose
+    framework moves its inputs in FP8 (torchao's Float8ColwiseParallel and
+    PrepareFloat8ModuleInput all-gather the cast input)."""
+    fw = model.framework
+    return (fw is not None and "inputs" in fw.float8_gathers and op.inputs[i].role != "weight"
+            and float8_product(op, context, model))
 
 
 def extents(op: Operator, configs) -> tuple[Extents, Extents]:

@@ -17,7 +17,7 @@ import numpy as np
 
 from config_space import Decision, configurations, count_configurations
 from cost.memory import footprint
-from cost.rules import AUTO, CostModel, check_procs, extents
+from cost.rules import AUTO, CostModel, check_procs, extents, float8_input
 from cost.time import as_run, edge_costs, price
 from errors import InputError
 from graph import Operator, operators
@@ -489,10 +489,12 @@ def with_edges(costed: CostedGraph, progress=None) -> CostedGraph:
     ops = operators(g)
     graph_edges = sorted(g.edges(data=True))
     edges, seen_e = {}, {}
+    ctx = costed.contexts or [None] * len(ops)
     for step, (u, v, d) in enumerate(graph_edges):
-        key = (ops[u], d["out"], ops[v], d["inp"])
+        fp8 = float8_input(ops[v], d["inp"], ctx[v], model)
+        key = (ops[u], d["out"], ops[v], d["inp"], fp8)
         if key not in seen_e:
-            m = edge_costs(ops[u], d["out"], ops[v], d["inp"], configs[u], configs[v], model)
+            m = edge_costs(ops[u], d["out"], ops[v], d["inp"], configs[u], configs[v], model, fp8)
             m.flags.writeable = False
             seen_e[key] = m
         edges[(u, v)] = seen_e[key]

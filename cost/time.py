@@ -26,7 +26,7 @@ from kinds import Extents, need, shard, tensor_splits
 from kinds.base import OVERLAPPED, Comm, Work
 
 __all__ = ["op_work", "collective_cost", "wave_share", "traffic", "price", "price_stage", "op_cost_parts", "op_costs",
-           "edge_costs", "TILE", "as_run"]
+           "edge_costs", "TILE", "as_run", "ring_parts", "ring_heads", "ring_words"]
 
 def op_work(op: Operator, configs, model: CostModel) -> Work:
     """What ``op`` does in a step at each configuration (its kind's record)."""
@@ -279,18 +279,31 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
         t_fwd, t_bwd = t_fwd * (1.0 + fw.overhead), t_bwd * (1.0 + fw.overhead)
     b = float(net.word_bytes)
     blocking = gathers = sync = overlapped_bwd = 0.0
+    if work.ring:  # ring attention: its merges and gradients' passes, and what its exchanges leave exposed
+        more_fwd, more_bwd, exposed_fwd, exposed_bwd = ring_parts(op, C, work, model, t_fwd, t_bwd)
+        t_fwd, t_bwd = t_fwd + more_fwd, t_bwd + more_bwd
+        blocking = exposed_fwd * (1.0 + work.replays) + exposed_bwd
+    fp8_gathers = bool(work.fp8 and "weights" in fw.float8_gathers)  # gathered at a byte per element, cast before
     inputs = None
     bucket = net.bucket_mb * 1e6
-    gathered = 0.0
+    gathered = casts_saved = copies_saved = 0.0
     for c in work.comms:
         if c.role in OVERLAPPED:
             c = _in_grad_precision(c, net)
+            if fp8_gathers and c.role == "weights":
+                held = np.asarray(c.words)
+                c = replace(c, words=held / b)
+                # the weights cast where they are held (their shard) rather than where gathered, in each pass
+                # (5 bytes per element: Float8 in as_run), and the gathered copies out of the collectives'
+                # buffers (forward and backward) moved at a byte per element rather than b
+                casts_saved = casts_saved + 5.0 * held * (1.0 - 1.0 / C[c.letters])
+                copies_saved = copies_saved + 4.0 * (b - 1.0) * held
             scale = np.asarray(c.words if c.words is not None else 0.0) * b / bucket  # a bucket's share of latency
             x = c.count * collective_cost(c, C, net, scale if c.role != "inputs" else None)
             if c.role == "weights":  # gathered twice: before the forward and before the backward pass
                 gathers = gathers + x / 2.0
                 overlapped_bwd = overlapped_bwd + x / 2.0
-                gathered = gathered + np.asarray(c.words)
+                gathered = gathered + np.asarray(c.words) * (b if fp8_gathers else 1.0)
             elif c.role == "inputs":  # gathered again for the backward pass, under it (the framework's own
                 inputs = x if inputs is None else inputs + x  # asynchronous collective, whatever the overlap)
             else:
@@ -302,7 +315,107 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
     if fw is not None:
         step = (fw.optimizer_bytes * np.asarray(work.updated if work.updated is not None else 0.0)
                 + fw.gather_bytes * gathered) * per_byte
+    if fp8_gathers:
+        saved = casts_saved * per_byte * (1.0 + fw.overhead)
+        t_fwd, t_bwd, step = t_fwd - saved, t_bwd - saved, step - copies_saved * per_byte
     return t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step
+
+
+def ring_parts(op: Operator, C: Extents, work: Work, model: CostModel, t_fwd, t_bwd):
+    """What ring attention adds to an attention operator whose query
+    positions (``work.ring``) are split over ``c`` devices, as the model's
+    framework runs it (its ``ring``; PyTorch's
+    ``torch.distributed.tensor.experimental`` ring attention, as torchtitan
+    runs it): ``(forward, backward, exposed forward, exposed backward)``
+    FLOP-equivalents, (K,) each, nothing where ``c = 1``.
+
+    The operator's ``c`` steps each run one attention kernel over ``1 / c``
+    of its score elements (the causal work balanced: each device holds two
+    of ``2 c`` chunks), ``t_fwd / c`` and ``t_bwd / c`` each.  The keys and
+    values (``kv`` elements the whole sequence's of the device's heads,
+    ``kv / c`` its own):
+
+    * ``allgather``: all-gathered once under the first step's kernel,
+      forward and again backward;
+    * ``p2p``: sent to the next device under each of the ``c - 1`` steps
+      that need them, forward and backward.
+
+    Their gradients travel step by step at ``ring_grad_bytes`` per element
+    (the next step's kernel covers each but the last, which returns them
+    home).  Exposed: whatever a transfer takes beyond the kernel under it.
+    The bytes it moves beyond the kernels (eager PyTorch): forward, each
+    step's output merged into the running one in fp32 (:data:`MERGE_BYTES`
+    per element, after the first), the first step's output to fp32 and the
+    result back, the keys and values packed for sending; backward, the
+    fp32 (``g`` bytes) gradients zeroed, each step's added in (``2 g + b``
+    per element of the queries, the keys and values), the keys' and
+    values' packed for sending (``2 g``), and the results back to the
+    training precision."""
+    from kinds.attention import MERGE_BYTES
+
+    net, fw = model.cluster, model.framework
+    b = float(net.word_bytes)
+    g = float(fw.ring_grad_bytes or b)
+    per_byte = net.flops * 1e12 / (net.mem_bw * 1e9 * net.memory_eff)
+    c = C[work.ring]  # (K,)
+    split = c > 1
+    kv = (shard(op.inputs[1], C) + shard(op.inputs[2], C)) * ring_heads(op, C, fw)  # (K,) as the kernels read them
+    mine = kv / c
+    q, out = shard(op.inputs[0], C), shard(op.outputs[0], C)
+    kernel_fwd, kernel_bwd = t_fwd / c, t_bwd / c
+
+    def send(words):
+        return collective_cost(Comm("exchange", "send", words, work.ring), C, net)
+
+    grads = send(mine * g / b)
+    if fw.ring == "allgather":
+        gather = collective_cost(Comm("exchange", "allgather", kv, work.ring), C, net)
+        exposed_fwd = np.maximum(gather - kernel_fwd, 0.0)
+        exposed_bwd = np.maximum(gather - kernel_bwd, 0.0) + (c - 1.0) * np.maximum(grads - kernel_bwd, 0.0)
+        packed = 2.0 * b * mine  # the keys and values packed once for the all-gather
+    else:
+        kvs = send(mine)
+        exposed_fwd = (c - 1.0) * np.maximum(kvs - kernel_fwd, 0.0)
+        exposed_bwd = (c - 1.0) * np.maximum(kvs + grads - kernel_bwd, 0.0)
+        packed = (c - 1.0) * 2.0 * b * mine
+    exposed_bwd = exposed_bwd + grads  # the last step's gradients, home after the last kernel
+    back = (g + b) * (q + mine) if g != b else 0.0
+    fwd = (c - 1.0) * MERGE_BYTES * out + 2.0 * (b + 4.0) * out + packed
+    bwd = g * (q + mine) + c * ((2.0 * g + b) * (q + mine) + 2.0 * g * mine) + back + packed
+    zero = np.zeros(len(C))
+    return (np.where(split, fwd * per_byte, zero), np.where(split, bwd * per_byte, zero),
+            np.where(split, exposed_fwd, zero), np.where(split, exposed_bwd, zero))
+
+
+def ring_words(op: Operator, C: Extents, work: Work, model: CostModel) -> np.ndarray:
+    """Elements a device receives per step passing ``op``'s keys and values
+    (and their gradients) around its ring (K,): with ``kv`` those the
+    kernels read (the whole sequence's, :func:`ring_heads` each head) and
+    ``c`` devices, ``(c - 1) / c`` of ``kv`` in each forward pass (the
+    recomputation's too) and again backward, and ``c`` times ``kv / c``
+    gradients at ``ring_grad_bytes`` (counted in elements of the training
+    precision); nothing where ``c = 1``."""
+    fw = model.framework
+    b = float(model.cluster.word_bytes)
+    g = float(fw.ring_grad_bytes or b)
+    c = C[work.ring]
+    kv = (shard(op.inputs[1], C) + shard(op.inputs[2], C)) * ring_heads(op, C, fw)
+    passes = 2.0 + np.asarray(work.replays, dtype=float)  # forward, its replays, backward
+    return np.where(c > 1, passes * kv * (c - 1.0) / c + kv * g / b, 0.0)
+
+
+def ring_heads(op: Operator, C: Extents, fw) -> np.ndarray:
+    """How many times a ring passes each key and value head of ``op`` (K,):
+    once, or, where the framework repeats them for every query head of
+    their group before the kernel (its ``repeat_kv``), the device's query
+    heads per key head."""
+    k = op.inputs[1]
+    group = np.ones(len(C))
+    if fw is not None and fw.repeat_kv:
+        for j, a in enumerate(k.axes[:-2]):
+            if not a:  # one key/value head for this axis's query heads: repeated for the device's share of them
+                group = group * op.space[j] / C[op.dims[j]]
+    return group
 
 
 def price_stage(work: Work, C: Extents, model: CostModel, op: Operator):
@@ -352,15 +465,21 @@ def op_costs(op: Operator, configs, model: CostModel) -> np.ndarray:
 
 
 def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tgt_configs,
-               model: CostModel) -> np.ndarray:
+               model: CostModel, fp8: bool = False, rules: CostModel | None = None) -> np.ndarray:
     """Re-distribution cost (K_src, K_tgt) of the tensor ``src.outputs[out]``
-    read as ``tgt.inputs[inp]``, forward and backward:
-    ``2 W need(T/S, T/Q, P(S), P(Q))``.
+    read as ``tgt.inputs[inp]`` (as it arrives there:
+    :meth:`kinds.base.Kind.arriving`), forward and backward:
+    ``2 W need(T/S, T/Q, P(S), P(Q))``; ``fp8``: the input of a Float8
+    product that the framework re-distributes at a byte per element
+    forward (:func:`cost.rules.float8_input`), its gradient backward in the
+    training precision; ``rules``: the model that says how the input
+    arrives, when not ``model`` (the elements a plan moves, priced at one
+    each).
 
     The cost depends on a configuration only through the tensor's split, and
     many configurations split it alike: it is worked out once per pair of
     distinct splits, then spread to the configurations (the same numbers)."""
-    t_src, t_tgt = src.outputs[out], tgt.inputs[inp]
+    t_src, t_tgt = src.outputs[out], tgt.kind.arriving(tgt, inp, model if rules is None else rules)
     T = np.asarray(t_src.shape, dtype=float)
     C_src, C_tgt = extents(src, src_configs)[1], extents(tgt, tgt_configs)[1]
     S = tensor_splits(t_src, C_src)  # (K_src, r)
@@ -375,12 +494,14 @@ def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tg
     r = len(T)
     ps, pt = np.prod(S[:, :r], axis=1), np.prod(Q[:, :r], axis=1)  # (r_src,), (r_tgt,)
     words = need((T / S[:, :r])[:, None, :], (T / Q[:, :r])[None, :, :], ps[:, None], pt[None, :])  # (r_src, r_tgt)
+    scale = (1.0 + 1.0 / float(net.word_bytes)) / 2.0 if fp8 else 1.0  # a byte forward, the precision's backward
+    words = words * scale
     if not net.two_level:
         cost = net.redistribute(2.0 * words, times=2)
     else:  # the same "area needed" between nodes: the words a target node lacks, shared by its devices
         NS, NQ = S[:, r:], Q[:, r:]
         node_need = need((T / NS)[:, None, :], (T / NQ)[None, :, :], np.prod(NS, axis=1)[:, None],
-                         np.prod(NQ, axis=1)[None, :])  # (r_src, r_tgt)
+                         np.prod(NQ, axis=1)[None, :]) * scale  # (r_src, r_tgt)
         share = np.prod(NQ, axis=1) / pt  # (r_tgt,) a device's part of its node's block
         cost = net.redistribute(2.0 * words, 2.0 * np.minimum(node_need * share[None, :], words), times=2)
     return np.take(np.take(cost, s_of, axis=0), q_of, axis=1) if spread else cost  # (K_src, K_tgt)

@@ -8,12 +8,15 @@ from dataclasses import dataclass, replace
 
 from errors import SettingError, shown
 
-__all__ = ["States", "Framework", "FRAMEWORKS", "register", "known", "KERNELS", "SELECTIVE", "SEQUENCE_PARALLEL"]
+__all__ = ["States", "Framework", "FRAMEWORKS", "register", "known", "KERNELS", "SELECTIVE", "SEQUENCE_PARALLEL",
+           "RINGS", "FLOAT8_GATHERS"]
 
 FRAMEWORKS: dict[str, "Framework"] = {}
 KERNELS = ("fused", "eager")
 SELECTIVE = ("attention", "ops")
 SEQUENCE_PARALLEL = ("gathered", "shard")
+RINGS = ("", "allgather", "p2p")
+FLOAT8_GATHERS = ("weights", "inputs")
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,24 @@ class Framework:
     seconds lost per second of computation to what the model does not
     price otherwise (a framework's hooks, copies and synchronisation).
 
+    Context parallelism: ``ring`` how attention runs over a split sequence
+    (ring attention, :func:`cost.time.ring_parts`): ``""`` the tool's own
+    (the keys and values all-gathered before the operator, on its input
+    edges), ``allgather`` (keys and values all-gathered under the first
+    step's attention; PyTorch's default rotation) or ``p2p`` (passed to the
+    next device step by step under each step's attention); the keys' and
+    values' gradients are passed step by step at ``ring_grad_bytes`` bytes
+    per element (0: the training precision's); ``repeat_kv``: the model
+    repeats each key and value head for every query head of its group
+    before the kernel, so the ring passes (and accumulates the gradients
+    of) the repeated heads.
+
+    Float8: ``float8_gathers`` the collectives that move a Float8 product's
+    operands at a byte per element: ``weights`` (ZeRO stage 3's all-gathers
+    of its weights, cast before gathering) and ``inputs`` (its input
+    re-distributed into it, e.g. tensor parallelism's all-gather, cast
+    before; the gradient goes back in the training precision).
+
     Memory beyond tensors: ``reserve`` what the caching allocator holds
     beyond the tensors' peak, as a share of it; ``outside_gb`` what the
     process holds outside the allocator (CUDA context, NCCL's buffers).
@@ -107,6 +128,10 @@ class Framework:
     overhead: float
     reserve: float
     outside_gb: float
+    ring: str = ""
+    ring_grad_bytes: float = 0.0
+    repeat_kv: bool = False
+    float8_gathers: tuple[str, ...] = ()
     fitted: tuple[str, ...] = ()  # the published rows its fitted constants come from
     compiled: bool = False
     float8: bool = False
@@ -116,9 +141,11 @@ class Framework:
         if len(self.states) != 4 or not all(isinstance(s, States) for s in self.states):
             raise ValueError(f"{self.name}: states must give ZeRO stages 0 to 3")
         for field, allowed in (("kernels", KERNELS), ("selective", SELECTIVE),
-                               ("sequence_parallel", SEQUENCE_PARALLEL)):
+                               ("sequence_parallel", SEQUENCE_PARALLEL), ("ring", RINGS)):
             if getattr(self, field) not in allowed:
-                raise ValueError(f"{self.name}: {field} must be one of {', '.join(allowed)}")
+                raise ValueError(f"{self.name}: {field} must be one of {', '.join(map(repr, allowed))}")
+        if any(g not in FLOAT8_GATHERS for g in self.float8_gathers):
+            raise ValueError(f"{self.name}: float8_gathers must name some of {', '.join(FLOAT8_GATHERS)}")
 
     def run(self, *, compiled: bool = False, float8: bool = False, sp: bool = False) -> "Framework":
         """The profile with what a run turns on."""

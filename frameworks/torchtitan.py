@@ -6,9 +6,10 @@ code of December 2024 runs Llama 3.1 (torch, torchao and torchtitan of
 Checked against (``benchmarks/published.py``) every row of torchtitan's
 ``benchmarks/llama3_h100_202412_torchtitan.md``: Llama 3.1 8B on 8 and
 128 H100s (eager, compiled, compiled with Float8), 8B with context
-parallelism, 70B on 256 and 405B on 512.  Two constants are fitted on one
-row, FSDP + torch.compile on 8 GPUs (time: ``contention``; memory:
-``reserve``); every other row is held out.
+parallelism, 70B on 256 and 405B on 512; and the 8B runs on 32 and 64
+H200s of June 2025 (a later torchtitan, which also compiles the loss).
+Two constants are fitted on one row, FSDP + torch.compile on 8 GPUs (time:
+``overhead``; memory: ``reserve``); every other row is held out.
 """
 
 from __future__ import annotations
@@ -87,5 +88,20 @@ TORCHTITAN = register(Framework(
     # buffers (2 x NCCL_BUFFSIZE of 4 MiB per channel, up to 32 channels, per process group): outside the
     # caching allocator, so not in torchtitan's memory figure
     outside_gb=1.25,
+    # context parallelism: PyTorch's ring attention (torch/distributed/tensor/experimental/_attention.py, which
+    # torchtitan's context_parallel wraps around scaled_dot_product_attention): the causal sequence in 2 x cp
+    # chunks, two per device (load balanced); keys and values rotated by one all-gather (_RotateMethod.ALL_GATHER,
+    # the default) under the first step's kernel; each later step's output merged in fp32 (_SDPAMerger,
+    # convert_to_f32); backward, the gradients of the keys and values accumulated in fp32 and passed to the next
+    # device after every step (the all-to-all rotater)
+    ring="allgather",
+    ring_grad_bytes=4.0,
+    # torchtitan's Llama attention repeats the 8 key/value heads for each of the 4 query heads of their group
+    # (torchtitan/models/llama/model.py, repeat_kv) before scaled_dot_product_attention: the ring passes 32 heads
+    repeat_kv=True,
+    # Float8 (docs/float8.md's recipe, tensorwise scaling): FSDP2 all-gathers the Float8Linear weights in FP8
+    # (float8.enable_fsdp_float8_all_gather, cast before gathering), and tensor parallelism all-gathers the
+    # products' inputs in FP8 (Float8ColwiseParallel, PrepareFloat8ModuleInput: "by default for Float8Linear")
+    float8_gathers=("weights", "inputs"),
     fitted=("8B, 8 GPUs, FSDP + torch.compile",),
 ))

@@ -5,12 +5,17 @@ sequence, a sliding window or chunks of it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from errors import InputError
 from kinds.base import Comm, Kind, Operator, Tensor, Work, register, shard
+
+#: bytes per output element of one merge of a ring step's partial result (fp32, one kernel per operation): the
+#: step's output to fp32 (read 2, write 4), its difference to the running output (read 8, write 4), scaled by
+#: the rows' softmax weights (read 4, write 4), taken from the running output (read 8, write 4)
+MERGE_BYTES = 38.0
 
 
 @register
@@ -43,6 +48,18 @@ class FusedAttention(Kind):
     the scores pass ``cap * tanh(x / cap)`` (Gemma 2), four more operations
     per score element.  An optional fourth input, one weight per query head
     (gpt-oss's attention sinks), joins each row's softmax.
+
+    Ring attention (context parallelism as a framework runs it: its
+    ``ring``, see :func:`cost.time.ring_parts`): with the query positions
+    split over ``c`` devices, each device's keys and values arrive split
+    with its queries (its edges move nothing more) and the operator passes
+    them between the devices itself, in ``c`` steps of one kernel each
+    under which the exchange runs, merging each step's partial result; the
+    causal mask's work is balanced over the devices (each holds two of
+    ``2 c`` chunks, one from each end of the sequence), so that each does
+    ``E / c`` of the score elements below.  Without a framework (or with
+    one that does not declare a ring) the keys and values are gathered on
+    the edges before the operator, as the PaSE model moves any input.
 
     It keeps ``q``, ``k``, ``v``, the output and one statistic per query
     row (the softmax's log-sum-exp) for the backward pass, which recomputes
@@ -110,6 +127,25 @@ class FusedAttention(Kind):
         out = Tensor(q.shape[:-1] + (v.shape[-1],), tuple(lq))
         return Operator(self, dims, space, tuple(inputs), (out,), name), (lq,)
 
+    def ring(self, op, rules) -> str:
+        """The framework's ring rotation when this operator runs as ring
+        attention under the modelling rules ``rules`` (a real device, a
+        framework that declares one, self-attention over the whole
+        sequence), else ``""``."""
+        fw = getattr(rules, "framework", None)
+        if fw is None or not fw.ring or not getattr(rules, "realistic", False):
+            return ""
+        if self.window or self.chunk or op.space[-3] != op.space[-1]:
+            return ""
+        return fw.ring
+
+    def arriving(self, op, i, rules):
+        t = op.inputs[i]
+        if i not in (1, 2) or not self.ring(op, rules):
+            return t
+        s_letter = op.dims[-3]  # the keys and values arrive split with the queries
+        return replace(t, axes=tuple(s_letter if a == self.letter else a for a in t.axes))
+
     def never_split(self, op):
         return op.dims[-2] + op.dims[-1]  # the width d and the key positions t
 
@@ -156,7 +192,8 @@ class FusedAttention(Kind):
         if len(op.inputs) == 4:  # the sinks' gradients, over the devices that share their heads
             sinks = op.inputs[3]
             comms += (Comm("gradients", "allreduce", shard(sinks, C), C.other("".join(sinks.axes))),)
-        return Work(compute, forward=forward, comms=comms, macs=macs, backward_macs=2.5 * macs, kernel="attention")
+        return Work(compute, forward=forward, comms=comms, macs=macs, backward_macs=2.5 * macs, kernel="attention",
+                    ring=op.dims[-3] if self.ring(op, rules) else "")
 
     def model_macs(self, op, work):
         """The whole score matrix, masked or not, as Narayanan et al. (SC'21)

@@ -253,7 +253,10 @@ class Work:
     results, Float8 casts); ``kernels``, the (forward, backward) kernels it
     launches; ``fp8``: its matrix products run in FP8; ``updated``: the
     weight elements the device updates at the optimizer step (``None``:
-    those it holds).  Arrays are (K,) or numbers; nothing here is priced.
+    those it holds); ``ring``: the letter of the sequence split over the
+    devices when attention runs as ring attention (``""``: it does not;
+    ``cost.time.ring_parts`` prices its steps).  Arrays are (K,) or
+    numbers; nothing here is priced.
     """
 
     compute: object
@@ -272,6 +275,7 @@ class Work:
     kernels: tuple = (0.0, 0.0)  # kernels launched (forward, backward), as a framework runs it
     fp8: bool = False  # the matrix products run in FP8 (Float8 training)
     updated: object = None  # weight elements the device updates at the optimizer step (None: those it holds)
+    ring: str = ""  # the split sequence's letter when the operator runs as ring attention
 
     def __post_init__(self):
         if self.forward is None:
@@ -340,6 +344,13 @@ class Kind:
         :class:`cost_model.CostModel` (the modelling rules some kinds read,
         e.g. how an embedding's gradient is exchanged)."""
         raise NotImplementedError
+
+    def arriving(self, op: Operator, i: int, rules) -> Tensor:
+        """Input ``i`` as its edge re-distributes it to the operator under
+        the modelling rules ``rules`` (default: as the operator reads it;
+        an operator that moves the rest itself, ring attention's keys and
+        values, takes it split otherwise)."""
+        return op.inputs[i]
 
     def saved(self, op: Operator) -> tuple[Tensor, ...]:
         """The tensors kept for the backward pass (default: every input that

@@ -63,18 +63,27 @@ class Zero(Option):
         and the next one prefetched, and its gradient before the
         reduce-scatter (a transient).  As a framework keeps them (its bytes
         per copy and stage); in a pipeline stage, a framework may keep the
-        gathered weights and whole gradients for the step (``staged``)."""
+        gathered weights and whole gradients for the step (``staged``).
+        A Float8 product whose framework gathers its weights in FP8 before
+        each pass holds them gathered at a byte per element (a pipeline
+        stage's weights kept for the step are counted as without Float8:
+        no published run states what FSDP2 keeps of them then)."""
         if value == 0:
             return footprint
+        from cost.rules import float8_product
         from kinds.base import shard
 
         (w_whole, w_sh), (g_whole, g_sh), (o_whole, o_sh) = rules.stage_bytes(value)
         gathered = rules.gathered_bytes()
         fw = rules.framework
-        if value >= 3 and fw is not None and rules.micro_batches is not None and any(fw.staged):
-            # a pipeline stage's weights gathered once, its gradients accumulated whole (a bf16 gradient
+        staged = value >= 3 and fw is not None and rules.micro_batches is not None and any(fw.staged)
+        if staged:  # a pipeline stage's weights gathered once, its gradients accumulated whole (a bf16 gradient
             # held while its operator runs)
             w_whole, g_whole, gathered = w_whole + fw.staged[0], g_whole + fw.staged[1], 2.0
+        fp8 = 0.0  # a Float8 product's weights gathered in FP8 before each pass: the gathered copies (the one
+        if value >= 3 and not staged and "weights" in getattr(fw, "float8_gathers", ()) and \
+                float8_product(op, context, rules):  # in use and the next) at a byte rather than b, and no FP8
+            fp8 = 1.0 + 2.0 * (float(rules.cluster.word_bytes) - 1.0)  # copy of their own (as_kept)
         w = g = o = transient = 0.0
         for t, letters in weights_of(op, context):
             held = shard(t, C)  # (K,) elements of the weight a device holds without ZeRO
@@ -83,7 +92,7 @@ class Zero(Option):
             g = g + _part(held, mine, g_whole, g_sh)
             w = w + _part(held, mine, w_whole, w_sh)
             if value >= 3:
-                transient = transient + held * gathered
+                transient = transient + held * (gathered - fp8)
         return replace(footprint, weights=footprint.weights * 0.0 + w, gradients=footprint.gradients * 0.0 + g,
                        optimizer=footprint.optimizer * 0.0 + o, transient=footprint.transient + transient)
 
