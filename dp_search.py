@@ -136,24 +136,25 @@ def runs_of(costed, problem: Problem | None = None, groups: bool = False) -> lis
     for c in costed.chains:
         blocks = [list(c.block(k)) for k in range(c.count)]
         runs.append(Run(blocks, tuple(c.boundary(k) for k in range(c.count)), c.entry, c.start, c.stop))
-    if groups and problem is not None:
-        outside = False
-        for b, g in enumerate(problem.groups):
-            v = g.members[0][0]  # the block of its operators
-            for j, c in enumerate(costed.chains):
-                if c.start <= v < c.stop:
-                    runs[j].blocks[(v - c.start) // c.size].append(costed.n + b)
-                    break
-            else:  # a block outside every chain: no run can hold it
-                outside = True
-        if outside:
-            runs = []
+    place = places_of(costed, problem) if groups and problem is not None else {}
+    for z, v in place.items():  # a block's option variable joins the block of its operators
+        for j, c in enumerate(costed.chains):
+            if c.start <= v < c.stop:
+                runs[j].blocks[(v - c.start) // c.size].append(z)
+                break
     runs = [Run(tuple(tuple(b) for b in r.blocks), r.exits, r.entry, r.start, r.stop) for r in runs]
     edges = list(costed.edge_costs) + (problem.structure()[len(costed.edge_costs):] if groups and problem else [])
-    good = [r for r in runs if series([r], costed.n, edges)]
-    if series(good, costed.n, edges):
+    good = [r for r in runs if series([r], costed.n, edges, place)]
+    if series(good, costed.n, edges, place):
         return good
     return max(([r] for r in good), key=lambda rs: len(rs[0].variables), default=[])
+
+
+def places_of(costed, problem: Problem) -> dict:
+    """Each block option's variable (numbered after the operators) and the
+    first operator of its block: where it stands among the runs and
+    segments of the chained search."""
+    return {costed.n + b: min(v for v, _, _ in g.members) for b, g in enumerate(problem.groups)}
 
 
 def _solver(costed, algo: int, problem: Problem | None = None, chained: bool = True, **options):
@@ -178,8 +179,9 @@ def _solver(costed, algo: int, problem: Problem | None = None, chained: bool = T
             runs[groups] = found if any(len(r.blocks) >= CHAIN_BLOCKS for r in found) else []
         labels = names + [f"block option {b}" for b in range(len(node_costs) - costed.n)]
         if runs[groups]:
+            place = places_of(costed, problem) if groups else None
             r = solve_chained(node_costs, edges, orders[groups], runs[groups], names=labels,
-                              held_bytes=costed.nbytes, **options)
+                              held_bytes=costed.nbytes, place=place, **options)
             r.stats = replace(r.stats, repeated=tuple(f"{c.count} x block of {c.size} operators"
                                                       for c in costed.chains if any(x.start == c.start for x in
                                                                                    runs[groups])))
@@ -229,22 +231,26 @@ def search(costed, algo: int = 0, *, prune: bool | str = "auto", memory_limit: i
 
 def stage_costs(costed, *, threads: int | None = None, memory_limit: int | None = None):
     """The least costs of pipeline stages of ``c`` blocks of ``costed``'s
-    one repeated chain, for every ``c``: ``(first, middle, last, whole)``
-    (see :func:`search.chain.stage_costs`), the options at the values
-    cheapest in time (block options at their default); ``None`` when the
-    graph is not one chain between plain segments.  Worked out on the
-    chain shortened to three blocks (what follows the last one read from
-    the third): the blocks' arrays are the same."""
+    longest repeated chain (the one a pipeline's stages cut), for every
+    ``c``: ``(first, middle, last, whole)`` (see
+    :func:`search.chain.stage_costs`; what comes before and after the
+    chain, other repeated blocks included, as plain operators), the
+    options at the values cheapest in time (block options at their
+    default); ``None`` when the graph is not that chain between plain
+    segments.  Worked out on the chain shortened to three blocks (what
+    follows the last one read from the third): the blocks' arrays are the
+    same."""
     from search.chain import stage_costs as costs
 
-    if len(costed.chains) != 1:
+    if not costed.chains:
         return None
     problem = problem_of(costed) if costed.searched else None
     nodes, edges = problem.at(0.0, False) if problem else (costed.node_costs, costed.edge_costs)
-    (run,) = runs_of(costed) or (None,)
-    if run is None:
+    c = max(costed.chains, key=lambda x: x.count * x.size)
+    run = Run(tuple(tuple(c.block(k)) for k in range(c.count)), tuple(c.boundary(k) for k in range(c.count)),
+              c.entry, c.start, c.stop)
+    if not series([run], costed.n, list(edges)):
         return None
-    c = costed.chains[0]
     keep = min(c.count, 3)
     cut = (c.count - keep) * c.size  # the nodes of the blocks left out
     last_block = range(c.start + (c.count - 1) * c.size, c.stop)

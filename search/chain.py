@@ -67,20 +67,23 @@ class Run:
         return {v for b in self.blocks for v in b}
 
 
-def series(runs, n_real: int, edges) -> bool:
+def series(runs, n_real: int, edges, place=None) -> bool:
     """Whether the problem is a series of plain segments and ``runs``
     (see the module docstring): every edge inside a segment, inside a
     block, from a block's exit into the next block, from a run's entry into
     its first block, or from its last exit into the segment (or run) after
-    it."""
+    it.  ``place``: for variables after the ``n_real`` operators (a block
+    option's), the operator each stands beside (one of its block's), which
+    says the segment it belongs to when no run holds it."""
     where = {}  # variable -> ("run", j, k) or ("seg", s)
     for j, r in enumerate(runs):
         for k, b in enumerate(r.blocks):
             for v in b:
                 where[v] = ("run", j, k)
     starts = [r.start for r in runs]
-    for v in range(n_real):
-        where.setdefault(v, ("seg", sum(1 for s in starts if s < v)))
+    for v in list(range(n_real)) + sorted(place or ()):
+        at = v if v < n_real else place[v]
+        where.setdefault(v, ("seg", sum(1 for s in starts if s < at)))
 
     def allowed(x, wx, y, wy) -> bool:  # the edge from x to y
         if wx[0] == "seg":
@@ -120,14 +123,16 @@ def minplus_vector(v: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 def _order(red, variables, keep) -> list:
     """GENERATESEQ over ``variables`` and ``keep`` (the edges among them),
-    the kept ones left last: the order to eliminate ``variables`` in."""
+    the kept ones left last, ties to the cheapest step (the kept
+    boundaries make more steps alike in their dependents than the plain
+    search sees): the order to eliminate ``variables`` in."""
     from search.order import generate_seq
 
     every = list(variables) + list(keep)
     local = {v: i for i, v in enumerate(every)}
     edges = [(local[u], local[v]) for u, v in red.edges if u in local and v in local]
     kept = set(range(len(variables), len(every)))
-    order, _ = generate_seq(len(every), edges, last=kept)
+    order, _ = generate_seq(len(every), edges, last=kept, sizes=[red.sizes[v] for v in every])
     return [every[i] for i in order if i not in kept]
 
 
@@ -148,23 +153,68 @@ def _same(red, block, model) -> bool:
     return True
 
 
+def _crossing(edges, source, block) -> dict:
+    """The edges from ``source`` into ``block``: position in the block ->
+    matrix (``source``'s configurations along the rows)."""
+    pos = {v: i for i, v in enumerate(block)}
+    out = {}
+    for (u, v), m in edges.items():
+        if u == source and v in pos:
+            out[pos[v]] = (m, False)
+        elif v == source and u in pos:
+            out[pos[u]] = (m, True)
+    return out
+
+
+def _same_crossing(a: dict, b: dict) -> bool:
+    """Whether two :func:`_crossing` results hold equal matrices."""
+    if a.keys() != b.keys():
+        return False
+    for i, (m, t) in a.items():
+        n, u = b[i]
+        if (m is not n or t != u) and not np.array_equal(m.T if t else m, n.T if u else n):
+            return False
+    return True
+
+
+def _entry_like_exits(node_costs, edge_costs, run: Run) -> bool:
+    """Whether the run's first block reads its entry as every other block
+    reads the exit before it: as many configurations, equal edges.  Then
+    the entry keeps the exits' configurations and the first block's
+    boundary matrix is the others' (one elimination fewer)."""
+    if run.entry is None or len(run.blocks) < 2 or len(node_costs[run.entry]) != len(node_costs[run.exits[0]]):
+        return False
+    return _same_crossing(_crossing(edge_costs, run.entry, run.blocks[0]),
+                          _crossing(edge_costs, run.exits[0], run.blocks[1]))
+
+
 class _Blocks:
     """The boundary matrices of a run's blocks: one elimination for the
     first block (from the entry) and one for the others (from the previous
-    exit), each computed once and kept for the recovery."""
+    exit), each computed once and kept for the recovery; the first block
+    takes the others' when it reads the entry as they read the exit
+    before them (the same arrays, the entry keeping the same
+    configurations)."""
 
     def __init__(self, red, run: Run, pool):
         self.red, self.run, self.pool = red, run, pool
         self.cache = {}  # block number whose arrays it is -> (matrix, Eliminated, keep)
+        self._first = None
 
-    def _free(self, k: int) -> list:
-        return [v for v in self.run.blocks[k] if v != self.run.exits[k] and (self.red.sizes[v] > 1 or v in
-                                                                             self.red.nodes)]
+    def first_like_the_rest(self) -> bool:
+        if self._first is None:
+            red, run = self.red, self.run
+            self._first = (run.entry is not None and len(run.blocks) > 1
+                           and np.array_equal(red.kept[run.entry], red.kept[run.exits[0]])
+                           and _same(red, run.blocks[0], run.blocks[1])
+                           and _same_crossing(_crossing(red.edges, run.entry, run.blocks[0]),
+                                              _crossing(red.edges, run.exits[0], run.blocks[1])))
+        return self._first
 
     def matrix(self, k: int):
         """(M, eliminated, representative block) for block ``k``."""
         run = self.run
-        rep = 0 if k == 0 else 1
+        rep = 0 if k == 0 and not self.first_like_the_rest() else 1
         if k > 1 and not _same(self.red, run.blocks[k], run.blocks[1]):
             rep = k
         if rep not in self.cache:
@@ -181,31 +231,64 @@ class _Blocks:
         return self.cache[rep] + (rep,)
 
 
+def _alike(node_costs, edge_costs, runs) -> list:
+    """The variables that keep the same configurations: each position of a
+    run's blocks, with the entry at the exits' when the first block reads
+    it as the others read theirs (:func:`_entry_like_exits`); groups that
+    share a variable (one run's exit, the next one's entry) merged."""
+    groups = []
+    for r in runs:
+        for i in range(len(r.blocks[0])):
+            group = [b[i] for b in r.blocks]
+            if r.blocks[0][i] == r.exits[0] and _entry_like_exits(node_costs, edge_costs, r):
+                group.append(r.entry)
+            groups.append(group)
+    parent = {}
+
+    def root(v):
+        while parent.setdefault(v, v) != v:
+            v = parent[v]
+        return v
+
+    for group in groups:
+        for v in group[1:]:
+            a, b = root(group[0]), root(v)
+            if a != b:
+                parent[b] = a
+    merged = {}
+    for v in parent:
+        merged.setdefault(root(v), []).append(v)
+    return [sorted(g) for g in merged.values()]
+
+
 def _reduced(node_costs, edge_costs, order, runs, fold: bool = True, **options):
     """The pruned problem, every block's operators keeping what any block
-    keeps at their position, and what touches a boundary kept whole (with
-    ``fold`` false, every operator: nothing in the constant)."""
+    keeps at their position (see :func:`_alike`), and what touches a
+    boundary kept whole (with ``fold`` false, every operator: nothing in
+    the constant)."""
+    alike = _alike(node_costs, edge_costs, runs)
     if not fold:
-        alike = [[b[i] for b in r.blocks] for r in runs for i in range(len(r.blocks[0]))]
         return reduce_problem(node_costs, edge_costs, order, free=range(len(node_costs)), alike=alike, **options)
     boundaries = {r.entry for r in runs if r.entry is not None} | {e for r in runs for e in r.exits}
     near = set(boundaries)  # never folded: what touches a boundary must cost alike in every block
     for u, v in edge_costs:
         if u in boundaries or v in boundaries:
             near |= {u, v}
-    alike = [[b[i] for b in r.blocks] for r in runs for i in range(len(r.blocks[0]))]
     return reduce_problem(node_costs, edge_costs, order, free=near, alike=alike, **options)
 
 
-def _segments(red, runs) -> list:
+def _segments(red, runs, place=None) -> list:
     """The variables before, between and after the runs, each in the plain
-    order."""
+    order (a block option's variable where ``place`` puts it, see
+    :func:`series`)."""
     in_run = {v for r in runs for v in r.variables}
     starts = [r.start for r in runs]
+    place = place or {}
     segments = [[] for _ in range(len(runs) + 1)]
     for v in red.unpruned.order:
         if v not in in_run and v in red.nodes:
-            segments[sum(1 for s in starts if s < v)].append(v)
+            at = place.get(v, v)
+            segments[sum(1 for s in starts if s < at)].append(v)
     return segments
 
 
@@ -254,10 +337,13 @@ def solve_chained(node_costs, edge_costs, order, runs, **options) -> SearchResul
     """The plain search's optimum of ``node_costs`` and ``edge_costs`` (see
     :func:`search.elimination.solve`, whose options it takes) with the
     ``runs`` of identical blocks searched once each (see the module
-    docstring).  The problem must be a :func:`series`."""
+    docstring).  The problem must be a :func:`series` (with ``place``, the
+    operator each block option's variable that no run holds stands
+    beside)."""
     progress = options.pop("progress", None)
+    place = options.pop("place", None)
     red = _reduced(node_costs, edge_costs, order, runs, **options)
-    segments = _segments(red, runs)
+    segments = _segments(red, runs, place)
     n = len(node_costs)
     pool = Workers(red.threads) if red.threads > 1 else None
     work, saved, fused, steps, largest, widest = 0, 0, False, 0, 1, 0
