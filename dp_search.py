@@ -132,10 +132,7 @@ def runs_of(costed, problem: Problem | None = None, groups: bool = False) -> lis
     """The repeated blocks of ``costed`` (its ``chains``) as runs of the
     search's variables (with ``groups``: each block's option variables too),
     those that keep the problem a series (:func:`search.chain.series`)."""
-    runs = []
-    for c in costed.chains:
-        blocks = [list(c.block(k)) for k in range(c.count)]
-        runs.append(Run(blocks, tuple(c.boundary(k) for k in range(c.count)), c.entry, c.start, c.stop))
+    runs = [replace(_run(c), blocks=[list(b) for b in _run(c).blocks]) for c in costed.chains]
     place = places_of(costed, problem) if groups and problem is not None else {}
     for z, v in place.items():  # a block's option variable joins the block of its operators
         for j, c in enumerate(costed.chains):
@@ -148,6 +145,12 @@ def runs_of(costed, problem: Problem | None = None, groups: bool = False) -> lis
     if series(good, costed.n, edges, place):
         return good
     return max(([r] for r in good), key=lambda rs: len(rs[0].variables), default=[])
+
+
+def _run(c) -> Run:
+    """A :class:`blocks.Chain` as a :class:`search.chain.Run` of its operators."""
+    return Run(tuple(tuple(c.block(k)) for k in range(c.count)), tuple(c.boundary(k) for k in range(c.count)),
+               c.entry, c.start, c.stop)
 
 
 def places_of(costed, problem: Problem) -> dict:
@@ -233,13 +236,13 @@ def stage_costs(costed, *, threads: int | None = None, memory_limit: int | None 
     """The least costs of pipeline stages of ``c`` blocks of ``costed``'s
     longest repeated chain (the one a pipeline's stages cut), for every
     ``c``: ``(first, middle, last, whole)`` (see
-    :func:`search.chain.stage_costs`; what comes before and after the
-    chain, other repeated blocks included, as plain operators), the
+    :func:`search.chain.stage_costs`; the repeated blocks before the chain
+    searched once, what follows it as plain operators), the
     options at the values cheapest in time (block options at their
     default); ``None`` when the graph is not that chain between plain
     segments.  Worked out on the chain shortened to three blocks (what
     follows the last one read from the third): the blocks' arrays are the
-    same."""
+    same; without pruning (the same figures)."""
     from search.chain import stage_costs as costs
 
     if not costed.chains:
@@ -247,10 +250,12 @@ def stage_costs(costed, *, threads: int | None = None, memory_limit: int | None 
     problem = problem_of(costed) if costed.searched else None
     nodes, edges = problem.at(0.0, False) if problem else (costed.node_costs, costed.edge_costs)
     c = max(costed.chains, key=lambda x: x.count * x.size)
-    run = Run(tuple(tuple(c.block(k)) for k in range(c.count)), tuple(c.boundary(k) for k in range(c.count)),
-              c.entry, c.start, c.stop)
+    run = _run(c)
     if not series([run], costed.n, list(edges)):
         return None
+    before = [_run(x) for x in costed.chains if x.stop <= c.start and x.count > 1]
+    if not series(before + [run], costed.n, list(edges)):
+        before = []  # what precedes the chain as plain operators
     keep = min(c.count, 3)
     cut = (c.count - keep) * c.size  # the nodes of the blocks left out
     last_block = range(c.start + (c.count - 1) * c.size, c.stop)
@@ -272,7 +277,9 @@ def stage_costs(costed, *, threads: int | None = None, memory_limit: int | None 
     short = Run(tuple(tuple(range(c.start + k * c.size, c.start + (k + 1) * c.size)) for k in range(keep)),
                 tuple(c.start + k * c.size + c.exit for k in range(keep)), c.entry, c.start, c.start + keep * c.size)
     order = generate_seq(len(short_nodes), list(short_edges))[0]
-    return costs(short_nodes, short_edges, order, short, count=c.count, threads=threads,
+    # unpruned: every operator is kept whole here (nothing folded), and on the shortened chain pruning
+    # costs more than it saves (DeepSeek-V3's stages: 63 s against 89 s over a pipeline search's settings)
+    return costs(short_nodes, short_edges, order, short, count=c.count, threads=threads, prune=False, before=before,
                  memory_limit=memory_limit, held_bytes=costed.nbytes)
 
 

@@ -303,17 +303,13 @@ def stage_costs(node_costs, edge_costs, order, run: Run, count: int | None = Non
     block's matrix), so the run may be a short one standing for ``count``
     blocks: figures to rank cuts by, four eliminations in all."""
     pool = options.pop("pool", None)
-    red = _reduced(node_costs, edge_costs, order, [run], fold=False, **options)
-    before, after = _segments(red, [run])
+    earlier = list(options.pop("before", ()))
+    red = _reduced(node_costs, edge_costs, order, earlier + [run], fold=False, **options)
+    segments = _segments(red, earlier + [run])
+    after = segments[-1]
     blocks = _Blocks(red, run, pool)
-    entry = run.entry
     count = len(run.blocks) if count is None else count
-    if entry is None:
-        head = np.zeros(1)
-    else:
-        done = eliminate(red, _order(red, [v for v in before if v != entry], (entry,)), (entry,),
-                         nodes={v: red.nodes[v] for v in before}, pool=pool)
-        head = np.asarray(done.table, dtype=float)
+    head = np.zeros(1) if run.entry is None else _head(red, earlier + [run], segments, pool)
     exit_ = run.exits[-1]
     done = eliminate(red, _order(red, after, (exit_,)), (exit_,),
                      nodes={**{v: red.nodes[v] for v in after}, exit_: np.zeros(red.sizes[exit_])}, pool=pool)
@@ -331,6 +327,30 @@ def stage_costs(node_costs, edge_costs, order, run: Run, count: int | None = Non
         middle.append(float(mid.min()))
         last.append(float((mid + tail).min()))
     return np.asarray(first), np.asarray(middle), np.asarray(last), float((f + tail).min())
+
+
+def _head(red, runs, segments, pool):
+    """The least cost of everything before the last of ``runs`` as a
+    vector over that run's entry: the segments eliminated, the runs before
+    it searched once (:func:`solve_chained`'s forward pass, nothing kept
+    for a recovery)."""
+    incoming = None
+    for j, run in enumerate(runs):
+        nodes = {v: red.nodes[v] for v in segments[j]}
+        eliminated = [v for v in segments[j] if v != run.entry]
+        if incoming is not None:
+            nodes[incoming[0]] = incoming[1]
+            if incoming[0] != run.entry:
+                eliminated.append(incoming[0])
+        keep = (run.entry,) if run.entry is not None else ()
+        done = eliminate(red, _order(red, eliminated, keep), keep, nodes=nodes, pool=pool)
+        vec = np.asarray(done.table, dtype=float) if keep else np.zeros(1) + float(done.table)
+        if j == len(runs) - 1:
+            return vec
+        blocks = _Blocks(red, run, pool)
+        for k in range(len(run.blocks)):
+            vec, _ = minplus_vector(vec, blocks.matrix(k)[0])
+        incoming = (run.exits[-1], vec)
 
 
 def solve_chained(node_costs, edge_costs, order, runs, **options) -> SearchResult:
