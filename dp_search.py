@@ -133,28 +133,32 @@ def runs_of(costed, problem: Problem | None = None, groups: bool = False) -> lis
     """The repeated blocks of ``costed`` (its ``chains``) as runs of the
     search's variables (with ``groups``: each block's option variables too),
     those that keep the problem a series (:func:`search.chain.series`)."""
-    runs = []
-    for c in costed.chains:
-        blocks = [list(c.block(k)) for k in range(c.count)]
-        runs.append(Run(blocks, tuple(c.boundary(k) for k in range(c.count)), c.entry, c.start, c.stop))
-    if groups and problem is not None:
-        outside = False
-        for b, g in enumerate(problem.groups):
-            v = g.members[0][0]  # the block of its operators
-            for j, c in enumerate(costed.chains):
-                if c.start <= v < c.stop:
-                    runs[j].blocks[(v - c.start) // c.size].append(costed.n + b)
-                    break
-            else:  # a block outside every chain: no run can hold it
-                outside = True
-        if outside:
-            runs = []
+    runs = [replace(_run(c), blocks=[list(b) for b in _run(c).blocks]) for c in costed.chains]
+    place = places_of(costed, problem) if groups and problem is not None else {}
+    for z, v in place.items():  # a block's option variable joins the block of its operators
+        for j, c in enumerate(costed.chains):
+            if c.start <= v < c.stop:
+                runs[j].blocks[(v - c.start) // c.size].append(z)
+                break
     runs = [Run(tuple(tuple(b) for b in r.blocks), r.exits, r.entry, r.start, r.stop) for r in runs]
     edges = list(costed.edge_costs) + (problem.structure()[len(costed.edge_costs):] if groups and problem else [])
-    good = [r for r in runs if series([r], costed.n, edges)]
-    if series(good, costed.n, edges):
+    good = [r for r in runs if series([r], costed.n, edges, place)]
+    if series(good, costed.n, edges, place):
         return good
     return max(([r] for r in good), key=lambda rs: len(rs[0].variables), default=[])
+
+
+def _run(c) -> Run:
+    """A :class:`blocks.Chain` as a :class:`search.chain.Run` of its operators."""
+    return Run(tuple(tuple(c.block(k)) for k in range(c.count)), tuple(c.boundary(k) for k in range(c.count)),
+               c.entry, c.start, c.stop)
+
+
+def places_of(costed, problem: Problem) -> dict:
+    """Each block option's variable (numbered after the operators) and the
+    first operator of its block: where it stands among the runs and
+    segments of the chained search."""
+    return {costed.n + b: min(v for v, _, _ in g.members) for b, g in enumerate(problem.groups)}
 
 
 def _solver(costed, algo: int, problem: Problem | None = None, chained: bool = True, **options):
@@ -179,8 +183,9 @@ def _solver(costed, algo: int, problem: Problem | None = None, chained: bool = T
             runs[groups] = found if any(len(r.blocks) >= CHAIN_BLOCKS for r in found) else []
         labels = names + [f"block option {b}" for b in range(len(node_costs) - costed.n)]
         if runs[groups]:
+            place = places_of(costed, problem) if groups else None
             r = solve_chained(node_costs, edges, orders[groups], runs[groups], names=labels,
-                              held_bytes=costed.nbytes, **options)
+                              held_bytes=costed.nbytes, place=place, **options)
             r.stats = replace(r.stats, repeated=tuple(f"{c.count} x block of {c.size} operators"
                                                       for c in costed.chains if any(x.start == c.start for x in
                                                                                    runs[groups])))
@@ -276,25 +281,28 @@ def pieces_bound(costed, *, threads: int | None = None, memory_limit: int | None
 
 def stage_costs(costed, *, threads: int | None = None, memory_limit: int | None = None):
     """The least costs of pipeline stages of ``c`` blocks of ``costed``'s
-    one repeated chain, for every ``c``: ``(first, middle, last, whole)``
-    (see :func:`search.chain.stage_costs`), the options at the values
-    cheapest in time (block options at their default); ``None`` when the
-    graph is not one chain between plain segments.  Worked out on the
-    chain shortened to three blocks (what follows the last one read from
-    the third): the blocks' arrays are the same.  Not pruned: on three
-    blocks, finding what dominance removes takes longer than the
-    eliminations it shortens (a third of the time, on Megatron-LM's and
-    Llama 3's rows)."""
+    longest repeated chain (the one a pipeline's stages cut), for every
+    ``c``: ``(first, middle, last, whole)`` (see
+    :func:`search.chain.stage_costs`; the repeated blocks before the chain
+    searched once, what follows it as plain operators), the
+    options at the values cheapest in time (block options at their
+    default); ``None`` when the graph is not that chain between plain
+    segments.  Worked out on the chain shortened to three blocks (what
+    follows the last one read from the third): the blocks' arrays are the
+    same; without pruning (the same figures)."""
     from search.chain import stage_costs as costs
 
-    if len(costed.chains) != 1:
+    if not costed.chains:
         return None
     problem = problem_of(costed) if costed.searched else None
     nodes, edges = problem.at(0.0, False) if problem else (costed.node_costs, costed.edge_costs)
-    (run,) = runs_of(costed) or (None,)
-    if run is None:
+    c = max(costed.chains, key=lambda x: x.count * x.size)
+    run = _run(c)
+    if not series([run], costed.n, list(edges)):
         return None
-    c = costed.chains[0]
+    before = [_run(x) for x in costed.chains if x.stop <= c.start and x.count > 1]
+    if not series(before + [run], costed.n, list(edges)):
+        before = []  # what precedes the chain as plain operators
     keep = min(c.count, 3)
     cut = (c.count - keep) * c.size  # the nodes of the blocks left out
     last_block = range(c.start + (c.count - 1) * c.size, c.stop)
@@ -316,8 +324,10 @@ def stage_costs(costed, *, threads: int | None = None, memory_limit: int | None 
     short = Run(tuple(tuple(range(c.start + k * c.size, c.start + (k + 1) * c.size)) for k in range(keep)),
                 tuple(c.start + k * c.size + c.exit for k in range(keep)), c.entry, c.start, c.start + keep * c.size)
     order = generate_seq(len(short_nodes), list(short_edges))[0]
-    return costs(short_nodes, short_edges, order, short, count=c.count, threads=threads,
-                 memory_limit=memory_limit, held_bytes=costed.nbytes, prune=False)
+    # unpruned: every operator is kept whole here (nothing folded), and on the shortened chain pruning
+    # costs more than it saves (DeepSeek-V3's stages: 63 s against 89 s over a pipeline search's settings)
+    return costs(short_nodes, short_edges, order, short, count=c.count, threads=threads, prune=False, before=before,
+                 memory_limit=memory_limit, held_bytes=costed.nbytes)
 
 
 # -- within the device memory ---------------------------------------------------------

@@ -93,7 +93,7 @@ def main() -> None:
             rate_fb = 3.5 * flop / fb / 1e12
             print(f"{bname:10s} {label:28s} {fwd * 1e3:8.2f} {rate:7.0f} {fb * 1e3:8.2f} {rate_fb:7.0f} "
                   f"{rate_fb * 1e12 / peak:6.1%}")
-            del q, k, v
+        q = k = v = None  # the last case's tensors freed before the next backend
         torch.cuda.empty_cache()
     # one merge, as the ring's forward does it after each step but the first: the step's output and
     # log-sum-exp to fp32, then out - sigmoid(lse_step - lse) * (out - out_step) and

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -68,20 +67,23 @@ class Run:
         return {v for b in self.blocks for v in b}
 
 
-def series(runs, n_real: int, edges) -> bool:
+def series(runs, n_real: int, edges, place=None) -> bool:
     """Whether the problem is a series of plain segments and ``runs``
     (see the module docstring): every edge inside a segment, inside a
     block, from a block's exit into the next block, from a run's entry into
     its first block, or from its last exit into the segment (or run) after
-    it."""
+    it.  ``place``: for variables after the ``n_real`` operators (a block
+    option's), the operator each stands beside (one of its block's), which
+    says the segment it belongs to when no run holds it."""
     where = {}  # variable -> ("run", j, k) or ("seg", s)
     for j, r in enumerate(runs):
         for k, b in enumerate(r.blocks):
             for v in b:
                 where[v] = ("run", j, k)
     starts = [r.start for r in runs]
-    for v in range(n_real):
-        where.setdefault(v, ("seg", sum(1 for s in starts if s < v)))
+    for v in list(range(n_real)) + sorted(place or ()):
+        at = v if v < n_real else place[v]
+        where.setdefault(v, ("seg", sum(1 for s in starts if s < at)))
 
     def allowed(x, wx, y, wy) -> bool:  # the edge from x to y
         if wx[0] == "seg":
@@ -121,14 +123,16 @@ def minplus_vector(v: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 def _order(red, variables, keep) -> list:
     """GENERATESEQ over ``variables`` and ``keep`` (the edges among them),
-    the kept ones left last: the order to eliminate ``variables`` in."""
+    the kept ones left last, ties to the cheapest step (the kept
+    boundaries make more steps alike in their dependents than the plain
+    search sees): the order to eliminate ``variables`` in."""
     from search.order import generate_seq
 
     every = list(variables) + list(keep)
     local = {v: i for i, v in enumerate(every)}
     edges = [(local[u], local[v]) for u, v in red.edges if u in local and v in local]
     kept = set(range(len(variables), len(every)))
-    order, _ = generate_seq(len(every), edges, last=kept)
+    order, _ = generate_seq(len(every), edges, last=kept, sizes=[red.sizes[v] for v in every])
     return [every[i] for i in order if i not in kept]
 
 
@@ -149,61 +153,70 @@ def _same(red, block, model) -> bool:
     return True
 
 
-def _entry_alike(red, run: Run) -> bool:
-    """Whether the first block read from the chain's entry is the second
-    read from the first exit: the entry as many configurations as the exit,
-    and the same edges (equal arrays) into the block."""
-    if run.entry is None or len(run.blocks) < 2 or red.sizes[run.entry] != red.sizes[run.exits[0]]:
+def _crossing(edges, source, block) -> dict:
+    """The edges from ``source`` into ``block``: position in the block ->
+    matrix (``source``'s configurations along the rows)."""
+    pos = {v: i for i, v in enumerate(block)}
+    out = {}
+    for (u, v), m in edges.items():
+        if u == source and v in pos:
+            out[pos[v]] = (m, False)
+        elif v == source and u in pos:
+            out[pos[u]] = (m, True)
+    return out
+
+
+def _same_crossing(a: dict, b: dict) -> bool:
+    """Whether two :func:`_crossing` results hold equal matrices."""
+    if a.keys() != b.keys():
         return False
-    here = {v: i for i, v in enumerate(run.blocks[0])}
-    there = {v: i for i, v in enumerate(run.blocks[1])}
+    for i, (m, t) in a.items():
+        n, u = b[i]
+        if (m is not n or t != u) and not np.array_equal(m.T if t else m, n.T if u else n):
+            return False
+    return True
 
-    def touching(prev, block):  # position in the block -> (edge array, prev first)
-        out = {}
-        for (u, v), m in red.edges.items():
-            if u == prev and v in block:
-                out[(block[v], True)] = m
-            elif v == prev and u in block:
-                out[(block[u], False)] = m
-        return out
 
-    a, b = touching(run.entry, here), touching(run.exits[0], there)
-    return a.keys() == b.keys() and all(a[k] is b[k] or np.array_equal(a[k], b[k]) for k in a)
+def _entry_like_exits(node_costs, edge_costs, run: Run) -> bool:
+    """Whether the run's first block reads its entry as every other block
+    reads the exit before it: as many configurations, equal edges.  Then
+    the entry keeps the exits' configurations and the first block's
+    boundary matrix is the others' (one elimination fewer)."""
+    if run.entry is None or len(run.blocks) < 2 or len(node_costs[run.entry]) != len(node_costs[run.exits[0]]):
+        return False
+    return _same_crossing(_crossing(edge_costs, run.entry, run.blocks[0]),
+                          _crossing(edge_costs, run.exits[0], run.blocks[1]))
 
 
 class _Blocks:
     """The boundary matrices of a run's blocks: one elimination for the
     first block (from the entry) and one for the others (from the previous
-    exit), each computed once and kept for the recovery; the first block's
-    is the others' when it reads the entry as they read an exit (the same
-    arrays: :func:`_entry_alike`)."""
+    exit), each computed once and kept for the recovery; the first block
+    takes the others' when it reads the entry as they read the exit
+    before them (the same arrays, the entry keeping the same
+    configurations)."""
 
     def __init__(self, red, run: Run, pool):
         self.red, self.run, self.pool = red, run, pool
         self.cache = {}  # block number whose arrays it is -> (matrix, Eliminated, keep)
-        self.first = None  # the block whose matrix the first block takes (worked out when first asked)
+        self._first = None
 
-    def first_rep(self) -> int:
-        """The block whose matrix the first block takes: the second when
-        it reads the entry as the second reads the first exit, else its own."""
-        if self.first is None:
-            run = self.run
-            alike = _entry_alike(self.red, run) and _same(self.red, run.blocks[0], run.blocks[1])
-            self.first = 1 if alike else 0
-        return self.first
-
-    def _free(self, k: int) -> list:
-        return [v for v in self.run.blocks[k] if v != self.run.exits[k] and (self.red.sizes[v] > 1 or v in
-                                                                             self.red.nodes)]
+    def first_like_the_rest(self) -> bool:
+        if self._first is None:
+            red, run = self.red, self.run
+            self._first = (run.entry is not None and len(run.blocks) > 1
+                           and np.array_equal(red.kept[run.entry], red.kept[run.exits[0]])
+                           and _same(red, run.blocks[0], run.blocks[1])
+                           and _same_crossing(_crossing(red.edges, run.entry, run.blocks[0]),
+                                              _crossing(red.edges, run.exits[0], run.blocks[1])))
+        return self._first
 
     def matrix(self, k: int):
         """(M, eliminated, representative block) for block ``k``."""
         run = self.run
-        rep = 0 if k == 0 else 1
+        rep = 0 if k == 0 and not self.first_like_the_rest() else 1
         if k > 1 and not _same(self.red, run.blocks[k], run.blocks[1]):
             rep = k
-        if k == 0:
-            rep = self.first_rep()
         if rep not in self.cache:
             prev = run.entry if rep == 0 else run.exits[rep - 1]
             b = run.exits[rep]
@@ -218,39 +231,64 @@ class _Blocks:
         return self.cache[rep] + (rep,)
 
 
-def _reduced(node_costs, edge_costs, order, runs, fold: bool = True, entry: bool = False, **options):
+def _alike(node_costs, edge_costs, runs) -> list:
+    """The variables that keep the same configurations: each position of a
+    run's blocks, with the entry at the exits' when the first block reads
+    it as the others read theirs (:func:`_entry_like_exits`); groups that
+    share a variable (one run's exit, the next one's entry) merged."""
+    groups = []
+    for r in runs:
+        for i in range(len(r.blocks[0])):
+            group = [b[i] for b in r.blocks]
+            if r.blocks[0][i] == r.exits[0] and _entry_like_exits(node_costs, edge_costs, r):
+                group.append(r.entry)
+            groups.append(group)
+    parent = {}
+
+    def root(v):
+        while parent.setdefault(v, v) != v:
+            v = parent[v]
+        return v
+
+    for group in groups:
+        for v in group[1:]:
+            a, b = root(group[0]), root(v)
+            if a != b:
+                parent[b] = a
+    merged = {}
+    for v in parent:
+        merged.setdefault(root(v), []).append(v)
+    return [sorted(g) for g in merged.values()]
+
+
+def _reduced(node_costs, edge_costs, order, runs, fold: bool = True, **options):
     """The pruned problem, every block's operators keeping what any block
-    keeps at their position, and what touches a boundary kept whole (with
-    ``fold`` false, every operator: nothing in the constant); with
-    ``entry``, a run's entry keeps what its exits keep where the first
-    block reads it as the others read an exit (:func:`_entry_alike`): the
-    first block's matrix is then the others'."""
+    keeps at their position (see :func:`_alike`), and what touches a
+    boundary kept whole (with ``fold`` false, every operator: nothing in
+    the constant)."""
+    alike = _alike(node_costs, edge_costs, runs)
     if not fold:
-        alike = [[b[i] for b in r.blocks] for r in runs for i in range(len(r.blocks[0]))]
-        if entry:
-            given = SimpleNamespace(sizes=[len(c) for c in node_costs], edges=edge_costs)
-            for r in runs:
-                if _entry_alike(given, r):
-                    alike[[g[0] for g in alike].index(r.exits[0])].append(r.entry)
         return reduce_problem(node_costs, edge_costs, order, free=range(len(node_costs)), alike=alike, **options)
     boundaries = {r.entry for r in runs if r.entry is not None} | {e for r in runs for e in r.exits}
     near = set(boundaries)  # never folded: what touches a boundary must cost alike in every block
     for u, v in edge_costs:
         if u in boundaries or v in boundaries:
             near |= {u, v}
-    alike = [[b[i] for b in r.blocks] for r in runs for i in range(len(r.blocks[0]))]
     return reduce_problem(node_costs, edge_costs, order, free=near, alike=alike, **options)
 
 
-def _segments(red, runs) -> list:
+def _segments(red, runs, place=None) -> list:
     """The variables before, between and after the runs, each in the plain
-    order."""
+    order (a block option's variable where ``place`` puts it, see
+    :func:`series`)."""
     in_run = {v for r in runs for v in r.variables}
     starts = [r.start for r in runs]
+    place = place or {}
     segments = [[] for _ in range(len(runs) + 1)]
     for v in red.unpruned.order:
         if v not in in_run and v in red.nodes:
-            segments[sum(1 for s in starts if s < v)].append(v)
+            at = place.get(v, v)
+            segments[sum(1 for s in starts if s < at)].append(v)
     return segments
 
 
@@ -263,37 +301,23 @@ def stage_costs(node_costs, edge_costs, order, run: Run, count: int | None = Non
     arrives point to point), and what all ``count`` blocks (default: the
     run's) cost with both.  Blocks are taken as identical (the second
     block's matrix), so the run may be a short one standing for ``count``
-    blocks: figures to rank cuts by, three or four eliminations in all (the
-    first block's matrix is needed only when it is the others': else the
-    first block is eliminated with what precedes it, its exit kept)."""
+    blocks: figures to rank cuts by, four eliminations in all."""
     pool = options.pop("pool", None)
-    red = _reduced(node_costs, edge_costs, order, [run], fold=False, entry=True, **options)
-    before, after = _segments(red, [run])
+    earlier = list(options.pop("before", ()))
+    red = _reduced(node_costs, edge_costs, order, earlier + [run], fold=False, **options)
+    segments = _segments(red, earlier + [run])
+    after = segments[-1]
     blocks = _Blocks(red, run, pool)
-    entry = run.entry
     count = len(run.blocks) if count is None else count
+    head = np.zeros(1) if run.entry is None else _head(red, earlier + [run], segments, pool)
     exit_ = run.exits[-1]
     done = eliminate(red, _order(red, after, (exit_,)), (exit_,),
                      nodes={**{v: red.nodes[v] for v in after}, exit_: np.zeros(red.sizes[exit_])}, pool=pool)
     tail = np.asarray(done.table, dtype=float)
-    if len(run.blocks) > 1 and entry is not None and blocks.first_rep() == 0:
-        M = blocks.matrix(1)[0]
-        b = run.exits[0]  # the first block and what precedes it, its exit kept: a vector, no matrix
-        inner = before + [v for v in run.blocks[0] if v != b and v in red.nodes]
-        done = eliminate(red, _order(red, inner, (b,)), (b,), nodes={v: red.nodes[v] for v in inner + [b]},
-                         pool=pool)
-        f = np.asarray(done.table, dtype=float)
-    else:
-        if entry is None:
-            head = np.zeros(1)
-        else:
-            done = eliminate(red, _order(red, [v for v in before if v != entry], (entry,)), (entry,),
-                             nodes={v: red.nodes[v] for v in before}, pool=pool)
-            head = np.asarray(done.table, dtype=float)
-        M0 = blocks.matrix(0)[0]
-        M = blocks.matrix(1)[0] if len(run.blocks) > 1 else M0  # one block: no stage but the whole
-        f, _ = minplus_vector(head, M0)
+    M0 = blocks.matrix(0)[0]
+    M = blocks.matrix(1)[0] if len(run.blocks) > 1 else M0  # one block: no stage but the whole
     first, middle, last = [], [], []
+    f, _ = minplus_vector(head, M0)
     mid = np.zeros(M.shape[0])
     for c in range(count):
         if c:
@@ -305,14 +329,41 @@ def stage_costs(node_costs, edge_costs, order, run: Run, count: int | None = Non
     return np.asarray(first), np.asarray(middle), np.asarray(last), float((f + tail).min())
 
 
+def _head(red, runs, segments, pool):
+    """The least cost of everything before the last of ``runs`` as a
+    vector over that run's entry: the segments eliminated, the runs before
+    it searched once (:func:`solve_chained`'s forward pass, nothing kept
+    for a recovery)."""
+    incoming = None
+    for j, run in enumerate(runs):
+        nodes = {v: red.nodes[v] for v in segments[j]}
+        eliminated = [v for v in segments[j] if v != run.entry]
+        if incoming is not None:
+            nodes[incoming[0]] = incoming[1]
+            if incoming[0] != run.entry:
+                eliminated.append(incoming[0])
+        keep = (run.entry,) if run.entry is not None else ()
+        done = eliminate(red, _order(red, eliminated, keep), keep, nodes=nodes, pool=pool)
+        vec = np.asarray(done.table, dtype=float) if keep else np.zeros(1) + float(done.table)
+        if j == len(runs) - 1:
+            return vec
+        blocks = _Blocks(red, run, pool)
+        for k in range(len(run.blocks)):
+            vec, _ = minplus_vector(vec, blocks.matrix(k)[0])
+        incoming = (run.exits[-1], vec)
+
+
 def solve_chained(node_costs, edge_costs, order, runs, **options) -> SearchResult:
     """The plain search's optimum of ``node_costs`` and ``edge_costs`` (see
     :func:`search.elimination.solve`, whose options it takes) with the
     ``runs`` of identical blocks searched once each (see the module
-    docstring).  The problem must be a :func:`series`."""
+    docstring).  The problem must be a :func:`series` (with ``place``, the
+    operator each block option's variable that no run holds stands
+    beside)."""
     progress = options.pop("progress", None)
+    place = options.pop("place", None)
     red = _reduced(node_costs, edge_costs, order, runs, **options)
-    segments = _segments(red, runs)
+    segments = _segments(red, runs, place)
     n = len(node_costs)
     pool = Workers(red.threads) if red.threads > 1 else None
     work, saved, fused, steps, largest, widest = 0, 0, False, 0, 1, 0

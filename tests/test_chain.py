@@ -158,8 +158,8 @@ def test_stage_costs_against_brute_force(seed, entry_alike):
         assert last[c - 1] == pytest.approx(brute_force(*sub_problem(nodes, edges, [prev] + held + [tail], prev)),
                                             rel=1e-12)
     assert whole == pytest.approx(brute_force(nodes, edges), rel=1e-12)
-    red = _reduced(nodes, edges, order, [run], fold=False, entry=True, prune=True, threads=1)
-    assert _Blocks(red, run, None).first_rep() == (1 if entry_alike else 0)
+    red = _reduced(nodes, edges, order, [run], fold=False, prune=True, threads=1)
+    assert _Blocks(red, run, None).first_like_the_rest() == entry_alike
 
 
 def test_series_refuses_an_edge_that_bypasses_the_chain():
