@@ -140,5 +140,5 @@ TORCHTITAN = register(Framework(
 
 # December 2024 (the published H100 benchmark's versions): torch.compile compiles each TransformerBlock, the loss
 # stays eager in fp32 (loss, loss_passes) under --compile too
-TORCHTITAN_2024_12 = register(replace(TORCHTITAN, name="torchtitan@2024-12", title="torchtitan (December 2024)",
+TORCHTITAN_2024_12 = register(replace(TORCHTITAN, name="torchtitan@2024-12", title="torchtitan of December 2024",
                                       compiled_loss=None, compiled_loss_passes=None))

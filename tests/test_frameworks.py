@@ -267,7 +267,7 @@ def test_the_december_2024_version_by_name_everywhere(tmp_path):
     torchtitan export is torchtitan's."""
     args = ("-g", LLAMA8B, "-p", 8, "-b", 8, "--seq", 1024, "--device", "h100", "-q", "--compile")
     flag = run_cli(*args, "--plan", "dp=8,zero=3", "--framework", "torchtitan@2024-12").stdout
-    assert "Framework: torchtitan (December 2024) (torch.compile)" in flag
+    assert "Framework: torchtitan of December 2024 (torch.compile)" in flag
     (tmp_path / "c.toml").write_text('framework = "TorchTitan@2024-12"\n')
     filed = run_cli(*args, "--plan", "dp=8,zero=3", "--cluster", tmp_path / "c.toml").stdout
     spec = run_cli(*args, "--plan", "dp=8,zero=3,framework=torchtitan@2024-12").stdout
@@ -278,7 +278,7 @@ def test_the_december_2024_version_by_name_everywhere(tmp_path):
     rec = json.loads((tmp_path / "p.json").read_text())
     assert rec["framework"]["name"] == "torchtitan@2024-12" and rec["framework"]["compiled"]
     again = run_cli("--evaluate", tmp_path / "p.json", "-q").stdout
-    assert "Framework: torchtitan (December 2024) (torch.compile)" in again
+    assert "Framework: torchtitan of December 2024 (torch.compile)" in again
     assert again.splitlines()[-1] == rec_total(rec)
     run_cli(*args, "--plan", "dp=8,zero=3", "--framework", "torchtitan", "--export",
             f"torchtitan:{tmp_path / 'now.sh'}")
