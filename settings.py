@@ -118,11 +118,13 @@ _RUN = (
     Setting("optimizer", ("--optimizer",), "name", "sgd, momentum or adam: 0, 1 or 2 extra copies of the weights in "
             "the memory model (default: adam)", metavar="NAME", sweep=True),
     Setting("framework", ("--framework",), "name", "the training framework that runs the plan: megatron, "
-            "torchtitan or deepspeed (its model states, what sequence parallelism and recomputation keep, its "
-            "kernels, its memory beyond tensors; see docs/frameworks.md), or none (default: the tool's own model)",
-            choices=("megatron", "torchtitan", "deepspeed", "none"), metavar="NAME"),
+            "torchtitan (as installed today), torchtitan@2024-12 (its December 2024 code) or deepspeed (its model "
+            "states, what sequence parallelism and recomputation keep, its kernels, its memory beyond tensors; see "
+            "docs/frameworks.md), or none (default: the tool's own model)",
+            choices=("megatron", "torchtitan", "torchtitan@2024-12", "deepspeed", "none"), metavar="NAME"),
     Setting("compile", ("--compile",), "switch", "with --framework torchtitan or deepspeed: torch.compile fuses "
-            "the element-wise work of each block (default: eager kernels)", False),
+            "the element-wise work of each block, and torchtitan's loss (not torchtitan@2024-12's) (default: "
+            "eager kernels)", False),
     Setting("float8", ("--float8",), "switch", "with --framework: the linear layers of the blocks multiply in "
             "FP8 (torchao's Float8Linear, Transformer Engine) at the device's FP8 peak; MFU stays against the "
             "training precision's peak", False),

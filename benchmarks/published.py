@@ -16,17 +16,19 @@ framework that ran it):
   per ``s b h``) for each setting, term by term;
 - **torchtitan's December 2024 benchmark** (``torchtitan``): tokens/s per
   GPU and the allocator's peak (GiB) of Llama 3.1 8B, 70B and 405B on
-  H100 96 GB (``--device h100-96gb --framework torchtitan``), and its
-  June 2025 runs of Llama 3.1 8B on 32 and 64 H200s (``--device h200``:
-  FSDP, torch.compile, Float8 with its all-gathers in FP8; a later
-  torchtitan, which also compiles the loss);
+  H100 96 GB (``--device h100-96gb --framework torchtitan@2024-12``: its
+  code of then, the loss eager under torch.compile), and its June 2025
+  runs of Llama 3.1 8B on 32 and 64 H200s (``--device h200 --framework
+  torchtitan``: FSDP, torch.compile of the blocks and the loss, Float8
+  with its all-gathers in FP8);
 - **ZeRO (Rajbhandari et al., SC'20), Figure 1** and **DeepSpeed's
   estimators** (``zero``): model states per device, without a framework and
   with ``--framework deepspeed``.
 
-The constants fitted on published rows are the torchtitan profile's
+The constants fitted on published rows are the torchtitan profiles'
 ``overhead`` (time) and ``reserve`` (memory), both on one row, marked
-"fitted": FSDP + torch.compile on 8 GPUs.  Every other row is held out.
+"fitted": December 2024's FSDP + torch.compile on 8 GPUs.  Every other row
+is held out.
 """
 
 from __future__ import annotations
@@ -123,17 +125,17 @@ def korthikanti(tmp: Path):
         yield row("Korthikanti T2", f"{label}: {formula}", "bytes / sbh", want, kept / (s * b * h), "{:.4f}")
 
 
-#: torchtitan's published runs: (file, the table's source, the device they ran on)
-TORCHTITAN = (("torchtitan_h100_202412.json", "torchtitan 2024-12", "h100-96gb"),
-              ("torchtitan_h200_202506.json", "torchtitan 2025-06 H200", "h200"))
+#: torchtitan's published runs: (file, the table's source, the device they ran on, the profile of their version)
+TORCHTITAN = (("torchtitan_h100_202412.json", "torchtitan 2024-12", "h100-96gb", "torchtitan@2024-12"),
+              ("torchtitan_h200_202506.json", "torchtitan 2025-06 H200", "h200", "torchtitan"))
 
 
 def torchtitan(tmp: Path):
-    for name, source, device in TORCHTITAN:
-        yield from torchtitan_runs(tmp, json.loads((DATA / name).read_text()), source, device)
+    for name, source, device, framework in TORCHTITAN:
+        yield from torchtitan_runs(tmp, json.loads((DATA / name).read_text()), source, device, framework)
 
 
-def torchtitan_runs(tmp: Path, data: dict, source: str, device: str):
+def torchtitan_runs(tmp: Path, data: dict, source: str, device: str, framework: str):
     base = json.loads(LLAMA8B.read_text())
     paths = {}
     for name, changes in data["models"].items():
@@ -143,12 +145,12 @@ def torchtitan_runs(tmp: Path, data: dict, source: str, device: str):
         paths[name] = d
     from frameworks import FRAMEWORKS
 
-    fitted = FRAMEWORKS["torchtitan"].fitted
+    fitted = FRAMEWORKS[framework].fitted
     for values in data["rows"]:
         r = dict(zip(data["columns"], values))
         flags = ["--compile"] * r["compile"] + ["--float8"] * r["float8"]
         res = run("-g", paths[r["model"]], "-p", r["gpus"], "-b", r["batch"], "--seq", r["seq"], "--device",
-                  device, "--framework", "torchtitan", "--plan", r["plan"], *flags)
+                  device, "--framework", framework, "--plan", r["plan"], *flags)
         label = f"{r['model'].upper()}, {r['gpus']} GPUs, {r['label']}"
         fit = label in fitted and device == "h100-96gb"
         tps = r["batch"] * r["seq"] / res.step_seconds / r["gpus"]

@@ -60,10 +60,10 @@ def footprint(op: Operator, C: Extents, model: CostModel, shared=(), inside: boo
 def as_kept(op: Operator, C: Extents, model: CostModel, fp: Footprint, inside: bool) -> Footprint:
     """``fp`` as the model's framework keeps it:
 
-    * the loss (a softmax cross-entropy) keeps ``loss[0]`` bytes per logit
-      (fp32 log-probabilities) and holds ``loss[1]`` more at its peak (its
-      fp32 gradients, or temporaries), a transient; ``loss_split`` with the
-      vocabulary split;
+    * the loss (a softmax cross-entropy) keeps ``loss_kept[0]`` bytes per
+      logit (eager: fp32 log-probabilities; compiled: the bf16 logits) and
+      holds ``loss_kept[1]`` more at its peak (its gradients, or
+      temporaries), a transient; ``loss_split`` with the vocabulary split;
     * a product whose epilogue is an activation keeps the activation's
       input (the product's output) beside its own input when the framework
       says so (Megatron-LM's bias-GeLU: Korthikanti et al.'s ``8 s b h``);
@@ -82,8 +82,9 @@ def as_kept(op: Operator, C: Extents, model: CostModel, fp: Footprint, inside: b
     if op.kind.name == "SoftmaxCrossEntropy":
         logits = shard(op.inputs[0], C)
         split = C[op.dims[op.kind.axis]] > 1  # (K,) a vocabulary-parallel loss
-        acts = np.where(split, fw.loss_split[0], fw.loss[0]) * logits
-        transient = transient + np.where(split, fw.loss_split[1], fw.loss[1]) * logits
+        kept, held = fw.loss_kept
+        acts = np.where(split, fw.loss_split[0], kept) * logits
+        transient = transient + np.where(split, fw.loss_split[1], held) * logits
     if fw.activation_input and getattr(op.kind, "activation", False):
         acts = acts + b * shard(op.outputs[0], C)
     for i, letters in regathered(op, C, model):

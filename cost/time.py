@@ -41,9 +41,9 @@ def as_run(op: Operator, C: Extents, work: Work, context, model: CostModel) -> W
     * eager kernels (:func:`frameworks.eager.passes`): the bytes each
       element-wise operation moves beyond a fused pass, and the kernels it
       launches; none when compiled or fused;
-    * the loss (a softmax cross-entropy) moves ``loss_passes`` bytes per
-      logit (an fp32 loss of its own, eager or not) instead of its fused
-      pass;
+    * the loss (a softmax cross-entropy) moves ``loss_moved`` bytes per
+      logit (an fp32 loss of its own, eager, or compiled with the model)
+      instead of its fused pass;
     * an input kept as this device's shard under sequence parallelism
       (:func:`cost.rules.regathered`) is all-gathered again for the
       backward pass (role ``inputs``: overlapped with it);
@@ -65,8 +65,9 @@ def as_run(op: Operator, C: Extents, work: Work, context, model: CostModel) -> W
     if op.kind.name == "SoftmaxCrossEntropy":
         logits = shard(op.inputs[0], C)
         fused_fwd, fused_bwd = 2.0 * b, 3.0 * b  # the fused pass: logits in and out; forward and backward
-        extra = (fw.loss_passes[0] - fused_fwd) * logits
-        extra_back = (fw.loss_passes[1] - fused_bwd) * logits
+        forward, backward = fw.loss_moved
+        extra = (forward - fused_fwd) * logits
+        extra_back = (backward - fused_bwd) * logits
     comms = work.comms
     for i, letters in regathered(op, C, model):
         comms = comms + (Comm("inputs", "allgather", shard(op.inputs[i], C), letters),)

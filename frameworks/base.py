@@ -64,13 +64,18 @@ class Framework:
     drops (``attention``: the attention core; ``ops``: every operator's
     result but the saved products'); ``loss``: (kept, held beside it at
     its peak) bytes per logit of the loss, and ``loss_split`` the same
-    when the vocabulary is split (a vocabulary-parallel loss).
+    when the vocabulary is split (a vocabulary-parallel loss);
+    ``compiled_loss``: the same when the run compiles and the framework
+    compiles the loss too (``None``: the loss stays eager under
+    ``torch.compile``); :attr:`loss_kept` is what a run keeps.
 
     Time: ``grad_precision``, ``bucket_mb`` and ``overlap`` as the cluster's
     fields of those names (the framework's defaults); ``kernels``: ``fused``
     (one kernel per operator) or ``eager`` (each element-wise operation its
     own kernel and pass over memory, unless compiled); ``loss_passes``
-    bytes per logit the loss moves (forward, backward); ``optimizer_bytes``
+    bytes per logit the loss moves (forward, backward), and
+    ``compiled_loss_passes`` the same for a compiled loss (with
+    ``compiled_loss``; :attr:`loss_moved` is what a run moves); ``optimizer_bytes``
     bytes moved per updated parameter by the optimizer step;
     ``gather_bytes`` bytes moved per parameter gathered (ZeRO stage 3's
     copies in and out of the collectives' buffers, per step);
@@ -132,6 +137,8 @@ class Framework:
     ring_grad_bytes: float = 0.0
     repeat_kv: bool = False
     float8_gathers: tuple[str, ...] = ()
+    compiled_loss: tuple[float, float] | None = None
+    compiled_loss_passes: tuple[float, float] | None = None
     fitted: tuple[str, ...] = ()  # the published rows its fitted constants come from
     compiled: bool = False
     float8: bool = False
@@ -146,6 +153,8 @@ class Framework:
                 raise ValueError(f"{self.name}: {field} must be one of {', '.join(map(repr, allowed))}")
         if any(g not in FLOAT8_GATHERS for g in self.float8_gathers):
             raise ValueError(f"{self.name}: float8_gathers must name some of {', '.join(FLOAT8_GATHERS)}")
+        if (self.compiled_loss is None) != (self.compiled_loss_passes is None):
+            raise ValueError(f"{self.name}: compiled_loss and compiled_loss_passes go together")
 
     def run(self, *, compiled: bool = False, float8: bool = False, sp: bool = False) -> "Framework":
         """The profile with what a run turns on."""
@@ -155,6 +164,24 @@ class Framework:
     def eager(self) -> bool:
         """Whether element-wise work runs as eager PyTorch kernels."""
         return self.kernels == "eager" and not self.compiled
+
+    @property
+    def loss_compiled(self) -> bool:
+        """Whether the run compiles the loss (``torch.compile`` on a
+        framework that compiles it with the model)."""
+        return self.compiled and self.compiled_loss is not None
+
+    @property
+    def loss_kept(self) -> tuple[float, float]:
+        """(kept, held at its peak) bytes per logit of the loss over a
+        whole vocabulary as the run keeps it: ``compiled_loss`` or ``loss``."""
+        return self.compiled_loss if self.loss_compiled else self.loss
+
+    @property
+    def loss_moved(self) -> tuple[float, float]:
+        """(forward, backward) bytes per logit the run's loss moves:
+        ``compiled_loss_passes`` or ``loss_passes``."""
+        return self.compiled_loss_passes if self.loss_compiled else self.loss_passes
 
     def state_bytes(self, stage: int, copies: int) -> States:
         """The :class:`States` at ZeRO stage ``stage`` with ``copies``

@@ -1,18 +1,29 @@
 """torchtitan (PyTorch): FSDP2, tensor, context and pipeline parallelism on
-eager PyTorch, or with ``torch.compile`` and Float8 linear layers, as its
-code of December 2024 runs Llama 3.1 (torch, torchao and torchtitan of
-2024-12-23/26, the versions of its published benchmark).
+eager PyTorch, or with ``torch.compile`` and Float8 linear layers, as it
+runs Llama 3.1.  Two versions are registered:
 
-Checked against (``benchmarks/published.py``) every row of torchtitan's
-``benchmarks/llama3_h100_202412_torchtitan.md``: Llama 3.1 8B on 8 and
-128 H100s (eager, compiled, compiled with Float8), 8B with context
-parallelism, 70B on 256 and 405B on 512; and the 8B runs on 32 and 64
-H200s of June 2025 (a later torchtitan, which also compiles the loss).
-Two constants are fitted on one row, FSDP + torch.compile on 8 GPUs (time:
-``overhead``; memory: ``reserve``); every other row is held out.
+* ``torchtitan``: torchtitan as installed today (0.3; also its code of
+  June 2025): ``torch.compile`` compiles each TransformerBlock and the loss
+  (its compile config's components default to ``model`` and ``loss``, which
+  the ``torchtitan`` export writes too), the loss fused by Inductor;
+* ``torchtitan@2024-12``: its code of December 2024 (torch, torchao and
+  torchtitan of 2024-12-23/26, the versions of its published benchmark),
+  which compiles the blocks but keeps the loss eager, in fp32.
+
+Everything else is the same record.  Checked against
+(``benchmarks/published.py``) every row of torchtitan's
+``benchmarks/llama3_h100_202412_torchtitan.md`` under
+``torchtitan@2024-12``: Llama 3.1 8B on 8 and 128 H100s (eager, compiled,
+compiled with Float8), 8B with context parallelism, 70B on 256 and 405B on
+512; and under ``torchtitan`` the 8B runs on 32 and 64 H200s of June 2025.
+Two constants are fitted on one row, December's FSDP + torch.compile on 8
+GPUs (time: ``overhead``; memory: ``reserve``), and shared by both
+versions; every other row is held out.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from frameworks.base import Framework, States, register
 
@@ -45,25 +56,46 @@ TORCHTITAN = register(Framework(
     # selective_ac_option "op"): the results of matrix products (every second one: "save every other mm"),
     # of scaled_dot_product_attention and of reduce-scatters are saved; every other operator is recomputed
     selective="ops",
-    # the loss: cross_entropy(pred.float(), labels) (torchtitan/train.py, eager: "compiling loss function causes
-    # CUDA errors, turning off for now"): fp32 log-probabilities kept (4); at its peak, in the backward pass,
+    # the loss run eagerly (without --compile; and under it in December 2024: cross_entropy(pred.float(), labels)
+    # in torchtitan/train.py, "compiling loss function causes CUDA errors, turning off for now"): cross_entropy
+    # of fp32 logits, its fp32 log-probabilities kept (4); at its peak, in the backward pass,
     # the gradient of the loss's input and of the log-softmax, fp32 both (4 + 4; the forward's bf16 logits,
     # fp32 copy and log-probabilities, 2 + 4 + 4, are less)
     loss=(4.0, 8.0),
     # with the vocabulary split over tensor parallelism, loss_parallel's log-softmax on DTensors
     # (torch/distributed/tensor/parallel/loss.py, _log_softmax): at its peak, forward, the bf16 logits (2),
-    # their fp32 copy (4), the shifted logits (4) and their exponentials (4) beside the kept result (4)
+    # their fp32 copy (4), the shifted logits (4) and their exponentials (4) beside the kept result (4); the
+    # same under --compile (loss_parallel's handlers run on DTensor's dispatch, which the compiled loss is
+    # not derived for: the published row with a split vocabulary, 70B's, ran it eagerly)
     loss_split=(4.0, 14.0),
     grad_precision="fp32",  # reduce_dtype=torch.float32
     bucket_mb=1000.0,  # FSDP2 reduces one block's gradients at a time: one collective per block
     overlap=1.0,  # FSDP2 prefetches the next block's all-gather and overlaps the reduce-scatter
-    # eager PyTorch unless training.compile (then each TransformerBlock is compiled: torch.compile fuses its
-    # element-wise work); the loss and the embedding stay eager
+    # eager PyTorch unless --compile (then each TransformerBlock is compiled: torch.compile fuses its
+    # element-wise work, and the loss is compiled too: compiled_loss); the embedding stays eager
     kernels="eager",
     # cross_entropy of fp32 logits: to fp32 (read 2, write 4), log-softmax (read twice 4, write 4), the target
     # logit; backward: the loss's gradient zeroed and scattered (write 4), log-softmax's backward (read twice
     # 4 and 4, write 4), to bf16 (read 4, write 2)
     loss_passes=(18.0, 26.0),
+    # the compiled loss: torchtitan/components/loss.py's build_cross_entropy_loss wraps cross_entropy_loss
+    # (cross_entropy(pred.flatten(0, 1).float(), labels)) in torch.compile when compile.enable and "loss" is in
+    # compile.components (the default, torchtitan/config/job_config.py's Compile: model and loss; in June
+    # 2025, whenever training.compile).  AOTAutograd traces log_softmax and nll_loss with the upcast into one
+    # forward and one backward graph, and its min-cut partitioner (torch/_functorch/partitioners.py) saves the
+    # fewest bytes that let the backward recompute the rest: the graph's bf16 input (the logits, 2 bytes, the
+    # model's own tensor, kept alive for the backward instead of being freed after the forward) and per row the
+    # log-sum-exp (4 bytes a row of 128,256 logits: left out); the fp32 copy, the shifted logits and the
+    # log-probabilities are never written.  Backward, one kernel recomputes softmax(x) = exp(x - lse), subtracts
+    # the target's one, scales by the loss's gradient and writes the logits' gradient in bf16 (the upcast's
+    # backward fused into it): 2 bytes held beside the kept logits at the loss's peak.  Kept 2, held 2, against
+    # the eager 4 and 8: 8 bytes less per logit at the backward's peak
+    compiled_loss=(2.0, 2.0),
+    # ... and moves: forward, the bf16 logits read once (Inductor's online softmax, torch/_inductor/config.py
+    # online_softmax, on by default since torch 2.7: the running maximum and sum of exponentials in one loop
+    # over the row; the target's logit and the row's log-sum-exp are per row); backward, read them again and
+    # write their gradient (2 + 2)
+    compiled_loss_passes=(2.0, 4.0),
     # torch.optim.AdamW with foreach=True (torchtitan/optimizer.py), each a pass over fp32 lists: weight decay
     # (8), lerp of the first moment (12), the second moment's mul and addcmul (8 + 12), sqrt, divide, add
     # epsilon (8 each), addcdiv into the parameter (16); clip_grad_norm_ (read 4, then scale: 8)
@@ -105,3 +137,8 @@ TORCHTITAN = register(Framework(
     float8_gathers=("weights", "inputs"),
     fitted=("8B, 8 GPUs, FSDP + torch.compile",),
 ))
+
+# December 2024 (the published H100 benchmark's versions): torch.compile compiles each TransformerBlock, the loss
+# stays eager in fp32 (loss, loss_passes) under --compile too
+TORCHTITAN_2024_12 = register(replace(TORCHTITAN, name="torchtitan@2024-12", title="torchtitan of December 2024",
+                                      compiled_loss=None, compiled_loss_passes=None))
