@@ -162,6 +162,16 @@ def _say(line: str) -> None:
 
 
 def main(argv=None) -> int:
+    """The command line's run (:func:`_main`), Python's hook for errors it
+    cannot raise restored after it."""
+    hook = sys.unraisablehook
+    try:
+        return _main(argv)
+    finally:
+        sys.unraisablehook = hook
+
+
+def _main(argv=None) -> int:
     """Exit statuses: 0 done (a plan costed with --plan or --evaluate is
     reported, and exits 0, whether it fits the device memory or not); 2 a
     bad command line or input (a flag's value, a file the tool cannot use,
@@ -178,14 +188,27 @@ def main(argv=None) -> int:
         signals.append(signum)
         raise KeyboardInterrupt
 
+    swallowed = []  # interrupts raised where Python could not unwind
+
+    def unraisable(u, previous=sys.unraisablehook):
+        # an interrupt that came while Python ran what cannot raise (an import lock's weak-reference callback,
+        # a finaliser): kept, not printed, and the run ends as interrupted (the report may be out by then)
+        if signals and u.exc_type is not None and issubclass(u.exc_type, KeyboardInterrupt):
+            swallowed.append(u.exc_type)
+        else:
+            previous(u)
+
     try:
         s = parse_args(argv)
         if (threading.current_thread() is threading.main_thread()  # from here an interrupt unwinds (files stay whole)
                 and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN):  # started with it ignored: it stays so
             signal.signal(signal.SIGINT, interrupt)
+            sys.unraisablehook = unraisable
         out = _Checked(sys.stdout)
         run(s, out)
         out.flush()
+        if swallowed:
+            raise KeyboardInterrupt
     except KeyboardInterrupt:  # a sweep has written the rows finished so far
         return _interrupted()
     except DoesNotFit as e:

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -293,3 +294,30 @@ def test_a_model_directory_name_is_printed_on_one_line(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == "PaSE strategy: my\\nmodel\\x1b[31m, batch 8, seq 32, p = 4"
     assert "\x1b" not in proc.stdout
+
+
+def test_an_interrupt_python_cannot_raise_still_ends_the_run():
+    """SIGINT handled while Python runs code that cannot raise (here a weak
+    reference's callback; in a real run, an import lock's): no 'Exception
+    ignored' traceback, and the run ends as interrupted."""
+    script = textwrap.dedent(f"""
+        import signal, sys, weakref
+        sys.path.insert(0, {str(ROOT)!r})
+        from cli import runner
+
+        class Thing:
+            pass
+
+        plain_run = runner.run
+
+        def run(s, out):
+            thing = Thing()
+            ref = weakref.ref(thing, lambda _: signal.raise_signal(signal.SIGINT))
+            del thing
+            return plain_run(s, out)
+
+        runner.run = run
+        sys.exit(runner.main(["-g", "alexnet", "-p", "4", "-q"]))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130 and proc.stderr == "scheduler.py: interrupted\n", proc.stderr
