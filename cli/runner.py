@@ -113,8 +113,10 @@ def run(s: Settings, out=None):
     if s.require_fit and result.fits is False:  # the report, then the one line; no file
         print(render_text(result, summary=s.summary), file=out)
         out.flush()  # the report before the error, where both go to one place
+        cl = result.cost_model.cluster
+        room = f" ({cl.device_memory:.4g} GB less {cl.headroom:.4g} GB of headroom)" if cl.headroom else ""
         raise DoesNotFit(f"--require-fit: the plan needs {result.memory_bytes / 1e9:.4g} GB per device, more than the "
-                         f"{result.capacity / 1e9:.4g} GB of a device")
+                         f"{result.capacity / 1e9:.4g} GB of a device{room}")
     # The files first, then the report, which is printed even when a file
     # could not be written (a full disk): the error follows it.
     files = []
@@ -163,12 +165,15 @@ def _say(line: str) -> None:
 
 def main(argv=None) -> int:
     """The command line's run (:func:`_main`), Python's hook for errors it
-    cannot raise restored after it."""
+    cannot raise and the interrupt's handler restored after it."""
     hook = sys.unraisablehook
+    handler = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
     try:
         return _main(argv)
     finally:
         sys.unraisablehook = hook
+        if handler is not None:  # the caller's (scheduler.py's: a quiet exit 130) once the run has ended
+            signal.signal(signal.SIGINT, handler)
 
 
 def _main(argv=None) -> int:
@@ -212,6 +217,8 @@ def _main(argv=None) -> int:
     except KeyboardInterrupt:  # a sweep has written the rows finished so far
         return _interrupted()
     except DoesNotFit as e:
+        if signals:  # interrupted on the way (where Python could not raise it)
+            return _interrupted()
         _say(f"{PROG}: error: {e}")
         return 3
     except BrokenPipeError:  # the reader went away (| head): stop quietly

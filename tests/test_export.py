@@ -155,6 +155,12 @@ class TestTorchtitan:
         assert toml["compile"] == {"enable": True, "components": ["model", "loss"]}
         assert toml["model"]["converters"] == ["float8"] and toml["float8"]["enable_fsdp_float8_all_gather"] is True
         assert "compile" not in tomllib.loads(render("torchtitan@0.2", LLAMA, 64, **kw))
+        # costed as December 2024's torchtitan ran, its loss eager: the job compiles the model alone
+        old = {**kw, "framework": "torchtitan@2024-12"}
+        compiled = bash_array(render("torchtitan", LLAMA, 64, compile=True, **old), "PASE_TORCHTITAN_ARGS")
+        assert compiled[compiled.index("--compile.components") + 1] == "model"
+        assert tomllib.loads(render("torchtitan@0.2", LLAMA, 64, compile=True, **old))["compile"]["components"] == \
+            ["model"]
         megatron = render("megatron", LLAMA, 64, float8=True, **{**kw, "framework": "megatron"})
         assert "--fp8-format hybrid" in megatron
         assert "--fp8-format" not in render("megatron", LLAMA, 64, **{**kw, "framework": "megatron"})

@@ -368,6 +368,9 @@ def test_require_fit_fails_a_plan_that_does_not_fit(tmp_path):
     assert proc.stdout == over.stdout  # the same report
     assert os.listdir(tmp_path) == []  # no file written
     run(*GPT2, "--plan", "dp=4,zero=3", "--require-fit", "--output", "plan.json", cwd=tmp_path)  # one that fits
+    kept = run(*GPT2[:-5], "--device-memory", 3, "--headroom", 1, "-q", "--plan", "dp=4", "--require-fit", cwd=tmp_path,
+               ok=False)  # the same 2 GB, a headroom kept: said how
+    assert one_line_error(kept, 3).endswith(" GB of a device (3 GB less 1 GB of headroom)")
     assert json.loads((tmp_path / "plan.json").read_text())["memory"]["fits"] is True
     run(*GPT2, "--require-fit", cwd=tmp_path)  # a search within the memory finds one that fits
 

@@ -317,7 +317,10 @@ def test_an_interrupt_python_cannot_raise_still_ends_the_run():
             return plain_run(s, out)
 
         runner.run = run
-        sys.exit(runner.main(["-g", "alexnet", "-p", "4", "-q"]))
+        sys.exit(runner.main(sys.argv[1:]))
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 130 and proc.stderr == "scheduler.py: interrupted\n", proc.stderr
+    for args in (["-g", "alexnet", "-p", "4", "-q"],  # a run that ends well, and one that ends refused
+                 ["-g", "alexnet", "-p", "4", "--device", "h100", "--device-memory", "0.5", "--plan", "dp=4", "-q",
+                  "--require-fit"]):
+        proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 130 and proc.stderr == "scheduler.py: interrupted\n", (args, proc.stderr)

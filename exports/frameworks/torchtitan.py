@@ -128,7 +128,8 @@ def arguments(plan) -> tuple[list[str], list[str]]:
                  ("--parallelism.module_fqns_per_model_part", *_parts(plan, std, backend)),
                  "--training.disable_cuda_graphs"]
     if fw is not None and fw.compiled:  # costed with torch.compile's fused kernels: the job compiles too
-        args += ["--compile.enable", "--compile.components model,loss"]
+        # the loss compiled too where the profile costs it so (today's torchtitan; December 2024's ran it eagerly)
+        args += ["--compile.enable", f"--compile.components {'model,loss' if fw.loss_compiled else 'model'}"]
     args.append("--compile.no_enable_async_tensor_parallel")
     if std.pp == 1 and std.microbatch * std.dp < plan.batch:
         notes.append(f"{plan.batch // (std.microbatch * std.dp)} micro-batches accumulate into one step "

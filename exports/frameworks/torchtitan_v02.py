@@ -97,7 +97,7 @@ def sections(plan) -> tuple[dict, list[str]]:
     tables = {"training": training, "parallelism": par, "activation_checkpoint": ac}
     fw = plan.framework
     if fw is not None and fw.compiled:  # costed with torch.compile's fused kernels: the job compiles too
-        tables["compile"] = {"enable": True, "components": ["model", "loss"]}
+        tables["compile"] = {"enable": True, "components": ["model", "loss"] if fw.loss_compiled else ["model"]}
     if fw is not None and fw.float8:  # the linear layers in Float8 (torchao), their FSDP gathers too
         tables["model"] = {"converters": ["float8"]}
         tables["float8"] = {"enable_fsdp_float8_all_gather": std.zero == 3, "filter_fqns": ["output"]}
