@@ -116,8 +116,9 @@ def _standard_pipeline(job: Job, std, model):
         raise InputError("--plan: the interleaved schedule splits stages into chunks of blocks; "
                          f"{g.graph['name']} has no repeated blocks")
     if sched.name == "interleaved" and any(c % sched.chunks for c in counts):
-        raise InputError(f"--plan: interleaved:{sched.chunks} needs each stage's blocks ({counts[0]}) to divide "
-                         f"into {sched.chunks} chunks")
+        held = " or ".join(str(c) for c in sorted(set(counts), reverse=True))
+        raise InputError(f"--plan: interleaved:{sched.chunks} needs each stage's blocks ({held} of the "
+                         f"{sum(counts)} over {len(counts)} stages) to divide into {sched.chunks} chunks")
     pipe = pipeline.evaluate(g, model, job.procs, std.pp, m, micro, sched, ranges, strategy(g, std))
     return pipeline.as_result(g, pipe, model, job.procs, batch, "evaluate",
                               label=f"standard configuration {std.describe()}")

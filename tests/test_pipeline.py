@@ -260,3 +260,14 @@ def test_a_plan_builds_each_of_its_graphs_once(monkeypatch, settings):
     assert len(built) > 2  # micro-batches were asked for
     assert max(built.values()) == 1, built
     assert planned.result.total_cost > 0
+
+
+def test_an_interleaved_schedule_refused_says_how_the_blocks_fall(tmp_path):
+    """Stages of unequal blocks (5 over 2: 3 and 2) cannot each split into
+    two chunks: the refusal gives every stage's count, not the first's."""
+    from conftest import one_line_error, tiny_llama
+
+    proc = run_cli("-g", tiny_llama(tmp_path, 5), "-p", 4, "-b", 8, "--seq", 128, "--device", "h100",
+                   "--plan", "tp=1,pp=2,microbatch=1,schedule=interleaved:2", ok=False)
+    assert one_line_error(proc) == ("--plan: interleaved:2 needs each stage's blocks (3 or 2 of the 5 over 2 stages) "
+                                    "to divide into 2 chunks")
