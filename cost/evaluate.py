@@ -14,7 +14,7 @@ import numpy as np
 from cluster import Cluster
 from config_space import Decision, in_space
 from cost.memory import footprint, shared_weights
-from cost.rules import CostModel, extents, float8_input
+from cost.rules import CostModel, extents, float8_input, gathered_in_fp8
 from cost.tables import StrategyCost, node_arrays, with_options
 from cost.time import edge_costs, ring_words
 from errors import InputError
@@ -191,7 +191,7 @@ def words_moved(g, sc, model) -> float:
         key = (op, d, ctx[v].key)
         if key not in seen:
             C, work, _ = with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
-            fp8 = work.fp8 and model.framework is not None and "weights" in model.framework.float8_gathers
+            fp8 = bool(work.fp8) and gathered_in_fp8(model, "weights")
             words = [np.sum(x.count * _elements(x, C)) / (c.word_bytes if fp8 and x.role == "weights" else 1.0)
                      for x in work.comms]  # a Float8 product's weights gathered at a byte per element
             if work.ring:  # ring attention passes its keys and values itself

@@ -107,14 +107,11 @@ def _ring_buffers(op: Operator, C: Extents, model: CostModel):
     steps' worth in flight passed step by step, and two gradient buffers of
     ``kv / c`` (the running sum and the one in flight); nothing where
     ``c = 1``."""
-    from cost.time import ring_heads
+    from cost.time import ring_kv
 
-    fw = model.framework
-    b = float(model.cluster.word_bytes)
-    c = C[op.dims[-3]]
-    kv = (shard(op.inputs[1], C) + shard(op.inputs[2], C)) * ring_heads(op, C, fw)
-    held = kv * (1.0 - 1.0 / c) if fw.ring == "allgather" else 2.0 * kv / c
-    return np.where(c > 1, b * held + 2.0 * float(fw.ring_grad_bytes or b) * kv / c, 0.0)
+    c, kv, b, g = ring_kv(op, C, model)
+    held = kv * (1.0 - 1.0 / c) if model.framework.ring == "allgather" else 2.0 * kv / c
+    return np.where(c > 1, b * held + 2.0 * g * kv / c, 0.0)
 
 
 def kept_items(op: Operator, C: Extents, model: CostModel) -> list:

@@ -20,7 +20,7 @@ from graph import Operator
 from kinds import Extents
 
 __all__ = ["CostModel", "AUTO", "EMBEDDING_SYNC", "MAX_PROCS", "OPTIMIZERS", "check_procs", "extents",
-           "regathered", "float8_product", "float8_input"]
+           "regathered", "float8_product", "float8_input", "gathered_in_fp8"]
 
 EMBEDDING_SYNC = ("dense", "sparse", "best")
 AUTO = "auto"  # an option the search chooses
@@ -238,13 +238,21 @@ def float8_product(op: Operator, context, model: CostModel) -> bool:
                                                      for i, t in enumerate(op.inputs))
 
 
+def gathered_in_fp8(model: CostModel, what: str) -> bool:
+    """Whether, under ``--float8``, the model's framework moves a Float8
+    product's ``what`` (``weights``: ZeRO stage 3's all-gathers;
+    ``inputs``: the activations re-distributed into it) at a byte per
+    element, cast before (its ``float8_gathers``)."""
+    fw = model.framework
+    return fw is not None and fw.float8 and what in fw.float8_gathers
+
+
 def float8_input(op: Operator, i: int, context, model: CostModel) -> bool:
     """Whether input ``i`` of ``op`` arrives re-distributed at a byte per
     element (cast before): an activation of a Float8 product whose
     framework moves its inputs in FP8 (torchao's Float8ColwiseParallel and
     PrepareFloat8ModuleInput all-gather the cast input)."""
-    fw = model.framework
-    return (fw is not None and "inputs" in fw.float8_gathers and op.inputs[i].role != "weight"
+    return (gathered_in_fp8(model, "inputs") and op.inputs[i].role != "weight"
             and float8_product(op, context, model))
 
 

@@ -20,13 +20,13 @@ from dataclasses import replace
 import numpy as np
 
 from cluster import Cluster
-from cost.rules import CostModel, extents, regathered
+from cost.rules import CostModel, extents, gathered_in_fp8, regathered
 from graph import Operator
 from kinds import Extents, need, shard, tensor_splits
 from kinds.base import OVERLAPPED, Comm, Work
 
 __all__ = ["op_work", "collective_cost", "wave_share", "traffic", "price", "price_stage", "op_cost_parts", "op_costs",
-           "edge_costs", "TILE", "as_run", "ring_parts", "ring_heads", "ring_words"]
+           "edge_costs", "TILE", "as_run", "ring_parts", "ring_kv", "ring_heads", "ring_words"]
 
 def op_work(op: Operator, configs, model: CostModel) -> Work:
     """What ``op`` does in a step at each configuration (its kind's record)."""
@@ -284,7 +284,7 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
         more_fwd, more_bwd, exposed_fwd, exposed_bwd = ring_parts(op, C, work, model, t_fwd, t_bwd)
         t_fwd, t_bwd = t_fwd + more_fwd, t_bwd + more_bwd
         blocking = exposed_fwd * (1.0 + work.replays) + exposed_bwd
-    fp8_gathers = bool(work.fp8 and "weights" in fw.float8_gathers)  # gathered at a byte per element, cast before
+    fp8_gathers = bool(work.fp8) and gathered_in_fp8(model, "weights")  # at a byte per element, cast before
     inputs = None
     bucket = net.bucket_mb * 1e6
     gathered = casts_saved = copies_saved = 0.0
@@ -355,12 +355,9 @@ def ring_parts(op: Operator, C: Extents, work: Work, model: CostModel, t_fwd, t_
     from kinds.attention import MERGE_BYTES
 
     net, fw = model.cluster, model.framework
-    b = float(net.word_bytes)
-    g = float(fw.ring_grad_bytes or b)
+    c, kv, b, g = ring_kv(op, C, model)
     per_byte = net.flops * 1e12 / (net.mem_bw * 1e9 * net.memory_eff)
-    c = C[work.ring]  # (K,)
     split = c > 1
-    kv = (shard(op.inputs[1], C) + shard(op.inputs[2], C)) * ring_heads(op, C, fw)  # (K,) as the kernels read them
     mine = kv / c
     q, out = shard(op.inputs[0], C), shard(op.outputs[0], C)
     kernel_fwd, kernel_bwd = t_fwd / c, t_bwd / c
@@ -396,13 +393,24 @@ def ring_words(op: Operator, C: Extents, work: Work, model: CostModel) -> np.nda
     recomputation's too) and again backward, and ``c`` times ``kv / c``
     gradients at ``ring_grad_bytes`` (counted in elements of the training
     precision); nothing where ``c = 1``."""
-    fw = model.framework
-    b = float(model.cluster.word_bytes)
-    g = float(fw.ring_grad_bytes or b)
-    c = C[work.ring]
-    kv = (shard(op.inputs[1], C) + shard(op.inputs[2], C)) * ring_heads(op, C, fw)
+    c, kv, b, g = ring_kv(op, C, model)
     passes = 2.0 + np.asarray(work.replays, dtype=float)  # forward, its replays, backward
     return np.where(c > 1, passes * kv * (c - 1.0) / c + kv * g / b, 0.0)
+
+
+def ring_kv(op: Operator, C: Extents, model: CostModel) -> tuple:
+    """What every part of ring attention reads of ``op`` (an attention
+    operator run as ring attention, its query positions split over ``c``
+    devices): ``(c, kv, b, g)``, (K,) arrays ``c`` and ``kv`` (the keys' and
+    values' elements its kernels read, the whole sequence's, each head as
+    many times as :func:`ring_heads` says), the training precision's bytes
+    ``b`` and the gradients' ``g`` (the framework's ``ring_grad_bytes``, else
+    ``b``)."""
+    fw = model.framework
+    b = float(model.cluster.word_bytes)
+    c = C[op.dims[-3]]
+    kv = (shard(op.inputs[1], C) + shard(op.inputs[2], C)) * ring_heads(op, C, fw)
+    return c, kv, b, float(fw.ring_grad_bytes or b)
 
 
 def ring_heads(op: Operator, C: Extents, fw) -> np.ndarray:

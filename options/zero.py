@@ -70,7 +70,7 @@ class Zero(Option):
         no published run states what FSDP2 keeps of them then)."""
         if value == 0:
             return footprint
-        from cost.rules import float8_product
+        from cost.rules import float8_product, gathered_in_fp8
         from kinds.base import shard
 
         (w_whole, w_sh), (g_whole, g_sh), (o_whole, o_sh) = rules.stage_bytes(value)
@@ -81,7 +81,7 @@ class Zero(Option):
             # held while its operator runs)
             w_whole, g_whole, gathered = w_whole + fw.staged[0], g_whole + fw.staged[1], 2.0
         fp8 = 0.0  # a Float8 product's weights gathered in FP8 before each pass: the gathered copies (the one
-        if value >= 3 and not staged and "weights" in getattr(fw, "float8_gathers", ()) and \
+        if value >= 3 and not staged and gathered_in_fp8(rules, "weights") and \
                 float8_product(op, context, rules):  # in use and the next) at a byte rather than b, and no FP8
             fp8 = 1.0 + 2.0 * (float(rules.cluster.word_bytes) - 1.0)  # copy of their own (as_kept)
         w = g = o = transient = 0.0
