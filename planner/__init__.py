@@ -206,7 +206,6 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
     from cost_model import check_procs, evaluate, make_result
     from dp_search import DoesNotFit, default_memory_limit
     from graph import operators
-    from models import build_graph
 
     try:
         check_procs(s.procs)
@@ -217,8 +216,9 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
         # stages searched by default compete with none at all (the whole batch at once); --pp auto searches stages
         with_plain = given_pp is None and s.pp == "auto" and s.microbatches in (None, "auto")
         model = cost_model_for(s, recorded)
-        g = (graphs or {}).get(s.batch) if s.batch is not None else None
-        g = build_graph(s.graph, **_model_params(s)) if g is None else g
+        limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
+        job = Job.of(s, model, limit, graphs)  # what the stages below read: the settings are not passed on
+        g = job.graph()
         if s.require_fit and model.cluster.capacity is None:
             raise SettingError("require_fit", "needs a device memory to fit: give --device, --device-memory or a "
                                               "cluster file giving one")
@@ -226,9 +226,6 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
         if (key := "procs" if e.name == "p" else e.name) in from_file:
             raise InputError(f"--evaluate: {s.evaluate}: {key} {e.problem}") from None
         raise
-    limit = default_memory_limit() if s.mem_limit_gb is None else int(s.mem_limit_gb * 1e9)
-    job = Job.of(s, model, limit, graphs)  # what the stages below read: the settings are not passed on
-    job.seed(g, main=True)
     if with_plain and job.chain() is None:  # stages by default cut repeated blocks: without any, none are searched
         s, with_plain = replace(s, pp=None), False
     profile = None

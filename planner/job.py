@@ -61,23 +61,19 @@ class Job:
         params = dict(self.params)
         if batch is None:
             batch = params.get("batch")
-        if batch is None:
+        if batch is None:  # the model's default batch: kept under it too
             if None not in self._graphs:
-                self._graphs[None] = build_graph(self.source, **params)
+                g = self._graphs[None] = build_graph(self.source, **params)
+                self._graphs.setdefault(g.graph["batch"], g)
             return self._graphs[None]
         if batch not in self._graphs:
-            default = self._graphs.get(None)
-            self._graphs[batch] = default if default is not None and default.graph["batch"] == batch else \
-                build_graph(self.source, **{**params, "batch": batch})
+            self._graphs[batch] = build_graph(self.source, **{**params, "batch": batch})
         return self._graphs[batch]
 
-    def seed(self, g, *chain, main: bool = False) -> None:
+    def seed(self, g, *chain) -> None:
         """Keep ``g``, the model's graph at its batch, as built (and its
-        longest chain of repeated blocks, when given, as found);
-        ``main``: the graph of the job's own batch."""
+        longest chain of repeated blocks, when given, as found)."""
         self._graphs.setdefault(g.graph["batch"], g)
-        if main:
-            self._graphs.setdefault(None, g)
         if chain:
             self._chains.setdefault(g.graph["batch"], chain[0])
 

@@ -31,7 +31,7 @@ def _job(s, g, model):
     from planner import Job
 
     job = Job.of(s, model, 2**40)
-    job.seed(g, main=True)
+    job.seed(g)
     return job
 
 
