@@ -64,18 +64,27 @@ def power_line() -> str:
         return f"nvidia-smi not available ({e})"
 
 
+def cuda_torch(script: str):
+    """torch, where it is installed and sees a CUDA GPU; else ``None``,
+    having said so (there is nothing to measure)."""
+    try:
+        import torch
+    except ImportError:
+        print(f"{script}: torch is not installed: nothing to measure")
+        return None
+    if not torch.cuda.is_available():
+        print(f"{script}: no CUDA GPU: nothing to measure")
+        return None
+    return torch
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="h100", help="the preset whose figures the measurements are set beside")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("gpu_rates.py: torch is not installed: nothing to measure")
-        return
-    if not torch.cuda.is_available():
-        print("gpu_rates.py: no CUDA GPU: nothing to measure")
+    torch = cuda_torch("gpu_rates.py")
+    if torch is None:
         return
     from cluster.presets import known
     from cost.time import wave_share

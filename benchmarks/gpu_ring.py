@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from gpu_rates import power_line, timed  # noqa: E402
+from gpu_rates import cuda_torch, power_line, timed  # noqa: E402
 
 
 def main() -> None:
@@ -46,16 +46,11 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=128)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = ap.parse_args()
-    try:
-        import torch
-        import torch.nn.functional as F
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:
-        print("torch is not installed: nothing to measure")
+    torch = cuda_torch("gpu_ring.py")
+    if torch is None:
         return
-    if not torch.cuda.is_available():
-        print("no CUDA GPU: nothing to measure")
-        return
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from cluster.presets import known
 
     dev = known("h100")
