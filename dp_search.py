@@ -133,14 +133,16 @@ def runs_of(costed, problem: Problem | None = None, groups: bool = False) -> lis
     """The repeated blocks of ``costed`` (its ``chains``) as runs of the
     search's variables (with ``groups``: each block's option variables too),
     those that keep the problem a series (:func:`search.chain.series`)."""
-    runs = [replace(_run(c), blocks=[list(b) for b in _run(c).blocks]) for c in costed.chains]
+    runs = [_run(c) for c in costed.chains]
     place = places_of(costed, problem) if groups and problem is not None else {}
+    joining = [[() for _ in r.blocks] for r in runs]  # per block, the option variables that join it
     for z, v in place.items():  # a block's option variable joins the block of its operators
         for j, c in enumerate(costed.chains):
             if c.start <= v < c.stop:
-                runs[j].blocks[(v - c.start) // c.size].append(z)
+                k = (v - c.start) // c.size
+                joining[j][k] = joining[j][k] + (z,)
                 break
-    runs = [Run(tuple(tuple(b) for b in r.blocks), r.exits, r.entry, r.start, r.stop) for r in runs]
+    runs = [replace(r, blocks=tuple(b + z for b, z in zip(r.blocks, joined))) for r, joined in zip(runs, joining)]
     edges = list(costed.edge_costs) + (problem.structure()[len(costed.edge_costs):] if groups and problem else [])
     good = [r for r in runs if series([r], costed.n, edges, place)]
     if series(good, costed.n, edges, place):
