@@ -113,8 +113,8 @@ def run(s: Settings, out=None):
     if s.require_fit and result.fits is False:  # the report, then the one line; no file
         print(render_text(result, summary=s.summary), file=out)
         out.flush()  # the report before the error, where both go to one place
-        cl = result.cost_model.cluster
-        room = f" ({cl.device_memory:.4g} GB less {cl.headroom:.4g} GB of headroom)" if cl.headroom else ""
+        account = result.cost_model.cluster.headroom_account
+        room = f" ({account})" if account else ""
         raise DoesNotFit(f"--require-fit: the plan needs {result.memory_bytes / 1e9:.4g} GB per device, more than the "
                          f"{result.capacity / 1e9:.4g} GB of a device{room}")
     # The files first, then the report, which is printed even when a file

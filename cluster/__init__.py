@@ -288,6 +288,14 @@ class Cluster:
         return (self.device_memory - (self.headroom or 0.0)) * 1e9
 
     @property
+    def headroom_account(self) -> str:
+        """How :attr:`capacity` was reached, for a message ("80 GB less 3 GB
+        of headroom"); ``""`` without a headroom."""
+        if not self.headroom or self.device_memory is None:
+            return ""
+        return f"{self.device_memory:.4g} GB less {self.headroom:.4g} GB of headroom"
+
+    @property
     def two_level(self) -> bool:
         return self.gpus_per_node is not None
 

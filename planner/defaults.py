@@ -72,7 +72,6 @@ def what_would_fit(s: Settings, cluster, need: float, *, standard: bool = False)
         elif s.pp in (None, 1) and s.microbatches is None:
             ways.append("--microbatches auto (gradient accumulation: a larger split of the batch)")
     what = "; it would fit with " + (" or ".join(ways) if len(ways) < 3 else ", ".join(ways[:-1]) + " or " + ways[-1])
-    if cluster.headroom:  # the capacity is not the memory the user gave or the data sheet states: say why
-        what += (f"; {capacity / 1e9:.4g} GB is the device's {cluster.device_memory:.4g} GB less {cluster.headroom:.4g} "
-                 "GB of headroom (--headroom)")
+    if cluster.headroom_account:  # the capacity is not the memory the user gave or the data sheet states: say why
+        what += f"; {capacity / 1e9:.4g} GB is the device's {cluster.headroom_account} (--headroom)"
     return what
