@@ -74,6 +74,23 @@ class TestDetection:
         assert find_chains(B.graph) == ()
 
 
+def append_blocks(nodes, edges, prev, count, costs, inner, into) -> list:
+    """``count`` identical blocks appended to ``nodes`` and ``edges``: each a
+    path of ``len(costs)`` nodes (copies of ``costs``, joined by the
+    ``inner`` matrices), its first read from the last node before it
+    (``prev``, then each block's last) through ``into``; their ids."""
+    blocks = []
+    for _ in range(count):
+        ids = list(range(len(nodes), len(nodes) + len(costs)))
+        nodes += [c.copy() for c in costs]
+        edges[(prev, ids[0])] = into
+        for j in range(len(costs) - 1):
+            edges[(ids[j], ids[j + 1])] = inner[j]
+        blocks.append(ids)
+        prev = ids[-1]
+    return blocks
+
+
 def random_chain_problem(seed, blocks=4, size=3, K=3):
     """A chain of identical blocks (a path of ``size`` nodes each, the last
     one read by the next block) between a prefix node and a suffix node,
@@ -84,17 +101,9 @@ def random_chain_problem(seed, blocks=4, size=3, K=3):
     inner = [rng.uniform(0, 10, (K, K)) for _ in range(size - 1)]
     into = rng.uniform(0, 10, (K, K))
     edges = {}
-    runs_blocks, exits = [], []
-    prev = 0
-    for b in range(blocks):
-        ids = list(range(len(nodes), len(nodes) + size))
-        nodes += [c.copy() for c in block_costs]
-        edges[(prev, ids[0])] = into
-        for j in range(size - 1):
-            edges[(ids[j], ids[j + 1])] = inner[j]
-        runs_blocks.append(tuple(ids))
-        exits.append(ids[-1])
-        prev = ids[-1]
+    runs_blocks = [tuple(ids) for ids in append_blocks(nodes, edges, 0, blocks, block_costs, inner, into)]
+    exits = [ids[-1] for ids in runs_blocks]
+    prev = exits[-1]
     tail = len(nodes)
     nodes.append(rng.uniform(0, 10, K))
     edges[(prev, tail)] = rng.uniform(0, 10, (K, K))

@@ -21,6 +21,8 @@ from models import build_graph
 from search.chain import Run, series, solve_chained
 from search.elimination import solve
 from search.order import generate_seq
+from test_chain import append_blocks
+from test_dp_search import total
 
 FAMILIES = ROOT / "tests" / "data" / "families"
 CLUSTER = Cluster(flops=312, bw=300, inter_bw=25, gpus_per_node=8, latency=5, precision="bf16")
@@ -43,16 +45,10 @@ def two_runs(seed, K=2, a_blocks=2, b_blocks=2, a_size=1, b_size=2):
         inner = [rng.uniform(0, 10, (K, K)) for _ in range(size - 1)]
         into = rng.uniform(0, 10, (K, K))
         opt_cost, opt_edges = rng.uniform(0, 3, 2), [rng.uniform(0, 3, (K, 2)) for _ in range(size)]
-        start, blocks, entry = len(nodes), [], prev
-        for _ in range(count):
-            ids = list(range(len(nodes), len(nodes) + size))
-            nodes += [c.copy() for c in costs]
-            edges[(prev, ids[0])] = into
-            for j in range(size - 1):
-                edges[(ids[j], ids[j + 1])] = inner[j]
-            options.append((ids, opt_cost, opt_edges))
-            blocks.append(ids)
-            prev = ids[-1]
+        start, entry = len(nodes), prev
+        blocks = append_blocks(nodes, edges, prev, count, costs, inner, into)
+        options += [(ids, opt_cost, opt_edges) for ids in blocks]
+        prev = blocks[-1][-1]
         runs.append((blocks, entry, start, len(nodes)))
     tail = len(nodes)
     nodes.append(rng.uniform(0, 10, K))
@@ -69,10 +65,6 @@ def two_runs(seed, K=2, a_blocks=2, b_blocks=2, a_size=1, b_size=2):
     return nodes, edges, out, place, n_ops
 
 
-def cost_of(nodes, edges, index):
-    return sum(c[i] for c, i in zip(nodes, index)) + sum(m[index[u], index[v]] for (u, v), m in edges.items())
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_two_runs_with_block_options_against_brute_force(seed):
     nodes, edges, runs, place, n_ops = two_runs(seed)
@@ -80,9 +72,9 @@ def test_two_runs_with_block_options_against_brute_force(seed):
     assert series(runs, n_ops, list(edges), place)
     order, _ = generate_seq(len(nodes), list(edges))
     r = solve_chained(nodes, edges, order, runs, place=place, prune=False, threads=1)
-    want = min(cost_of(nodes, edges, c) for c in itertools.product(*[range(len(c)) for c in nodes]))
+    want = min(total(nodes, edges, c) for c in itertools.product(*[range(len(c)) for c in nodes]))
     assert r.cost == pytest.approx(want, rel=1e-12)
-    assert cost_of(nodes, edges, r.index) == pytest.approx(want, rel=1e-12)  # the plan recovered costs it
+    assert total(nodes, edges, r.index) == pytest.approx(want, rel=1e-12)  # the plan recovered costs it
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -93,7 +85,7 @@ def test_two_longer_runs_with_block_options_equal_the_plain_search(seed):
     for prune in (False, True):
         r = solve_chained(nodes, edges, order, runs, place=place, prune=prune, threads=1)
         assert r.cost == pytest.approx(plain.cost, rel=1e-12)
-        assert cost_of(nodes, edges, r.index) == pytest.approx(plain.cost, rel=1e-12)
+        assert total(nodes, edges, r.index) == pytest.approx(plain.cost, rel=1e-12)
 
 
 def test_series_places_block_options_and_refuses_one_reaching_another_block():
