@@ -24,7 +24,7 @@ from typing import NamedTuple
 from errors import InputError, SettingError
 from planner.configurations import (_accumulation, _search_standard, _standard_pipeline,  # noqa: F401
                                     _standard_result, standard_costing)
-from planner.graphs import _chain, _model_params, pipe_graph  # noqa: F401
+from planner.graphs import _chain, pipe_graph  # noqa: F401
 from planner.job import Job
 from settings import CLUSTER_SETTINGS, MODEL_PARAMS, OPTION_SETTINGS, Settings
 

@@ -88,10 +88,9 @@ class Job:
         g = self.graph(batch)
         key = g.graph["batch"]
         if key not in self._chains:
-            from blocks import find_chains
+            from planner.graphs import _chain
 
-            chains = find_chains(g)
-            self._chains[key] = max(chains, key=lambda c: c.count * c.size) if chains else None
+            self._chains[key] = _chain(g)
         return self._chains[key]
 
     def graphs(self) -> dict:
