@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, make_dataclass
 
 from cluster import FIELDS as CLUSTER_FIELDS
+from frameworks import FRAMEWORKS
 
 __all__ = ["Setting", "DECLARED", "Settings", "DEFAULTS", "MODEL_PARAMS", "flag_of", "SWEEPABLE", "CLUSTER_SETTINGS",
            "OPTION_SETTINGS"]
@@ -121,7 +122,7 @@ _RUN = (
             "torchtitan (as installed today), torchtitan@2024-12 (its December 2024 code) or deepspeed (its model "
             "states, what sequence parallelism and recomputation keep, its kernels, its memory beyond tensors; see "
             "docs/frameworks.md), or none (default: the tool's own model)",
-            choices=("megatron", "torchtitan", "torchtitan@2024-12", "deepspeed", "none"), metavar="NAME"),
+            choices=(*FRAMEWORKS, "none"), metavar="NAME"),
     Setting("compile", ("--compile",), "switch", "with --framework torchtitan or deepspeed: torch.compile fuses "
             "the element-wise work of each block, and torchtitan's loss (not torchtitan@2024-12's) (default: "
             "eager kernels)", False),
