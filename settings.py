@@ -119,7 +119,8 @@ _RUN = (
     Setting("optimizer", ("--optimizer",), "name", "sgd, momentum or adam: 0, 1 or 2 extra copies of the weights in "
             "the memory model (default: adam)", metavar="NAME", sweep=True),
     Setting("framework", ("--framework",), "name", "the training framework that runs the plan: megatron, "
-            "torchtitan (as installed today), torchtitan@2024-12 (its December 2024 code) or deepspeed (its model "
+            "torchtitan (as installed today), torchtitan@2025-06 or torchtitan@2024-12 (its code of June 2025 "
+            "or December 2024) or deepspeed (its model "
             "states, what sequence parallelism and recomputation keep, its kernels, its memory beyond tensors; see "
             "docs/frameworks.md), or none (default: the tool's own model)",
             choices=(*FRAMEWORKS, "none"), metavar="NAME"),

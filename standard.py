@@ -56,8 +56,8 @@ KEYS = {
     "schedule": "pipeline schedule: gpipe, 1f1b, interleaved or interleaved:V",
     "recompute": "activation recomputation of every block: none, selective, full",
     "zero": "ZeRO stage of every operator: 0, 1, 2, 3",
-    "framework": "the training framework that runs it: megatron, torchtitan, torchtitan@2024-12, deepspeed "
-                 "(as --framework)",
+    "framework": "the training framework that runs it: megatron, torchtitan, torchtitan@2025-06, torchtitan@2024-12, "
+                 "deepspeed (as --framework)",
 }
 
 

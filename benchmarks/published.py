@@ -17,10 +17,10 @@ framework that ran it):
 - **torchtitan's December 2024 benchmark** (``torchtitan``): tokens/s per
   GPU and the allocator's peak (GiB) of Llama 3.1 8B, 70B and 405B on
   H100 96 GB (``--device h100-96gb --framework torchtitan@2024-12``: its
-  code of then, the loss eager under torch.compile), and its June 2025
-  runs of Llama 3.1 8B on 32 and 64 H200s (``--device h200 --framework
-  torchtitan``: FSDP, torch.compile of the blocks and the loss, Float8
-  with its all-gathers in FP8);
+  code of then, the loss eager under torch.compile, FlashAttention-2), and
+  its June 2025 runs of Llama 3.1 8B on 32 and 64 H200s (``--device h200
+  --framework torchtitan@2025-06``: FSDP, torch.compile of the blocks and
+  the loss, Float8 with its all-gathers in FP8, FlashAttention-2);
 - **ZeRO (Rajbhandari et al., SC'20), Figure 1** and **DeepSpeed's
   estimators** (``zero``): model states per device, without a framework and
   with ``--framework deepspeed``.
@@ -127,7 +127,7 @@ def korthikanti(tmp: Path):
 
 #: torchtitan's published runs: (file, the table's source, the device they ran on, the profile of their version)
 TORCHTITAN = (("torchtitan_h100_202412.json", "torchtitan 2024-12", "h100-96gb", "torchtitan@2024-12"),
-              ("torchtitan_h200_202506.json", "torchtitan 2025-06 H200", "h200", "torchtitan"))
+              ("torchtitan_h200_202506.json", "torchtitan 2025-06 H200", "h200", "torchtitan@2025-06"))
 
 
 def torchtitan(tmp: Path):

@@ -61,7 +61,9 @@ model and plan):
 * ``attention_eff``: a fused attention kernel, forward and backward, reaches
   55 % of the peak on the A100 (FlashAttention-2, Dao 2023: 50-73 %) and
   45 % on the H100 (FlashAttention-2 35-40 %, cuDNN and FlashAttention-3
-  up to 75 %);
+  up to 75 %); a framework that names the kernel it runs
+  (its ``attention_kernel``) takes that kernel's figure on the device's
+  architecture instead (:data:`ATTENTION_KERNELS`, below);
 * ``memory_eff``: memory-bound kernels (normalisations, softmax,
   elementwise work) move 80 % of the memory bandwidth (STREAM-like copies
   reach 85-92 %);
@@ -71,6 +73,20 @@ model and plan):
   ring step inside a node.  The H100's variants (``h100-96gb``,
   ``h100-nvl``, ``h800``, ``h200``) and the ``b200`` take the H100's
   efficiencies: no published figure of their own.
+
+**Attention kernels** (:data:`ATTENTION_KERNELS`): the share of the peak a
+named kernel reaches, forward and backward, on each architecture (``arch``:
+``volta``, ``ampere``, ``hopper``, ``blackwell``) where a publication gives
+it, counting FLOP as FlashAttention does (the backward 2.5 times the
+forward):
+
+* ``fa2``: FlashAttention-2 (Dao 2023), the kernel of PyTorch's
+  ``scaled_dot_product_attention`` flash backend: 55 % on Ampere (its
+  paper: 50-73 % of the A100's peak forward, somewhat less backward: the
+  A100 presets' figure) and 35 % on Hopper (Shah et al. 2024,
+  FlashAttention-3, abstract: "FlashAttention-2 achieving only 35%
+  utilization on the H100 GPU"; it uses none of Hopper's asynchronous
+  matrix instructions); on other architectures, the device's own figure.
 
 **Networks between nodes** (per device, one direction; ``net_eff`` the
 share of it NCCL's bus bandwidth reaches across nodes, ``inter_latency``
@@ -95,7 +111,8 @@ from dataclasses import dataclass
 
 from errors import SettingError, shown
 
-__all__ = ["Device", "DEVICES", "Network", "NETWORKS", "device", "known", "network", "default_precision"]
+__all__ = ["Device", "DEVICES", "Network", "NETWORKS", "AttentionKernel", "ATTENTION_KERNELS", "device", "known",
+           "network", "default_precision", "attention_share"]
 
 
 @dataclass(frozen=True)
@@ -117,6 +134,17 @@ class Device:
     sms: int | None = None  # streaming multiprocessors: a matrix product runs in waves of tiles over them
     fp8: float | None = None  # peak dense FP8 TFLOPS
     power: float = 1.0  # share of the peak sustained under the power limit it runs at
+    arch: str = ""  # its architecture (volta, ampere, hopper, blackwell): what a named attention kernel reaches
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """A fused attention kernel a framework may name: ``shares`` the share
+    of a device's peak it reaches, forward and backward, by architecture."""
+
+    name: str
+    title: str
+    shares: dict  # arch -> share of the training precision's peak
 
 
 @dataclass(frozen=True)
@@ -132,26 +160,30 @@ _REAL = dict(gpus_per_node=8, memory_eff=0.8, link_eff=0.8, latency=1.0)
 
 DEVICES = {d.name: d for d in (
     Device("v100", {"fp64": 7.8, "fp32": 15.7, "fp16": 125.0}, 32.0, 150.0, 900.0, "fp16", "ib-edr",
-           headroom=2.0, matmul_eff=0.8, attention_eff=0.5, sms=80, **_REAL),
+           headroom=2.0, matmul_eff=0.8, attention_eff=0.5, sms=80, arch="volta", **_REAL),
     Device("a100-40gb", {"fp64": 19.5, "fp32": 19.5, "bf16": 312.0, "fp16": 312.0}, 40.0, 300.0, 1555.0, "bf16",
-           "ib-hdr", headroom=2.0, matmul_eff=0.8, attention_eff=0.55, sms=108, **_REAL),
+           "ib-hdr", headroom=2.0, matmul_eff=0.8, attention_eff=0.55, sms=108, arch="ampere", **_REAL),
     Device("a100-80gb", {"fp64": 19.5, "fp32": 19.5, "bf16": 312.0, "fp16": 312.0}, 80.0, 300.0, 2039.0, "bf16",
-           "ib-hdr", headroom=3.0, matmul_eff=0.8, attention_eff=0.55, sms=108, **_REAL),
+           "ib-hdr", headroom=3.0, matmul_eff=0.8, attention_eff=0.55, sms=108, arch="ampere", **_REAL),
     Device("h100", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 80.0, 450.0, 3350.0, "bf16",
-           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, **_REAL),
+           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, arch="hopper", **_REAL),
     Device("h100-96gb", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 96.0, 450.0, 2400.0, "bf16",
-           "roce-400", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0,
+           "roce-400", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, arch="hopper",
            power=round(835.0 + (989.5 - 835.0) * (500.0 - 400.0) / (700.0 - 400.0), 1) / 989.5, **_REAL),
     Device("h100-nvl", {"fp64": 60.0, "fp32": 60.0, "bf16": 835.0, "fp16": 835.0}, 94.0, 300.0, 3900.0, "bf16",
-           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1670.5,
+           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1670.5, arch="hopper",
            **{**_REAL, "gpus_per_node": 2}),
     Device("h800", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 80.0, 200.0, 3350.0, "bf16",
-           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, **_REAL),
+           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, arch="hopper", **_REAL),
     Device("h200", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 141.0, 450.0, 4800.0, "bf16",
-           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, **_REAL),
+           "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, arch="hopper", **_REAL),
     Device("b200", {"bf16": 2250.0, "fp16": 2250.0}, 180.0, 900.0, 8000.0, "bf16", "ib-ndr", headroom=3.0,
-           matmul_eff=0.75, attention_eff=0.45, sms=148, fp8=4500.0, **_REAL),
+           matmul_eff=0.75, attention_eff=0.45, sms=148, fp8=4500.0, arch="blackwell", **_REAL),
     Device("paper", {"fp64": 10.0, "fp32": 10.0, "bf16": 10.0, "fp16": 10.0}, None, 16.0),
+)}
+
+ATTENTION_KERNELS = {k.name: k for k in (
+    AttentionKernel("fa2", "FlashAttention-2", {"ampere": 0.55, "hopper": 0.35}),
 )}
 
 NETWORKS = {n.name: n for n in (
@@ -170,6 +202,14 @@ def known(name: str) -> Device:
     if d is None:
         raise SettingError("device", f"{shown(name)} is not a known device; choose one of {', '.join(DEVICES)}")
     return d
+
+
+def attention_share(kernel: str, device: str) -> float | None:
+    """The share of ``device``'s peak the attention kernel ``kernel`` (a
+    name in :data:`ATTENTION_KERNELS`) reaches, or ``None`` where no
+    figure is known (another architecture, a device that is no preset)."""
+    d = DEVICES.get(str(device).lower())
+    return ATTENTION_KERNELS[kernel].shares.get(d.arch) if d is not None and d.arch else None
 
 
 def default_precision(name: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from cluster.presets import ATTENTION_KERNELS
 from errors import SettingError, shown
 
 __all__ = ["States", "Framework", "FRAMEWORKS", "register", "known", "KERNELS", "SELECTIVE", "SEQUENCE_PARALLEL",
@@ -97,6 +98,12 @@ class Framework:
     before the kernel, so the ring passes (and accumulates the gradients
     of) the repeated heads.
 
+    Attention: ``attention_kernel`` the fused attention kernel the
+    framework runs (a name in ``cluster.presets.ATTENTION_KERNELS``; ``""``:
+    whatever the device's own figure assumes): its share of the peak on the
+    device's architecture becomes the cluster's ``attention_eff`` unless a
+    flag, a cluster file or a plan file's record sets that.
+
     Float8: ``float8_gathers`` the collectives that move a Float8 product's
     operands at a byte per element: ``weights`` (ZeRO stage 3's all-gathers
     of its weights, cast before gathering) and ``inputs`` (its input
@@ -137,6 +144,7 @@ class Framework:
     ring_grad_bytes: float = 0.0
     repeat_kv: bool = False
     float8_gathers: tuple[str, ...] = ()
+    attention_kernel: str = ""
     compiled_loss: tuple[float, float] | None = None
     compiled_loss_passes: tuple[float, float] | None = None
     fitted: tuple[str, ...] = ()  # the published rows its fitted constants come from
@@ -151,6 +159,8 @@ class Framework:
                                ("sequence_parallel", SEQUENCE_PARALLEL), ("ring", RINGS)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"{self.name}: {field} must be one of {', '.join(map(repr, allowed))}")
+        if self.attention_kernel and self.attention_kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"{self.name}: attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}")
         if any(g not in FLOAT8_GATHERS for g in self.float8_gathers):
             raise ValueError(f"{self.name}: float8_gathers must name some of {', '.join(FLOAT8_GATHERS)}")
         if (self.compiled_loss is None) != (self.compiled_loss_passes is None):
@@ -209,6 +219,8 @@ class Framework:
             how.append("Float8 linear layers")
         if self.sp:
             how.append("sequence parallel")
+        if self.attention_kernel:
+            how.append(ATTENTION_KERNELS[self.attention_kernel].title)
         return self.title + (f" ({', '.join(how)})" if how else "")
 
 

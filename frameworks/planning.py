@@ -44,10 +44,13 @@ def framework_for(s, recorded: dict, cluster, file: dict):
 def framework_cluster(s, recorded: dict, cluster, fw, file: dict):
     """``cluster`` with the framework's defaults where no flag, cluster
     file or plan file's record set them: the gradients' precision, their
-    buckets, the overlap, and the headroom, which becomes what the
+    buckets, the overlap, the share of the peak its attention kernel
+    reaches on the device (``cluster.presets.attention_share``), and the
+    headroom, which becomes what the
     framework holds beyond tensors at the device's capacity (its
     allocator's reserve, the CUDA context and NCCL's buffers), so that a
     plan's tensors fit exactly when the whole process does."""
+    from cluster.presets import attention_share
     from settings import CLUSTER_SETTINGS
 
     given = {k for k in CLUSTER_SETTINGS if getattr(s, k) is not None} | set(file)
@@ -60,6 +63,10 @@ def framework_cluster(s, recorded: dict, cluster, fw, file: dict):
         changes["bucket_mb"] = fw.bucket_mb
     if "overlap" not in given:
         changes["overlap"] = fw.overlap
+    if "attention_eff" not in given and fw.attention_kernel and cluster.realistic:
+        share = attention_share(fw.attention_kernel, cluster.device)
+        if share is not None:
+            changes["attention_eff"] = share
     if "headroom" not in given and cluster.device_memory is not None:
         reserve, outside = fw.beyond(1.0)
         tensors = (cluster.device_memory - outside / 1e9) / (1.0 + reserve)

@@ -1,23 +1,28 @@
 """torchtitan (PyTorch): FSDP2, tensor, context and pipeline parallelism on
 eager PyTorch, or with ``torch.compile`` and Float8 linear layers, as it
-runs Llama 3.1.  Two versions are registered:
+runs Llama 3.1.  Three versions are registered:
 
-* ``torchtitan``: torchtitan as installed today (0.3; also its code of
-  June 2025): ``torch.compile`` compiles each TransformerBlock and the loss
-  (its compile config's components default to ``model`` and ``loss``, which
-  the ``torchtitan`` export writes too), the loss fused by Inductor;
+* ``torchtitan``: torchtitan as installed today (0.3): ``torch.compile``
+  compiles each TransformerBlock and the loss (its compile config's
+  components default to ``model`` and ``loss``, which the ``torchtitan``
+  export writes too), the loss fused by Inductor; attention asks PyTorch
+  for cuDNN's kernel first (the device's own attention figure);
+* ``torchtitan@2025-06``: its code of June 2025 (the published H200 runs'):
+  the same, but attention asked for the flash backend first on devices
+  before Blackwell: FlashAttention-2 (``cluster.presets.ATTENTION_KERNELS``);
 * ``torchtitan@2024-12``: its code of December 2024 (torch, torchao and
   torchtitan of 2024-12-23/26, the versions of its published benchmark),
-  which compiles the blocks but keeps the loss eager, in fp32.
+  which compiles the blocks but keeps the loss eager, in fp32, and runs
+  FlashAttention-2 (PyTorch's default backend then, and ring attention's).
 
 Everything else is the same record.  Checked against
 (``benchmarks/published.py``) every row of torchtitan's
 ``benchmarks/llama3_h100_202412_torchtitan.md`` under
 ``torchtitan@2024-12``: Llama 3.1 8B on 8 and 128 H100s (eager, compiled,
 compiled with Float8), 8B with context parallelism, 70B on 256 and 405B on
-512; and under ``torchtitan`` the 8B runs on 32 and 64 H200s of June 2025.
+512; and under ``torchtitan@2025-06`` the 8B runs on 32 and 64 H200s.
 Two constants are fitted on one row, December's FSDP + torch.compile on 8
-GPUs (time: ``overhead``; memory: ``reserve``), and shared by both
+GPUs (time: ``overhead``; memory: ``reserve``), and shared by the three
 versions; every other row is held out.
 """
 
@@ -109,10 +114,11 @@ TORCHTITAN = register(Framework(
     # reduce-scatter runs 16 to 32 channels, a block each, of the H100's 132 multiprocessors (NCCL_MIN_NCHANNELS
     # and NCCL_MAX_NCHANNELS's defaults for NVLink rings): a fifth of them
     contention=0.2,
-    # fitted: FSDP + torch.compile, 8 GPUs (6,667 tokens/s, against 8,460 priced without it: 0.291): FSDP2's hooks
+    # fitted: FSDP + torch.compile, 8 GPUs (6,667 tokens/s, against 8,091 priced without it, FlashAttention-2 at
+    # 35% of the peak: 0.230): FSDP2's hooks
     # and DTensor's dispatch on the CPU, its copy-in/copy-out and stream synchronisation, the 500 W power cap's
     # clocks beyond the data sheets' interpolation
-    overhead=0.291,
+    overhead=0.230,
     # fitted: FSDP + torch.compile, 8 GPUs (77.0 GiB, torch.cuda.max_memory_reserved, against the 74.9 GB
     # of tensors priced: 0.104): the caching allocator's blocks held beyond the live tensors
     reserve=0.104,
@@ -135,10 +141,21 @@ TORCHTITAN = register(Framework(
     # (float8.enable_fsdp_float8_all_gather, cast before gathering), and tensor parallelism all-gathers the
     # products' inputs in FP8 (Float8ColwiseParallel, PrepareFloat8ModuleInput: "by default for Float8Linear")
     float8_gathers=("weights", "inputs"),
+    # attention: scaled_dot_product_attention under sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, MATH],
+    # set_priority=True) (torchtitan/models/common/attention.py): cuDNN's fused kernel, the device's own figure
+    attention_kernel="",
     fitted=("8B, 8 GPUs, FSDP + torch.compile",),
 ))
 
+# June 2025 (the published H200 runs' torchtitan, e7c0cae): today's record, but its attention asked PyTorch for the
+# flash backend first on every device before Blackwell (torchtitan/models/attention.py: [FLASH_ATTENTION,
+# EFFICIENT_ATTENTION, MATH], cuDNN first on compute capability 10.0 only): FlashAttention-2
+TORCHTITAN_2025_06 = register(replace(TORCHTITAN, name="torchtitan@2025-06", title="torchtitan of June 2025",
+                                      attention_kernel="fa2"))
+
 # December 2024 (the published H100 benchmark's versions): torch.compile compiles each TransformerBlock, the loss
-# stays eager in fp32 (loss, loss_passes) under --compile too
+# stays eager in fp32 (loss, loss_passes) under --compile too; attention is F.scaled_dot_product_attention with
+# PyTorch's default order of backends (flash, efficient, math, then cuDNN: aten/src/ATen/native/transformers/cuda/
+# sdp_utils.cpp's priority_order of then), and ring attention calls the flash kernel itself: FlashAttention-2
 TORCHTITAN_2024_12 = register(replace(TORCHTITAN, name="torchtitan@2024-12", title="torchtitan of December 2024",
-                                      compiled_loss=None, compiled_loss_passes=None))
+                                      compiled_loss=None, compiled_loss_passes=None, attention_kernel="fa2"))
