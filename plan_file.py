@@ -41,7 +41,7 @@ READ = {
     "embedding_sync": ((str,), False),
     "model": ((dict,), False),
     "pipeline": ((dict,), False),  # a pipelined plan: its stages (pp, m, micro, schedule, stages)
-    "framework": ((dict,), False),  # the training framework that ran it: name, compiled, float8, sp
+    "framework": ((dict,), False),  # the training framework that ran it: name, compiled, float8, sp, supplied
 }
 #: per layer: "id" and "config" always, "options" since execution options were planned
 LAYER_READ = {"id": (int,), "config": (list,), "options": (dict,)}
@@ -111,7 +111,7 @@ def record(r: Result) -> dict:
     if fw is not None:  # the framework that runs it (--evaluate takes it again)
         reserve, outside = r.beyond_tensors
         rec["framework"] = {"name": fw.name, "compiled": fw.compiled, "float8": fw.float8, "sp": fw.sp,
-                            "reserved": r.reserved_bytes, "outside": outside}
+                            "supplied": list(fw.supplied), "reserved": r.reserved_bytes, "outside": outside}
     if r.pipeline is not None:  # the layers are the micro-batch's graph, each on its stage's devices
         rec["pipeline"] = pipeline_record(r.pipeline)
     if r.model_source:  # a model read from a file: which one (--evaluate checks it)

@@ -249,7 +249,7 @@ def render_text(r: Result, summary: bool = False) -> str:
     rules = f"Cost model: {r.cost_model.describe()}"
     head.append(rules + (f" (as {r.rules_from} records)" if r.rules_from else ""))
     if r.cost_model.framework is not None:
-        head.append(f"Framework: {r.cost_model.framework.describe()}")
+        head.append(f"Framework: {r.cost_model.framework.describe(cl)}")
     outside = r.mode != "search" and not r.in_search_space
     with_options = any(layer.decision.options for layer in r.layers)
     rows = [("id", "name", "kind", "dims", "config", "cost", "memory") + (("saves", "options") if with_options

@@ -14,7 +14,10 @@ so and exits 0: there is nothing to measure):
 - **fused attention** (``scaled_dot_product_attention``, causal, 32 heads
   of 128 at 8,192 positions): forward and forward + backward TFLOP/s by the
   FlashAttention convention (the causal half of ``4 b h s^2 d`` forward,
-  2.5 times that backward), beside ``attention_eff``;
+  2.5 times that backward), with PyTorch's default backend and with each
+  of its flash (FlashAttention-2) and cuDNN backends asked for alone,
+  beside ``attention_eff`` and the named kernels' figures
+  (``cluster.presets.ATTENTION_KERNELS``);
 - **memory-bound work**: a copy and an addition of bf16 tensors (GB/s,
   beside ``mem_bw x memory_eff``), and torchtitan's eager RMSNorm forward
   and backward against the bytes ``frameworks/eager.py`` charges for it.
@@ -125,17 +128,34 @@ def main() -> None:
     b_, h, s, d = 2, 32, 8192, 128
     q, k_, v = (torch.randn(b_, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     fwd_flop = 4.0 * b_ * h * s * s * d / 2.0  # causal: half the scores
-    t_f = timed(torch, lambda: F.scaled_dot_product_attention(q, k_, v, is_causal=True), iters=iters)
+    from contextlib import nullcontext
 
-    def both():
-        F.scaled_dot_product_attention(q, k_, v, is_causal=True).sum().backward()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    t_fb = timed(torch, both, iters=iters)
-    model = peak * dev.attention_eff
-    print(f"\nfused attention (b {b_}, {h} heads of {d}, {s} positions, causal)")
-    fwd, both_rate = fwd_flop / t_f / 1e12, 3.5 * fwd_flop / t_fb / 1e12
-    print(f"  forward            {fwd:8.1f} TFLOP/s ({100 * fwd / peak:.1f}% of peak)")
-    print(f"  forward + backward {both_rate:8.1f} TFLOP/s ({100 * both_rate / peak:.1f}% of peak); model {model:.1f}")
+    from cluster.presets import ATTENTION_KERNELS, attention_share
+
+    print(f"\nfused attention (b {b_}, {h} heads of {d}, {s} positions, causal); model {peak * dev.attention_eff:.1f} "
+          f"TFLOP/s ({100 * dev.attention_eff:.0f}%)" + "".join(
+              f", {k.title} {100 * attention_share(k.name, dev.name):.0f}%" for k in ATTENTION_KERNELS.values()
+              if attention_share(k.name, dev.name) is not None))
+    for label, backend in (("default", None), ("flash (FlashAttention-2)", SDPBackend.FLASH_ATTENTION),
+                           ("cuDNN", SDPBackend.CUDNN_ATTENTION)):
+        def fwd_only():
+            with sdpa_kernel([backend]) if backend is not None else nullcontext():
+                F.scaled_dot_product_attention(q, k_, v, is_causal=True)
+
+        def both():
+            with sdpa_kernel([backend]) if backend is not None else nullcontext():
+                F.scaled_dot_product_attention(q, k_, v, is_causal=True).sum().backward()
+
+        try:
+            t_f, t_fb = timed(torch, fwd_only, iters=iters), timed(torch, both, iters=iters)
+        except RuntimeError as e:  # a backend this GPU or build lacks
+            print(f"  {label:24} not available ({str(e).splitlines()[0][:60]})")
+            continue
+        fwd, both_rate = fwd_flop / t_f / 1e12, 3.5 * fwd_flop / t_fb / 1e12
+        print(f"  {label:24} forward {fwd:7.1f} TFLOP/s ({100 * fwd / peak:.1f}%), forward + backward "
+              f"{both_rate:7.1f} ({100 * both_rate / peak:.1f}%)")
     x = torch.randn(16384, 4096 * 16, device="cuda", dtype=torch.bfloat16)
     y = torch.randn_like(x)
     nbytes = x.numel() * 2

@@ -165,7 +165,8 @@ class Cluster:
                                "(realistic model; default: the --device's)", metavar="F",
                                label="matrix-product efficiency", tag="mm")
     attention_eff: float = _field(1.0, "--attention-eff", "fraction", "share of the peak a fused attention kernel "
-                                  "reaches (realistic model; default: the --device's)", metavar="F",
+                                  "reaches (realistic model; default: the --framework's attention kernel's on the "
+                                  "device where it has a figure, else the --device's)", metavar="F",
                                   label="attention efficiency", tag="att")
     sms: int | None = _field(None, "--sms", "count", "streaming multiprocessors of a device: a matrix product runs "
                              "in waves of 128 x 128 output tiles, one per multiprocessor, a last partial wave costing "

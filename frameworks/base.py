@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cluster.presets import ATTENTION_KERNELS
+from cluster.presets import ATTENTION_KERNELS, attention_share
 from errors import SettingError, shown
 
 __all__ = ["States", "Framework", "FRAMEWORKS", "register", "known", "KERNELS", "SELECTIVE", "SEQUENCE_PARALLEL",
@@ -115,7 +115,9 @@ class Framework:
     process holds outside the allocator (CUDA context, NCCL's buffers).
 
     ``compiled``, ``float8``, ``sp``: what the run turns on
-    (:meth:`run`)."""
+    (:meth:`run`); ``supplied``: the cluster fields nothing set for the
+    run, the framework's or the device's defaults (a plan file records
+    them, so that evaluating it under another framework takes that one's)."""
 
     name: str
     title: str
@@ -151,6 +153,7 @@ class Framework:
     compiled: bool = False
     float8: bool = False
     sp: bool = False
+    supplied: tuple[str, ...] = ()  # the cluster fields left to defaults in the run (planning.framework_cluster)
 
     def __post_init__(self):
         if len(self.states) != 4 or not all(isinstance(s, States) for s in self.states):
@@ -210,8 +213,10 @@ class Framework:
         allocator's reserve, and what lies outside the allocator."""
         return self.reserve * peak, self.outside_gb * 1e9
 
-    def describe(self) -> str:
-        """The framework in a few words, for the report's header."""
+    def describe(self, cluster=None) -> str:
+        """The framework in a few words, for the report's header: with the
+        ``cluster`` it runs on, its attention kernel where the kernel's
+        figure is the one in force."""
         how = []
         if self.kernels == "eager":
             how.append("torch.compile" if self.compiled else "eager kernels")
@@ -219,7 +224,8 @@ class Framework:
             how.append("Float8 linear layers")
         if self.sp:
             how.append("sequence parallel")
-        if self.attention_kernel:
+        if (self.attention_kernel and cluster is not None and "attention_eff" in self.supplied
+                and attention_share(self.attention_kernel, cluster.device) is not None):
             how.append(ATTENTION_KERNELS[self.attention_kernel].title)
         return self.title + (f" ({', '.join(how)})" if how else "")
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from errors import InputError, SettingError
 
-__all__ = ["framework_for", "framework_cluster"]
+__all__ = ["framework_for", "framework_cluster", "framework_defaults", "recorded_defaults", "FRAMEWORK_FIELDS"]
 
 
 def framework_for(s, recorded: dict, cluster, file: dict):
@@ -41,34 +41,85 @@ def framework_for(s, recorded: dict, cluster, file: dict):
     return fw
 
 
-def framework_cluster(s, recorded: dict, cluster, fw, file: dict):
-    """``cluster`` with the framework's defaults where no flag, cluster
-    file or plan file's record set them: the gradients' precision, their
-    buckets, the overlap, the share of the peak its attention kernel
-    reaches on the device (``cluster.presets.attention_share``), and the
-    headroom, which becomes what the
-    framework holds beyond tensors at the device's capacity (its
-    allocator's reserve, the CUDA context and NCCL's buffers), so that a
-    plan's tensors fit exactly when the whole process does."""
+#: the cluster fields a framework sets by default (:func:`framework_cluster`)
+FRAMEWORK_FIELDS = ("grad_precision", "bucket_mb", "overlap", "attention_eff", "headroom")
+
+
+def framework_defaults(fw, cluster) -> dict:
+    """The cluster fields ``fw`` sets on ``cluster`` where nothing else sets
+    them: the gradients' precision, their buckets, the overlap, the share
+    of the peak its attention kernel reaches on the device
+    (``cluster.presets.attention_share``; none where no figure is known),
+    and the headroom, which becomes what the framework holds beyond
+    tensors at the device's capacity (its allocator's reserve, the CUDA
+    context and NCCL's buffers), so that a plan's tensors fit exactly when
+    the whole process does."""
     from cluster.presets import attention_share
+
+    out = {"grad_precision": fw.grad_precision or cluster.precision, "bucket_mb": fw.bucket_mb,
+           "overlap": fw.overlap}
+    if fw.attention_kernel and cluster.realistic:
+        share = attention_share(fw.attention_kernel, cluster.device)
+        if share is not None:
+            out["attention_eff"] = share
+    if cluster.device_memory is not None:
+        reserve, outside = fw.beyond(1.0)
+        tensors = (cluster.device_memory - outside / 1e9) / (1.0 + reserve)
+        out["headroom"] = round(cluster.device_memory - tensors, 6)
+    return out
+
+
+def recorded_defaults(recorded: dict, where: str) -> set:
+    """The fields of a plan file's recorded cluster that were defaults, not
+    someone's choice: what its framework or the device supplied (the
+    record's ``framework.supplied``), or, in a record that does not say (written
+    without a framework, or before records said), the
+    :data:`FRAMEWORK_FIELDS` at a value their framework or the device
+    preset gives by default.  Evaluating the file, the framework in force
+    (or none) supplies its own in their place; the other fields stay the
+    record's."""
+    from dataclasses import fields as dc_fields
+
+    from cluster import Cluster
+    from cluster.presets import device as preset
+
+    rec_fw = recorded.get("framework") if isinstance(recorded.get("framework"), dict) else None
+    cl = recorded.get("cluster") if isinstance(recorded.get("cluster"), dict) else {}
+    if rec_fw is not None and "supplied" in rec_fw:
+        said = rec_fw["supplied"]
+        if not isinstance(said, list) or any(k not in FRAMEWORK_FIELDS for k in said):
+            raise InputError(f"--evaluate: {where}: framework's supplied must list some of "
+                             f"{', '.join(FRAMEWORK_FIELDS)}, got {said!r}")
+        return set(said)
+    usual = {f.name: {f.default} for f in dc_fields(Cluster) if f.name in FRAMEWORK_FIELDS}
+    name, precision = cl.get("device"), cl.get("precision")
+    try:
+        on = preset(name, precision) if name and precision else {}
+        for k, v in on.items():
+            if k in usual:
+                usual[k].add(v)
+        if rec_fw is not None:
+            import frameworks
+
+            base = Cluster(**{k: v for k, v in cl.items() if k in {f.name for f in dc_fields(Cluster)}
+                              and v is not None})
+            for k, v in framework_defaults(frameworks.known(rec_fw.get("name")), base).items():
+                usual[k].add(v)
+    except (SettingError, TypeError, ValueError):  # a record the reading refuses elsewhere, or by hand
+        pass
+    return {k for k in FRAMEWORK_FIELDS if cl.get(k) is not None and cl[k] in usual[k]}
+
+
+def framework_cluster(s, recorded: dict, cluster, fw, file: dict, where: str = ""):
+    """``cluster`` with the framework's defaults (:func:`framework_defaults`)
+    where no flag, cluster file or plan file's record (what
+    :func:`recorded_defaults` leaves of it) set them, and the names of the
+    :data:`FRAMEWORK_FIELDS` nothing set (the framework's or the device's
+    defaults: what a plan file records as its framework's ``supplied``)."""
     from settings import CLUSTER_SETTINGS
 
     given = {k for k in CLUSTER_SETTINGS if getattr(s, k) is not None} | set(file)
-    if isinstance(recorded.get("framework"), dict):  # written under the framework: its record is what it set
-        given |= {k for k, v in (recorded.get("cluster") or {}).items() if v is not None}
-    changes = {}
-    if "grad_precision" not in given:
-        changes["grad_precision"] = fw.grad_precision or cluster.precision
-    if "bucket_mb" not in given:
-        changes["bucket_mb"] = fw.bucket_mb
-    if "overlap" not in given:
-        changes["overlap"] = fw.overlap
-    if "attention_eff" not in given and fw.attention_kernel and cluster.realistic:
-        share = attention_share(fw.attention_kernel, cluster.device)
-        if share is not None:
-            changes["attention_eff"] = share
-    if "headroom" not in given and cluster.device_memory is not None:
-        reserve, outside = fw.beyond(1.0)
-        tensors = (cluster.device_memory - outside / 1e9) / (1.0 + reserve)
-        changes["headroom"] = round(cluster.device_memory - tensors, 6)
-    return replace(cluster, **changes)
+    rec = recorded.get("cluster") if isinstance(recorded.get("cluster"), dict) else {}
+    given |= {k for k, v in rec.items() if v is not None} - recorded_defaults(recorded, where)
+    changes = {k: v for k, v in framework_defaults(fw, cluster).items() if k not in given}
+    return replace(cluster, **changes), tuple(k for k in FRAMEWORK_FIELDS if k not in given)

@@ -83,6 +83,11 @@ def cluster_for(s: Settings, recorded: dict | None = None):
         old = check_fields(old, str(s.evaluate))
     except ValueError as e:
         raise InputError(f"--evaluate: {e}") from None
+    if recorded:  # what the record's framework (or the device) supplied is supplied again by what is in force now
+        from frameworks.planning import recorded_defaults
+
+        dropped = recorded_defaults(recorded, str(s.evaluate))
+        old = {k: v for k, v in old.items() if k not in dropped}
     try:
         cluster = resolve({k: getattr(s, k) for k in CLUSTER_SETTINGS if k != "device"}, device=s.device,
                           file_fields=file_fields, recorded=old)
@@ -160,7 +165,8 @@ def cost_model_for(s: Settings, recorded: dict | None = None):
     file = _cluster_file(s)
     fw = framework_for(s, recorded, cluster, file)
     if fw is not None:
-        cluster = framework_cluster(s, recorded, cluster, fw, file)
+        cluster, supplied = framework_cluster(s, recorded, cluster, fw, file, str(s.evaluate))
+        fw = replace(fw, supplied=supplied)
     return CostModel(cluster, distinct_rows=s.distinct_rows, optimizer=optimizer, options=options_for(s),
                      framework=fw, **rules)
 

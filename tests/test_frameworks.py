@@ -155,7 +155,7 @@ def test_zero_without_a_framework_stays_the_paper():
 
 TT = ("-g", LLAMA8B, "-p", 8, "-b", 16, "--seq", 8192, "--device", "h100-96gb", "--framework", "torchtitan")
 TT_2412 = TT[:-1] + ("torchtitan@2024-12",)  # the version of the published H100 rows
-TT_2506 = TT[:-1] + ("torchtitan@2025-06",)  # the version of the published H200 rows: today's loss, December's attention
+TT_2506 = TT[:-1] + ("torchtitan@2025-06",)  # the published H200 rows' version: today's loss, December's attention
 
 
 def test_torchtitan_op_level_selective_recomputation_keeps_every_second_product():
@@ -447,6 +447,50 @@ def test_torchtitan_context_parallel_and_70b_speed(tmp_path, table, label):
     memory."""
     speed, memory = _torchtitan_row(tmp_path, table, label)
     assert abs(speed) < 0.15 and abs(memory) < 0.10, (speed, memory)
+
+
+def test_a_plan_file_evaluated_under_another_framework_takes_that_ones_defaults(tmp_path):
+    """A plan file records which cluster fields were defaults (its
+    framework's or the device's: framework.supplied); evaluated under
+    another framework, or none, those take the defaults in force, while a
+    value someone chose stays.  A file that does not say (written before
+    records said, or without a framework) counts a field at a default
+    value (the device's, or its framework's) as a default."""
+    args = ("-g", LLAMA8B, "-p", 8, "-b", 8, "--seq", 1024, "--device", "h100", "--plan", "dp=8,zero=3", "-q")
+
+    def att(*argv):
+        out = run_cli(*argv).stdout
+        return next(line for line in out.splitlines() if line.startswith("Cost model:")).split("products, ")[1][:3]
+
+    run_cli(*args, "--framework", "torchtitan@2024-12", "--output", tmp_path / "then.json")
+    run_cli(*args, "--framework", "torchtitan", "--output", tmp_path / "now.json")
+    run_cli(*args, "--attention-eff", 0.6, "--output", tmp_path / "mine.json")
+    run_cli(*args, "--framework", "torchtitan@2024-12", "--bucket-mb", 50, "--output", tmp_path / "bucket.json")
+    then = json.loads((tmp_path / "then.json").read_text())
+    assert then["framework"]["supplied"] == ["grad_precision", "bucket_mb", "overlap", "attention_eff", "headroom"]
+    ev = ("--evaluate",)
+    assert att(*ev, tmp_path / "then.json", "-q") == "35%"
+    assert att(*ev, tmp_path / "then.json", "-q", "--framework", "torchtitan") == "45%"
+    assert att(*ev, tmp_path / "then.json", "-q", "--framework", "none") == "45%"
+    assert att(*ev, tmp_path / "now.json", "-q", "--framework", "torchtitan@2024-12") == "35%"
+    assert att(*ev, tmp_path / "mine.json", "-q", "--framework", "torchtitan@2024-12") == "60%"
+    bucket = run_cli(*ev, tmp_path / "bucket.json", "-q", "--framework", "megatron", "--output", tmp_path / "b2.json")
+    assert bucket.returncode == 0
+    b2 = json.loads((tmp_path / "b2.json").read_text())
+    assert b2["cluster"]["bucket_mb"] == 50 and b2["cluster"]["overlap"] == 0.0  # the choice kept, megatron's overlap
+    # written before records said: the device's 45% was a default, so December 2024's kernel applies
+    old = {**then, "framework": {k: v for k, v in then["framework"].items() if k != "supplied"},
+           "cluster": {**then["cluster"], "attention_eff": 0.45}}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert att(*ev, tmp_path / "old.json", "-q") == "35%"
+    assert att(*ev, tmp_path / "old.json", "-q", "--attention-eff", 0.5) == "50%"
+    # a record's list that names no cluster field: one line, nothing written
+    bad = {**then, "framework": {**then["framework"], "supplied": ["flops"]}}
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    proc = run_cli(*ev, tmp_path / "bad.json", "-q", "--output", tmp_path / "out.json", ok=False)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+    assert "framework's supplied must list" in proc.stderr
+    assert not (tmp_path / "out.json").exists()
 
 
 def test_the_readme_quotes_the_70b_row_as_predicted(tmp_path):
