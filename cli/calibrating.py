@@ -36,6 +36,17 @@ def run_calibration(s, out, reads=None):
                              "path")
         check_writable(s.save_cluster, "--save-cluster", reads)
     base = cluster_for(s)
+    # the fields a framework, else the device, supplies by default: fitted from the base they give, and left out of
+    # the fitted cluster unless fitted or given, so that the framework in force where the file is used supplies its own
+    from frameworks.planning import FRAMEWORK_FIELDS, framework_cluster, framework_for
+    from planner import _cluster_file
+    from settings import CLUSTER_SETTINGS
+
+    file = _cluster_file(s)
+    given = {k for k in CLUSTER_SETTINGS if getattr(s, k) is not None} | set(file)
+    fw = framework_for(s, {}, base, file)
+    if fw is not None:
+        base, _ = framework_cluster(s, {}, base, fw, file)
 
     def predict(fields: dict) -> float:
         from planner import plan
@@ -49,7 +60,9 @@ def run_calibration(s, out, reads=None):
 
     fields, lines, details = calibrate(data, base, s.calibrate, predict)
     fitted = replace(base, **fields)
-    text = render_toml(record(fitted), lines, s.calibrate)
+    saved = {k: (None if k in FRAMEWORK_FIELDS and k not in fields and k not in given else v)
+             for k, v in record(fitted).items()}
+    text = render_toml(saved, lines, s.calibrate)
     if s.save_cluster is not None:
         try:
             write_atomic(s.save_cluster, text)

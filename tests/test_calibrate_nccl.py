@@ -152,6 +152,23 @@ def test_one_a100_node_fits_the_links_and_the_latency(tmp_path):
             assert abs(model_time(cl, "all_reduce", size, 8) / seconds - 1) <= 0.10
 
 
+def test_a_fitted_cluster_leaves_a_framework_its_defaults(tmp_path):
+    """A cluster fitted to collectives holds what was fitted or given, not
+    the defaults a framework or the device supplies (the attention's share,
+    the gradients' buckets and precision, the overlap, the headroom): the
+    framework in force where the file is used supplies its own, as
+    torchtitan of December 2024 its FlashAttention-2."""
+    _, fit, _ = calibrate(tmp_path, GATHER, "--device", "h100")
+    assert not {"attention_eff", "bucket_mb", "overlap", "headroom", "grad_precision"} & set(fit)
+    args = ("-g", ROOT / "tests" / "data" / "configs" / "llama3-8b", "-p", 8, "-b", 8, "--seq", 1024, "--plan",
+            "dp=8,zero=3", "-q", "--cluster", tmp_path / "fit.toml")
+    out = run_cli(*args, "--framework", "torchtitan@2024-12").stdout
+    assert "35% for fused attention" in out and "FlashAttention-2" in out
+    assert "45% for fused attention" in run_cli(*args).stdout
+    _, given, _ = calibrate(tmp_path, GATHER, "--device", "h100", "--attention-eff", 0.5, "--bucket-mb", 50)
+    assert given["attention_eff"] == 0.5 and given["bucket_mb"] == 50
+
+
 def _fit(text, device="h100", name="out.txt", **keys):
     from cluster.calibrate import nccl_tables
     from cluster.netfit import fit_network
