@@ -72,8 +72,8 @@ def framework_defaults(fw, cluster) -> dict:
 def recorded_defaults(recorded: dict, where: str) -> set:
     """The fields of a plan file's recorded cluster that were defaults, not
     someone's choice: what its framework or the device supplied (the
-    record's ``framework.supplied``), or, in a record that does not say (written
-    without a framework, or before records said), the
+    record's ``framework.supplied``), or, in a record that does not say
+    (written without a framework, or before records said), the
     :data:`FRAMEWORK_FIELDS` at a value their framework or the device
     preset gives by default.  Evaluating the file, the framework in force
     (or none) supplies its own in their place; the other fields stay the
