@@ -14,6 +14,22 @@ from cli.args import UsageError
 __all__ = ["run_calibration"]
 
 
+def _step_record(data: dict, where: str) -> dict:
+    """What the plan file of the measurements' ``step`` records (its
+    framework runs the step the fit predicts), or nothing (no step, or a
+    plan file refused where the step is predicted)."""
+    step = data.get("step")
+    if not isinstance(step, dict) or not isinstance(step.get("plan"), str):
+        return {}
+    from plan_file import read
+    from settings import MODEL_PARAMS
+
+    try:
+        return read(os.path.join(os.path.dirname(where), step["plan"]), MODEL_PARAMS).recorded
+    except (InputError, OSError):
+        return {}
+
+
 def run_calibration(s, out, reads=None):
     from cluster.calibrate import calibrate, nccl_paths, read_measurements, render_toml
     from cluster.config import record
@@ -44,7 +60,7 @@ def run_calibration(s, out, reads=None):
 
     file = _cluster_file(s)
     given = {k for k in CLUSTER_SETTINGS if getattr(s, k) is not None} | set(file)
-    fw = framework_for(s, {}, base, file)
+    fw = framework_for(s, _step_record(data, s.calibrate), base, file)
     if fw is not None:
         base, _ = framework_cluster(s, {}, base, fw, file)
 

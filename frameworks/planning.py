@@ -74,8 +74,10 @@ def recorded_defaults(recorded: dict, where: str) -> set:
     someone's choice: what its framework or the device supplied (the
     record's ``framework.supplied``), or, in a record that does not say
     (written without a framework, or before records said), the
-    :data:`FRAMEWORK_FIELDS` at a value their framework or the device
-    preset gives by default.  Evaluating the file, the framework in force
+    :data:`FRAMEWORK_FIELDS` at a value given by default: by its framework
+    (and the device's attention share, which frameworks did not set
+    before they named kernels), or without one by the tool or the device
+    preset.  Evaluating the file, the framework in force
     (or none) supplies its own in their place; the other fields stay the
     record's."""
     from dataclasses import fields as dc_fields
@@ -91,16 +93,19 @@ def recorded_defaults(recorded: dict, where: str) -> set:
             raise InputError(f"--evaluate: {where}: framework's supplied must list some of "
                              f"{', '.join(FRAMEWORK_FIELDS)}, got {said!r}")
         return set(said)
-    usual = {f.name: {f.default} for f in dc_fields(Cluster) if f.name in FRAMEWORK_FIELDS}
+    usual = {k: set() for k in FRAMEWORK_FIELDS}
     name, precision = cl.get("device"), cl.get("precision")
     try:
         on = preset(name, precision) if name and precision else {}
-        for k, v in on.items():
-            if k in usual:
-                usual[k].add(v)
-        if rec_fw is not None:
+        if rec_fw is None:  # the tool's own defaults, and the device's
+            for f in dc_fields(Cluster):
+                if f.name in usual:
+                    usual[f.name] = {f.default, *([on[f.name]] if f.name in on else [])}
+        else:  # its framework set its own defaults (and the attention's share was the device's, before kernels)
             import frameworks
 
+            if "attention_eff" in on:
+                usual["attention_eff"].add(on["attention_eff"])
             base = Cluster(**{k: v for k, v in cl.items() if k in {f.name for f in dc_fields(Cluster)}
                               and v is not None})
             for k, v in framework_defaults(frameworks.known(rec_fw.get("name")), base).items():

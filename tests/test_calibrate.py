@@ -82,6 +82,28 @@ def test_a_measured_step_time_is_met(tmp_path):
     assert rel(json.loads(again.read_text())["step_seconds"], measured) < 1e-3
 
 
+def test_a_step_run_under_a_framework_is_fitted_from_its_figures(tmp_path):
+    """The step's plan file records the framework that ran it (torchtitan
+    of December 2024, FlashAttention-2 at 35% of an H100's peak): the one
+    factor scales that framework's figures, named on the command line or
+    not, and the fitted cluster then meets the measured step."""
+    plan = tmp_path / "plan.json"
+    run_cli("-g", LLAMA8B, "-p", 8, "--device", "h100", "-b", 8, "--seq", 1024, "--plan", "dp=8,zero=3",
+            "--framework", "torchtitan@2024-12", "--output", plan)
+    measured = 2.0 * json.loads(plan.read_text())["step_seconds"]
+    (tmp_path / "s.toml").write_text(f'step = {{plan = "plan.json", seconds = {measured!r}}}\n')
+    fits = []
+    for flags in ((), ("--framework", "torchtitan@2024-12")):
+        run_cli("--calibrate", tmp_path / "s.toml", "--device", "h100", *flags, "--save-cluster", tmp_path / "f.toml")
+        fit = _fitted(tmp_path / "f.toml")
+        assert rel(fit["attention_eff"] / 0.35, fit["matmul_eff"] / 0.75) < 1e-9
+        fits.append(fit)
+        again = tmp_path / "again.json"
+        run_cli("--evaluate", plan, "--cluster", tmp_path / "f.toml", "--output", again)
+        assert rel(json.loads(again.read_text())["step_seconds"], measured) < 1e-3
+    assert fits[0] == fits[1]
+
+
 def test_without_save_the_cluster_file_is_printed(tmp_path):
     (tmp_path / "m.toml").write_text('nccl_file = "n.txt"\n')
     (tmp_path / "n.txt").write_text(NCCL.read_text())
