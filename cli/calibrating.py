@@ -54,12 +54,11 @@ def run_calibration(s, out, reads=None):
     base = cluster_for(s)
     # the fields a framework, else the device, supplies by default: fitted from the base they give, and left out of
     # the fitted cluster unless fitted or given, so that the framework in force where the file is used supplies its own
-    from frameworks.planning import FRAMEWORK_FIELDS, framework_cluster, framework_for
+    from frameworks.planning import FRAMEWORK_FIELDS, framework_cluster, framework_for, stated
     from planner import _cluster_file
-    from settings import CLUSTER_SETTINGS
 
     file = _cluster_file(s)
-    given = {k for k in CLUSTER_SETTINGS if getattr(s, k) is not None} | set(file)
+    given = stated(s, file)
     fw = framework_for(s, _step_record(data, s.calibrate), base, file)
     if fw is not None:
         base, _ = framework_cluster(s, {}, base, fw, file)

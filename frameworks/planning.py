@@ -7,7 +7,8 @@ from dataclasses import replace
 
 from errors import InputError, SettingError
 
-__all__ = ["framework_for", "framework_cluster", "framework_defaults", "recorded_defaults", "FRAMEWORK_FIELDS"]
+__all__ = ["framework_for", "framework_cluster", "framework_defaults", "recorded_defaults", "stated",
+           "FRAMEWORK_FIELDS"]
 
 
 def framework_for(s, recorded: dict, cluster, file: dict):
@@ -80,9 +81,8 @@ def recorded_defaults(recorded: dict, where: str) -> set:
     preset.  Evaluating the file, the framework in force
     (or none) supplies its own in their place; the other fields stay the
     record's."""
-    from dataclasses import fields as dc_fields
-
     from cluster import Cluster
+    from cluster.config import resolve
     from cluster.presets import device as preset
 
     rec_fw = recorded.get("framework") if isinstance(recorded.get("framework"), dict) else None
@@ -98,21 +98,28 @@ def recorded_defaults(recorded: dict, where: str) -> set:
     try:
         on = preset(name, precision) if name and precision else {}
         if rec_fw is None:  # the tool's own defaults, and the device's
-            for f in dc_fields(Cluster):
-                if f.name in usual:
-                    usual[f.name] = {f.default, *([on[f.name]] if f.name in on else [])}
+            tool = Cluster()
+            for k in usual:
+                usual[k] = {getattr(tool, k), *([on[k]] if k in on else [])}
         else:  # its framework set its own defaults (and the attention's share was the device's, before kernels)
             import frameworks
 
             if "attention_eff" in on:
                 usual["attention_eff"].add(on["attention_eff"])
-            base = Cluster(**{k: v for k, v in cl.items() if k in {f.name for f in dc_fields(Cluster)}
-                              and v is not None})
+            base = resolve({}, recorded={k: v for k, v in cl.items() if v is not None})
             for k, v in framework_defaults(frameworks.known(rec_fw.get("name")), base).items():
                 usual[k].add(v)
     except (SettingError, TypeError, ValueError):  # a record the reading refuses elsewhere, or by hand
         pass
     return {k for k in FRAMEWORK_FIELDS if cl.get(k) is not None and cl[k] in usual[k]}
+
+
+def stated(s, file: dict) -> set:
+    """The cluster fields the settings ``s`` (a flag) or the cluster file's
+    fields ``file`` give."""
+    from settings import CLUSTER_SETTINGS
+
+    return {k for k in CLUSTER_SETTINGS if getattr(s, k) is not None} | set(file)
 
 
 def framework_cluster(s, recorded: dict, cluster, fw, file: dict, where: str = ""):
@@ -121,9 +128,7 @@ def framework_cluster(s, recorded: dict, cluster, fw, file: dict, where: str = "
     :func:`recorded_defaults` leaves of it) set them, and the names of the
     :data:`FRAMEWORK_FIELDS` nothing set (the framework's or the device's
     defaults: what a plan file records as its framework's ``supplied``)."""
-    from settings import CLUSTER_SETTINGS
-
-    given = {k for k in CLUSTER_SETTINGS if getattr(s, k) is not None} | set(file)
+    given = stated(s, file)
     rec = recorded.get("cluster") if isinstance(recorded.get("cluster"), dict) else {}
     given |= {k for k, v in rec.items() if v is not None} - recorded_defaults(recorded, where)
     changes = {k: v for k, v in framework_defaults(fw, cluster).items() if k not in given}
