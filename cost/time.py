@@ -281,7 +281,7 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
     b = float(net.word_bytes)
     blocking = gathers = sync = overlapped_bwd = 0.0
     if work.ring:  # ring attention: its merges and gradients' passes, and what its exchanges leave exposed
-        more_fwd, more_bwd, exposed_fwd, exposed_bwd = ring_parts(op, C, work, model, t_fwd, t_bwd)
+        more_fwd, more_bwd, exposed_fwd, exposed_bwd = ring_parts(op, C, work, model, t_fwd, t_bwd, per_byte)
         t_fwd, t_bwd = t_fwd + more_fwd, t_bwd + more_bwd
         blocking = exposed_fwd * (1.0 + work.replays) + exposed_bwd
     fp8_gathers = bool(work.fp8) and gathered_in_fp8(model, "weights")  # at a byte per element, cast before
@@ -322,13 +322,14 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
     return t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step
 
 
-def ring_parts(op: Operator, C: Extents, work: Work, model: CostModel, t_fwd, t_bwd):
+def ring_parts(op: Operator, C: Extents, work: Work, model: CostModel, t_fwd, t_bwd, per_byte: float):
     """What ring attention adds to an attention operator whose query
     positions (``work.ring``) are split over ``c`` devices, as the model's
     framework runs it (its ``ring``; PyTorch's
     ``torch.distributed.tensor.experimental`` ring attention, as torchtitan
     runs it): ``(forward, backward, exposed forward, exposed backward)``
-    FLOP-equivalents, (K,) each, nothing where ``c = 1``.
+    FLOP-equivalents, (K,) each, nothing where ``c = 1``; ``per_byte`` the
+    FLOP-equivalents of a byte moved in the device's memory.
 
     The operator's ``c`` steps each run one attention kernel over ``1 / c``
     of its score elements (the causal work balanced: each device holds two
@@ -351,12 +352,13 @@ def ring_parts(op: Operator, C: Extents, work: Work, model: CostModel, t_fwd, t_
     fp32 (``g`` bytes) gradients zeroed, each step's added in (``2 g + b``
     per element of the queries, the keys and values), the keys' and
     values' packed for sending (``2 g``), and the results back to the
-    training precision."""
+    training precision.  The keys and values are packed into one buffer at
+    every step but the last, forward and backward, whichever way they
+    travel (the all-gather sends only the first)."""
     from kinds.attention import MERGE_BYTES
 
     net, fw = model.cluster, model.framework
     c, kv, b, g = ring_kv(op, C, model)
-    per_byte = net.flops * 1e12 / (net.mem_bw * 1e9 * net.memory_eff)
     split = c > 1
     mine = kv / c
     q, out = shard(op.inputs[0], C), shard(op.outputs[0], C)
@@ -370,12 +372,11 @@ def ring_parts(op: Operator, C: Extents, work: Work, model: CostModel, t_fwd, t_
         gather = collective_cost(Comm("exchange", "allgather", kv, work.ring), C, net)
         exposed_fwd = np.maximum(gather - kernel_fwd, 0.0)
         exposed_bwd = np.maximum(gather - kernel_bwd, 0.0) + (c - 1.0) * np.maximum(grads - kernel_bwd, 0.0)
-        packed = 2.0 * b * mine  # the keys and values packed once for the all-gather
     else:
         kvs = send(mine)
         exposed_fwd = (c - 1.0) * np.maximum(kvs - kernel_fwd, 0.0)
         exposed_bwd = (c - 1.0) * np.maximum(kvs + grads - kernel_bwd, 0.0)
-        packed = (c - 1.0) * 2.0 * b * mine
+    packed = (c - 1.0) * 2.0 * b * mine  # read and written at each step but the last
     exposed_bwd = exposed_bwd + grads  # the last step's gradients, home after the last kernel
     back = (g + b) * (q + mine) if g != b else 0.0
     fwd = (c - 1.0) * MERGE_BYTES * out + 2.0 * (b + 4.0) * out + packed

@@ -457,3 +457,21 @@ def test_the_flags_reference_lists_every_flag_help_shows():
     sweeps = page.split("\n## Sweeps\n")[1]
     assert all(f"`{f}`" in sweeps for f in ("--jobs", "--plans", "--plot", "--metric"))
     assert "`--procs`" not in sweeps
+
+
+# -- the published figures ---------------------------------------------------------------------------
+
+def test_the_published_table_is_what_the_benchmark_prints():
+    """docs/frameworks.md's table of published figures and its summary lines
+    are what ``benchmarks/published.py --markdown`` prints today."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "published.py"), "--markdown"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    printed = [line for line in proc.stdout.splitlines() if line.strip()]
+    summaries = [line for line in printed if not line.startswith("|")]
+    assert len(printed) > 60 and len(summaries) >= 7
+    page = (ROOT / "docs" / "frameworks.md").read_text().splitlines()
+    start = page.index(printed[0])
+    shown = [line.removeprefix("- ") for line in page[start:start + len(printed) + 1] if line.strip()]
+    assert shown == printed, "docs/frameworks.md's published table is stale: run " \
+                             "`python benchmarks/published.py --markdown`"

@@ -565,6 +565,33 @@ def test_ring_attention_passes_the_keys_and_values_around_the_ring():
     assert r.words > plain.words
 
 
+def test_ring_attention_packs_the_keys_and_values_at_each_step_but_the_last():
+    """PyTorch's ring attention packs the keys and values into one buffer at
+    every step but the last, forward and backward, also when it all-gathers
+    them once: the bytes the ring moves beyond its kernels are the same
+    whether they travel by all-gather or step by step (only what the
+    exchanges leave exposed differs), and the packing is 3 of the 4 steps'
+    reads and writes of the device's quarter of the keys and values."""
+    from dataclasses import replace
+
+    from cost.time import _pass_times, op_work, ring_parts
+
+    r, op, config, C, _ = _attention(*CP, "--framework", "torchtitan")
+    model = r.cost_model
+    work = op_work(op, [config], model)
+    net = model.cluster
+    per_byte = net.flops * 1e12 / (net.mem_bw * 1e9 * net.memory_eff)
+    t_fwd, t_bwd = _pass_times(op, C, work, net, net.attention_eff, per_byte)
+    gathered = ring_parts(op, C, work, model, t_fwd, t_bwd, per_byte)
+    stepped = ring_parts(op, C, work, replace(model, framework=replace(model.framework, ring="p2p")), t_fwd,
+                         t_bwd, per_byte)
+    assert gathered[0][0] == stepped[0][0] and gathered[1][0] == stepped[1][0]
+    kv = 2 * 131072 * 32 * 128
+    assert ring_parts(op, C, work, model, 0 * t_fwd, 0 * t_bwd, per_byte)[0][0] == gathered[0][0]  # not the kernels'
+    merges = 3 * 38.0 * 32768 * 32 * 128 + 2 * (2 + 4) * 32768 * 32 * 128  # MERGE_BYTES per step after the first
+    assert rel(gathered[0][0] / per_byte - merges, 3 * 2 * 2 * kv / 4) < 1e-12
+
+
 def test_ring_attention_splits_the_attention_and_adds_its_merges():
     """Doubling the context-parallel degree at the same positions per GPU
     doubles the attention's work per GPU (the causal work balanced over the
