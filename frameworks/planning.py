@@ -33,9 +33,14 @@ def framework_for(s, recorded: dict, cluster, file: dict):
         fw = frameworks.resolve(name, compiled=compiled, float8=float8, sp=bool(rec.get("sp")))
     except SettingError as e:
         raise InputError(f"--evaluate: {s.evaluate}: {e}") from None
-    if fw is None and (compiled or float8):
-        raise SettingError("compile" if compiled else "float8", "needs --framework megatron, torchtitan or "
-                                                                "deepspeed")
+    if fw is None and compiled:
+        raise SettingError("compile", "needs --framework torchtitan or deepspeed (torch.compile of their eager "
+                                      "kernels)")
+    if fw is None and float8:
+        raise SettingError("float8", "needs --framework megatron, torchtitan or deepspeed")
+    if s.compile and fw.kernels != "eager":  # the flag itself: a cluster file or a plan record may carry it along
+        raise SettingError("compile", f"changes nothing under {fw.title}, whose kernels are fused already "
+                                      "(torch.compile applies to --framework torchtitan or deepspeed)")
     if fw is not None and fw.float8 and not (cluster.realistic and cluster.fp8_flops):
         raise SettingError("float8", "needs a device with an FP8 peak (--device h100, h100-96gb, h100-nvl, h800, "
                                      "h200, b200, or --fp8-flops)")

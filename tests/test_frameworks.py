@@ -369,7 +369,10 @@ def test_the_power_limit_slows_the_matrix_units():
 
 @pytest.mark.parametrize("args, message", [
     (("--framework", "jax"), "--framework: invalid choice"),
-    (("--compile",), "--compile needs --framework megatron, torchtitan or deepspeed"),
+    (("--compile",), "--compile needs --framework torchtitan or deepspeed"),
+    (("--framework", "megatron", "--compile"), "--compile changes nothing under Megatron-LM, whose kernels are "
+                                               "fused already"),
+    (("--float8",), "--float8 needs --framework megatron, torchtitan or deepspeed"),
     (("--float8", "--framework", "megatron", "--device", "a100-80gb"), "--float8 needs a device with an FP8 peak"),
     (("--framework", "torchtitan@2025-07"), "--framework: invalid choice"),
     (("--plan", "dp=4,framework=jax"), "--plan: framework must be one of megatron, torchtitan, torchtitan@2025-06, "
