@@ -70,32 +70,35 @@ CHAIN_WORK = 10**8  # searches evaluating this many table entries search their r
 CHAIN_BLOCKS = 8  # a run of fewer blocks is searched as plain operators: its boundary matrix costs more than it saves
 
 
-def problem_of(costed, in_flight: float = 1) -> Problem:
+def problem_of(costed, in_flight=1) -> Problem:
     """The arrays-only :class:`search.options.Problem` of a
     :class:`cost_model.CostedGraph`: its cost and kept memory vectors, the
     options each operator chooses alone combined into one table per
     operator, and a :class:`search.options.Group` per block for the options
-    a block chooses together."""
+    a block chooses together.  ``in_flight``: the micro-batches of
+    activations kept (a pipeline stage's), one number or one per operator
+    (the interleaved schedule's chunks each keep their own)."""
     from options import OPTIONS
 
     own = [None] * costed.n
     members: dict = {}
     made: dict = {}  # operators with the same tables (identical layers) share the arrays made of them
 
-    def arrays(t):
-        if id(t) not in made:
-            kept = t.kept if in_flight == 1 else t.kept_with(in_flight)
-            made[id(t)] = (t, np.ascontiguousarray(t.cost), np.ascontiguousarray(kept))
-        return made[id(t)][1:]
+    def arrays(t, f):
+        if (id(t), f) not in made:
+            kept = t.kept if f == 1 else t.kept_with(f)
+            made[(id(t), f)] = (t, np.ascontiguousarray(t.cost), np.ascontiguousarray(kept))
+        return made[(id(t), f)][1:]
 
     for v, tables in enumerate(costed.tables or [()] * costed.n):
+        f = in_flight[v] if isinstance(in_flight, tuple) else in_flight
         alone = [t for t in tables if OPTIONS[t.name].scope == "operator"]
         if alone:
-            key = tuple(id(t) for t in alone)
+            key = (tuple(id(t) for t in alone), f)
             if key not in made:
-                c, m = arrays(alone[0])
+                c, m = arrays(alone[0], f)
                 for t in alone[1:]:  # every combination of values, the first option's slowest
-                    tc, tm = arrays(t)
+                    tc, tm = arrays(t, f)
                     c = (c[:, :, None] + tc[:, None, :]).reshape(len(c), -1)
                     m = (m[:, :, None] + tm[:, None, :]).reshape(len(m), -1)
                 made[key] = (alone, np.ascontiguousarray(c), np.ascontiguousarray(m))
@@ -103,7 +106,7 @@ def problem_of(costed, in_flight: float = 1) -> Problem:
         for t in tables:
             if OPTIONS[t.name].scope == "block":
                 block = costed.contexts[v].block
-                members.setdefault((t.name, block), []).append((v,) + arrays(t))
+                members.setdefault((t.name, block), []).append((v,) + arrays(t, f))
     groups = []
     for (name, _), ms in sorted(members.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         opt = OPTIONS[name]
@@ -337,7 +340,7 @@ def stage_costs(costed, *, threads: int | None = None, memory_limit: int | None 
 
 def search_within(costed, capacity: float, algo: int = 0, *, prune: bool | str = "auto",
                   memory_limit: int | None = None, progress=None, threads: int | None = None,
-                  kernel: str = "auto", rounds: int = 4, chained: bool = True, in_flight: float = 1,
+                  kernel: str = "auto", rounds: int = 4, chained: bool = True, in_flight=1,
                   cutoff: float | None = None) -> Bounded:
     """:func:`search.lagrange.relax` for a :class:`cost_model.CostedGraph`:
     the cheapest strategy whose per-device peak memory is at most
@@ -352,7 +355,7 @@ def search_within(costed, capacity: float, algo: int = 0, *, prune: bool | str =
     strategy found until it fits (at most ``rounds`` times); its lower
     bound, for the capacity without a reserve, holds for every strategy
     that fits.  ``in_flight``: a pipeline stage's memory, the activations of
-    that many micro-batches kept.  ``cutoff``: :class:`search.lagrange.NotBetter`
+    that many micro-batches kept (one number, or one per operator).  ``cutoff``: :class:`search.lagrange.NotBetter`
     as soon as no strategy that fits can cost less."""
     problem = problem_of(costed, in_flight)
     run = _solver(costed, algo, problem, chained=chained, prune=prune, memory_limit=memory_limit, progress=progress,

@@ -35,8 +35,15 @@ max t``, ``(pp - 1) / (v m)`` for equal stages.
 ZeRO over its own data-parallel replicas), the activations of the
 micro-batches in flight, and the transient of its largest block: GPipe
 keeps all ``m``; 1F1B ``min(pp - i, m)`` (stage ``i`` from 0); interleaved,
-as Megatron-LM schedules it, ``2 (pp - i - 1) + (v - 1) pp + 1`` chunks of
-``1 / v`` of the stage (at most ``m v``).
+as Megatron-LM schedules it, ``2 (pp - i - 1) + (v - 1) pp + 1`` chunks
+(at most ``m v``), each chunk's own: the moment in the schedule's order
+(:func:`order`) when the chunks held add up to the most, each chunk's
+activations counted for the micro-batches it holds then
+(:meth:`Schedule.chunk_in_flight`).  So the last stage keeps its last
+chunk's (the head's and the loss's) for one micro-batch, as 1F1B's last
+stage does.  A stage's blocks split into its ``v`` chunks as evenly as
+they divide (:func:`chunk_ranges`: 15 blocks into 8 and 7), what precedes
+the blocks in the first chunk and what follows them in the last.
 
 **Search**: :mod:`pipeline_search`.
 """
@@ -48,7 +55,8 @@ from dataclasses import dataclass, replace
 
 from errors import InputError
 
-__all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "stage_ranges", "evaluate", "SCHEDULES"]
+__all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "stage_ranges", "chunk_ranges", "chunking_error",
+           "node_in_flight", "order", "evaluate", "SCHEDULES"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
@@ -84,6 +92,36 @@ class Schedule:
         v = self.chunks
         return min(2 * (pp - i - 1) + (v - 1) * pp + 1, m * v) / v
 
+    def chunk_in_flight(self, i: int, pp: int, m: int, weights=None) -> tuple[float, ...]:
+        """Micro-batches of each of stage ``i``'s ``v`` model chunks kept at
+        its peak: the first moment, in the schedule's order (:func:`order`),
+        when the chunks it holds, ``weights[j]`` each of chunk ``j`` (the
+        bytes of a micro-batch's activations; default: alike), add up to
+        the most.  Their sum over ``v`` is :meth:`in_flight`'s count when
+        the weights are alike."""
+        v = self.chunks
+        w = tuple(weights) if weights is not None else (1.0,) * v
+        held, best, at = [0] * v, -1.0, (0,) * v
+        for kind, _, c in order(self.name, i, pp, m, v):
+            held[c] += 1 if kind == "F" else -1
+            if kind == "F":
+                total = math.fsum(h * x for h, x in zip(held, w))
+                if total > best:
+                    best, at = total, tuple(held)
+        return tuple(float(h) for h in at)
+
+    def chunk_peaks(self, i: int, pp: int, m: int) -> tuple[float, ...]:
+        """The most micro-batches of each of stage ``i``'s model chunks ever
+        kept at once, in the schedule's order (:func:`order`): at least
+        :meth:`chunk_in_flight`'s, whatever the chunks' weights (stage 1 of
+        32 with 64 micro-batches: 64 and 32, where its peak holds 61 and
+        32)."""
+        held, most = [0] * self.chunks, [0] * self.chunks
+        for kind, _, c in order(self.name, i, pp, m, self.chunks):
+            held[c] += 1 if kind == "F" else -1
+            most[c] = max(most[c], held[c])
+        return tuple(float(x) for x in most)
+
     def time(self, times, m: int) -> float:
         """The pipeline's time for ``m`` micro-batches whose stages take
         ``times`` each (without the synchronisation)."""
@@ -94,6 +132,29 @@ class Schedule:
         """Idle time over the busy time of the slowest stage."""
         longest = max(times)
         return (self.time(times, m) - m * longest) / (m * longest) if longest else 0.0
+
+
+def order(name: str, i: int, pp: int, m: int, v: int = 1) -> list[tuple[str, int, int]]:
+    """The operations of stage ``i`` of ``pp`` in the order schedule
+    ``name`` runs them: ``(kind, micro-batch, chunk)``, kind ``F``
+    (forward) or ``B`` (backward).  GPipe: every forward pass, then every
+    backward pass; 1F1B (Megatron-LM's): ``pp - i - 1`` forward passes to
+    warm up, then one forward and one backward in turn, then the backward
+    passes left; interleaved (Megatron-LM's): ``2 (pp - i - 1) + (v - 1)
+    pp`` forward chunks to warm up, micro-batches taken ``pp`` at a time,
+    each chunk in turn (the backward passes from the last chunk)."""
+    if name == "gpipe":
+        return [("F", k, 0) for k in range(m)] + [("B", k, 0) for k in range(m)]
+    forward, backward = [], []
+    for first in range(0, m, pp):  # micro-batches pp at a time, each chunk in turn (v = 1: one at a time)
+        group = range(first, min(first + pp, m))
+        forward += [("F", k, c) for c in range(v) for k in group]
+        backward += [("B", k, c) for c in reversed(range(v)) for k in group]
+    warm = min((pp - i - 1) * (2 if v > 1 else 1) + (v - 1) * pp, m * v)
+    ops = forward[:warm]
+    for f, b in zip(forward[warm:], backward):
+        ops += [f, b]
+    return ops + backward[len(forward) - warm:]
 
 
 def parse_schedule(text: str) -> Schedule:
@@ -169,6 +230,73 @@ def stage_ranges(n_nodes: int, chain, counts) -> list[tuple[int, int]]:
     return out
 
 
+def chunking_error(counts, schedule: Schedule, framework=None) -> str | None:
+    """Why stages of ``counts`` blocks cannot run ``schedule`` (``None``:
+    they can): the interleaved schedule's ``v`` model chunks need ``v``
+    blocks in each stage, and a multiple of ``v`` under a framework whose
+    virtual stages hold equal numbers of blocks (its ``even_chunks``:
+    Megatron-LM's)."""
+    if schedule.name != "interleaved":
+        return None
+    v = schedule.chunks
+    where = f"of the {sum(counts)} over {len(counts)} stages"
+    if min(counts) < v:
+        return f"interleaved:{v} needs at least {v} blocks in each stage, not {min(counts)} {where}"
+    if framework is not None and framework.even_chunks and any(c % v for c in counts):
+        held = " or ".join(str(c) for c in sorted(set(counts), reverse=True))
+        return (f"interleaved:{v} under {framework.title} needs each stage's blocks ({held} {where}) to divide "
+                f"into {v} chunks: its virtual stages hold equal numbers of layers")
+    return None
+
+
+def node_in_flight(schedule: Schedule, i: int, pp: int, m: int, chain=None, lo: int = 0, hi: int = 0):
+    """Micro-batches of activations stage ``i`` keeps of its operators
+    ``[lo, hi)``, as the search bounds a stage's memory by them: one
+    number (:meth:`Schedule.in_flight`), or with the interleaved schedule's
+    chunks (of ``chain``'s blocks) one per operator, its chunk's own most
+    (:meth:`Schedule.chunk_peaks`), so that the search sees which chunk
+    keeps an operator's activations longest (on stage 1 of 32 with 64
+    micro-batches, 64 of its first chunk and 32 of its second) and bounds
+    what the costed pipeline counts (:func:`assemble`), whatever its plan
+    keeps in each chunk."""
+    if schedule.v == 1 or chain is None:
+        return schedule.in_flight(i, pp, m)
+    out: list = []
+    for c, (a, b) in zip(schedule.chunk_peaks(i, pp, m), chunk_ranges(chain, lo, hi, schedule.v)):
+        out += [c] * (b - a)
+    return tuple(out)
+
+
+def _block_spans(chain, lo: int, hi: int, v: int) -> list[tuple[int, int]]:
+    """The blocks (indices ``[a, b)`` of ``chain``'s) of each of the ``v``
+    model chunks of the stage ``[lo, hi)`` (:func:`chunk_ranges`)."""
+    end = chain.start + chain.count * chain.size
+    first = max(0, -(-(lo - chain.start) // chain.size))  # the stage's first block
+    last = min(chain.count, (min(hi, end) - chain.start) // chain.size)  # one past its last
+    if last - first < v:
+        raise InputError(f"a stage of {max(last - first, 0)} blocks cannot hold {v} model chunks")
+    out, a = [], first
+    for c in _even(last - first, v):
+        out.append((a, a + c))
+        a += c
+    return out
+
+
+def chunk_ranges(chain, lo: int, hi: int, v: int) -> list[tuple[int, int]]:
+    """The node ranges ``[a, b)`` of the ``v`` model chunks of the stage
+    ``[lo, hi)`` (which holds whole blocks of ``chain``): its blocks split
+    as evenly as they divide (:func:`_even`: the first chunks take one more),
+    what precedes its first block in the first chunk, what follows its last
+    in the last.  An :class:`InputError` when it holds fewer blocks than
+    chunks."""
+    out, a = [], lo
+    for j, (_, k) in enumerate(_block_spans(chain, lo, hi, v)):
+        b = hi if j == v - 1 else chain.start + k * chain.size
+        out.append((a, b))
+        a = b
+    return out
+
+
 def _even(N: int, pp: int) -> list[int]:
     return [N // pp + (1 if i < N % pp else 0) for i in range(pp)]
 
@@ -217,10 +345,14 @@ def _between_nodes(cluster, q: int, i: int) -> bool:
 
 
 def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, ranges, results,
-             bound: str = "", crossing=None) -> Pipeline:
+             bound: str = "", crossing=None, chunks=None) -> Pipeline:
     """The :class:`Pipeline` of stages over ``ranges`` whose plans cost
     ``results`` (a :class:`result.Result` per stage, with its ``sync``);
-    ``crossing``: the elements each stage sends on, when known."""
+    ``crossing``: the elements each stage sends on, when known;
+    ``chunks``: with more than one model chunk per device, the bytes of a
+    micro-batch's activations of each stage's chunks (``v`` per stage), its
+    peak counted chunk by chunk (:meth:`Schedule.chunk_in_flight`); without
+    them, ``v`` equal chunks."""
     q = p // pp
     cluster = model.cluster
     stages, times = [], []
@@ -234,7 +366,13 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
         busy = r.compute + r.communication - r.sync / m  # the synchronisation is the step's, not a micro-batch's
         t = max(busy, p2p) if cluster.realistic else busy + p2p
         f = schedule.in_flight(i, pp, m)
-        memory = math.fsum(r.memory[:3]) + f * r.memory[3] + r.transient
+        if chunks is not None and schedule.v > 1:  # each chunk's activations for the micro-batches it holds
+            acts = chunks[i]
+            kept = math.fsum(c * a for c, a in zip(schedule.chunk_in_flight(i, pp, m, acts), acts))
+            f = kept / r.memory[3] if r.memory[3] > 0 else f
+            memory = math.fsum(r.memory[:3]) + kept + r.transient
+        else:
+            memory = math.fsum(r.memory[:3]) + f * r.memory[3] + r.transient
         stages.append(Stage(i, tuple(range(lo, hi)), q, i * q, t, busy, sends, p2p, r.sync, memory, f, r))
         times.append(t)
     run = schedule.time(times, m)
@@ -290,7 +428,8 @@ def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
 
     q = p // pp
     stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m)
-    ctx = contexts(g, find_chains(g))  # each operator's place among the whole model's blocks
+    chains = find_chains(g)
+    ctx = contexts(g, chains)  # each operator's place among the whole model's blocks
     results, done = [], {}  # stages alike with the same decisions cost the same
     for i, (lo, hi) in enumerate(ranges):
         ops = tuple((op.kind, op.space) for op in (g.nodes[v]["op"] for v in range(lo, hi)))
@@ -298,7 +437,14 @@ def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
         if key not in done:
             done[key] = stage_result(_subgraph(g, lo, hi), decisions[lo:hi], stage_model, q, ctx[lo:hi])
         results.append(done[key])
-    return assemble(g, stage_model, p, pp, m, micro, schedule, ranges, results, bound)
+    chunks = None
+    if schedule.v > 1 and chains:  # each model chunk's activations (the stages cut between the longest chain's blocks)
+        chain = max(chains, key=lambda c: c.count * c.size)
+        chunks = []
+        for (lo, hi), r in zip(ranges, results):
+            acts = [layer.memory[3] for layer in r.layers]
+            chunks.append(tuple(math.fsum(acts[a - lo:b - lo]) for a, b in chunk_ranges(chain, lo, hi, schedule.v)))
+    return assemble(g, stage_model, p, pp, m, micro, schedule, ranges, results, bound, chunks=chunks)
 
 
 def _subgraph(g, lo: int, hi: int):

@@ -8,7 +8,8 @@ ceil(N / pp)) >= 0.85``), the micro-batch size (for each ``pp``, about each
 power of two from an eighth of a stage's devices to all of them, dividing
 the batch, with at least ``pp`` micro-batches, tried from the smallest up
 while the ranking improves), the schedule (1F1B, and interleaved with 2
-chunks when every stage holds an even number of blocks; GPipe runs as fast
+chunks when every stage holds at least two blocks, an even number under a
+framework whose virtual stages hold equal layers; GPipe runs as fast
 as 1F1B with more memory, so only when asked), and the cuts (blocks shared
 evenly, the first and the last stage taking up to two fewer or one more:
 Alpa's stage DP restricted to partitions of identical blocks).  Every
@@ -21,7 +22,8 @@ ranking's best few.  The best few (``SEARCHED``) are then searched within
 the memory: each kind of stage (the first, the middle ones of a length,
 the last) once, by the exact search with its Lagrangian bound, for the
 most micro-batches in flight among the stages of that kind (its plan
-serves them all).  So each stage's plan is exact (or within its stated
+serves them all; under the interleaved schedule, each chunk's operators
+with their chunk's own count).  So each stage's plan is exact (or within its stated
 bound) for its cut, micro-batch and schedule; the choice of ``pp``,
 micro-batch, schedule and cuts is over the candidates above, bounded, not
 exhaustive.  A graph without repeated blocks is cut once per ``pp`` (up to
@@ -36,7 +38,8 @@ import math
 from dataclasses import replace
 
 from errors import InputError
-from pipeline import Pipeline, Schedule, _even, balanced_ranges, evaluate, partitions, stage_cluster, stage_ranges
+from pipeline import (Pipeline, Schedule, _even, balanced_ranges, chunking_error, evaluate, node_in_flight, partitions,
+                      stage_cluster, stage_ranges)
 
 __all__ = ["search", "micro_candidates", "PipelineDoesNotFit", "SEARCHED"]
 
@@ -149,19 +152,24 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
                 return False
             need = 0.0
             for i, (lo, hi) in enumerate(ranges):
-                f = sched.in_flight(i, pp, m)
-                if f not in least:
-                    least[f] = least_memory(costed, f)
-                need = max(need, math.fsum(least[f][lo:hi]))
+                f = node_in_flight(sched, i, pp, m, chain, lo, hi)
+                for x in sorted(set(f)) if isinstance(f, tuple) else (f,):
+                    if x not in least:
+                        least[x] = least_memory(costed, x)
+                if isinstance(f, tuple):  # each chunk's operators with its own count
+                    need = max(need, math.fsum(least[x][u] for u, x in zip(range(lo, hi), f)))
+                else:
+                    need = max(need, math.fsum(least[f][lo:hi]))
             smallest[0] = min(smallest[0], need)
             return need > capacity
 
         scheds = [Schedule("1f1b")] if schedules is None else list(schedules)
-        if schedules is None and chain is not None and all(c % 2 == 0 for c in _even(N, pp)) and pp > 1:
+        if schedules is None and chain is not None and pp > 1 and \
+                chunking_error(_even(N, pp), Schedule("interleaved", 2), model.framework) is None:
             scheds = scheds + [Schedule("interleaved", 2)]
         # the settings whose stages can fit, before anything else is costed (edges, the stages' optima)
         fitting = [(counts, ranges, sched) for counts, ranges in _cuts(g, chain, costed, pp) for sched in scheds
-                   if not (sched.name == "interleaved" and any(c % sched.chunks for c in counts))
+                   if chunking_error(counts, sched, model.framework) is None
                    and not too_big(ranges, sched)]
         if not fitting:
             continue
@@ -259,7 +267,8 @@ def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, t
                 if key in plans:
                     continue
                 lo, hi = ranges[i]
-                f = max(sched.in_flight(j, pp, m) for j in range(pp) if keys[j] == key)
+                fs = [node_in_flight(sched, j, pp, m, chain, *ranges[j]) for j in range(pp) if keys[j] == key]
+                f = tuple(map(max, zip(*fs))) if isinstance(fs[0], tuple) else max(fs)
                 at = (micro, pp, key, f)  # the same stage in another cut or schedule: searched once
                 if at not in found:
                     found[at] = _stage(costed.restrict(range(lo, hi)), capacity, threads, f)

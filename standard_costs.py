@@ -329,7 +329,7 @@ class Costing:
         """``(counts, ranges)`` of the stages of ``std`` on ``L`` (as
         ``planner._standard_pipeline`` cuts them); an :class:`InputError`
         when they cannot be cut so."""
-        from pipeline import _even, stage_ranges
+        from pipeline import Schedule, _even, chunking_error, stage_ranges
 
         if L.chain is None:
             if std.pp > 1 or std.schedule == "interleaved":
@@ -338,8 +338,9 @@ class Costing:
         counts = _even(L.chain.count, std.pp)
         if min(counts) < 1:
             raise InputError(f"--plan: pp={std.pp} is more stages than the {L.chain.count} blocks")
-        if std.schedule == "interleaved" and any(c % std.chunks for c in counts):
-            raise InputError("--plan: the stages' blocks do not divide into the interleaved schedule's chunks")
+        why = chunking_error(counts, Schedule(std.schedule, std.chunks), self.model.framework)
+        if why:
+            raise InputError(f"--plan: {why}")
         return counts, stage_ranges(L.n, L.chain, counts)
 
     def register(self, std) -> None:
@@ -496,7 +497,11 @@ class Costing:
             parts.append(done[key])
             sends.append(crossing)
         sched = pipeline.Schedule(std.schedule, std.chunks)
+        chunks = None
+        if sched.v > 1:  # each model chunk's activations (the stage's, chunk by chunk)
+            chunks = [tuple(float(L.summary(a, b)[0] @ F[:, 6])
+                            for a, b in pipeline.chunk_ranges(L.chain, lo, hi, sched.v)) for lo, hi in ranges]
         pipe = pipeline.assemble(L.g, self._models[variant], self.p, pp, m, micro, sched, ranges, parts,
-                                 crossing=sends)
+                                 crossing=sends, chunks=chunks)
         return Estimate(pipe.step, pipe.peak_memory, (F.tobytes(), E.tobytes(), micro, pp, str(sched)),
                         pipe.step - pipe.sync)

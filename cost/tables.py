@@ -262,9 +262,13 @@ class CostedGraph:
     def _blocks(self) -> tuple:
         return tuple(ctx.block for ctx in self.contexts) if self.contexts else ()
 
-    def memory_with(self, in_flight: float) -> list:
+    def memory_with(self, in_flight) -> list:
         """Each operator's memory (K,) with the activations of ``in_flight``
-        micro-batches kept (a pipeline stage's)."""
+        micro-batches kept (a pipeline stage's): one number, or one per
+        operator."""
+        if isinstance(in_flight, tuple):
+            return [m if f == 1 else p[0] + p[1] + p[2] + f * p[3]
+                    for m, p, f in zip(self.memory, self.parts, in_flight)]
         if in_flight == 1:
             return self.memory
         return [p[0] + p[1] + p[2] + in_flight * p[3] for p in self.parts]

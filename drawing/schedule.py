@@ -43,28 +43,11 @@ and its exposed communication, in that order.
 from __future__ import annotations
 
 from drawing.records import Box, Lane, Timeline
+from pipeline import order
 
 __all__ = ["timeline", "order", "place", "BACKWARD"]
 
 BACKWARD = 2.0 / 3.0  # the backward pass's share of a micro-batch's time (as pipeline.assemble counts it)
-
-
-def order(name: str, i: int, pp: int, m: int, v: int = 1) -> list[tuple[str, int, int]]:
-    """The operations of stage ``i`` of ``pp`` in the order schedule
-    ``name`` runs them: ``(kind, micro-batch, chunk)``, kind ``F`` or ``B``
-    (see the module docstring)."""
-    if name == "gpipe":
-        return [("F", k, 0) for k in range(m)] + [("B", k, 0) for k in range(m)]
-    forward, backward = [], []
-    for first in range(0, m, pp):  # micro-batches pp at a time, each chunk in turn (v = 1: one at a time)
-        group = range(first, min(first + pp, m))
-        forward += [("F", k, c) for c in range(v) for k in group]
-        backward += [("B", k, c) for c in reversed(range(v)) for k in group]
-    warm = min((pp - i - 1) * (2 if v > 1 else 1) + (v - 1) * pp, m * v)
-    ops = forward[:warm]
-    for f, b in zip(forward[warm:], backward):
-        ops += [f, b]
-    return ops + backward[len(forward) - warm:]
 
 
 def _chunk_major(i: int, pp: int, m: int, v: int) -> list[tuple[str, int, int]]:

@@ -115,10 +115,9 @@ def _standard_pipeline(job: Job, std, model):
     if sched.name == "interleaved" and chain is None:
         raise InputError("--plan: the interleaved schedule splits stages into chunks of blocks; "
                          f"{g.graph['name']} has no repeated blocks")
-    if sched.name == "interleaved" and any(c % sched.chunks for c in counts):
-        held = " or ".join(str(c) for c in sorted(set(counts), reverse=True))
-        raise InputError(f"--plan: interleaved:{sched.chunks} needs each stage's blocks ({held} of the "
-                         f"{sum(counts)} over {len(counts)} stages) to divide into {sched.chunks} chunks")
+    why = pipeline.chunking_error(counts, sched, model.framework)
+    if why:
+        raise InputError(f"--plan: {why}")
     pipe = pipeline.evaluate(g, model, job.procs, std.pp, m, micro, sched, ranges, strategy(g, std))
     return pipeline.as_result(g, pipe, model, job.procs, batch, "evaluate",
                               label=f"standard configuration {std.describe()}")

@@ -108,6 +108,17 @@ class TestTorchtitan02:
         assert flat == ["tok_embeddings"] + [f"layers.{i}" for i in range(32)] + ["norm", "output"]
         assert [sum(m.startswith("layers.") for m in part) for part in parts] == [8, 8, 8, 8]
 
+    def test_interleaved_chunks_of_unequal_layers(self):
+        """32 layers over 3 stages (11, 11, 10) of 2 chunks each: torchtitan's
+        model parts hold the chunks as the plan was costed (6 and 5, 6 and
+        5, 5 and 5), part k on stage k mod 3."""
+        cfg = tomllib.loads(render("torchtitan@0.2", LLAMA, 48, plan="tp=8,dp=2,pp=3,microbatch=2,schedule=interleaved",
+                                   batch=96))
+        parts = cfg["parallelism"]["module_fqns_per_model_part"]
+        assert [sum(m.startswith("layers.") for m in part) for part in parts] == [6, 6, 5, 5, 5, 5]
+        flat = [m for part in parts for m in part]
+        assert flat == ["tok_embeddings"] + [f"layers.{i}" for i in range(32)] + ["norm", "output"]
+
     def test_expert_parallelism_is_dp2ep(self):
         cfg = tomllib.loads(render("torchtitan@0.2", MIXTRAL, 64, plan="tp=2,ep=8,zero=3,sp=1", batch=256))
         par = cfg["parallelism"]
@@ -241,6 +252,8 @@ class TestMegatron:
     @pytest.mark.parametrize("graph, kw, words", [
         (LLAMA, dict(plan="tp=8,dp=4,pp=2,schedule=gpipe"), "not GPipe"),
         (LLAMA, dict(plan="tp=8,dp=4,pp=2,zero=3"), "does not run with pipeline stages"),
+        (LLAMA, dict(plan="tp=8,dp=2,pp=4,schedule=interleaved:3", batch=128),  # 8 layers a stage: 3, 3 and 2
+         "the interleaved schedule's model chunks hold [2, 3] layers; Megatron-LM's virtual stages hold the same"),
         (MIXTRAL, dict(plan="tp=2,ep=8", batch=256), "give sp=1"),
     ])
     def test_refusals(self, graph, kw, words):

@@ -50,6 +50,43 @@ class TestSchedules:
         # interleaved (Megatron-LM): 2 (pp - i - 1) + (v - 1) pp + 1 chunks of 1/v of the stage
         assert Schedule("interleaved", 2).in_flight(0, pp, m) == (2 * 3 + 4 + 1) / 2
 
+    def test_each_chunk_keeps_its_own_micro_batches(self):
+        """At the stage's peak (alike chunks) the interleaved schedule's
+        chunks hold what ``in_flight`` counts in all; stage 0 of 4 with 8
+        micro-batches has run 10 forward chunks to warm up (6 of chunk 0,
+        4 of chunk 1) and one more; the last stage has warmed up on its
+        first chunk and keeps its last (the head's) for one micro-batch,
+        however heavy that chunk; 1F1B and GPipe have one chunk."""
+        pp, m = 4, 8
+        inter = Schedule("interleaved", 2)
+        assert inter.chunk_in_flight(0, pp, m) == (7.0, 4.0)
+        assert inter.chunk_in_flight(pp - 1, pp, m) == (4.0, 1.0)
+        assert inter.chunk_in_flight(pp - 1, pp, m, weights=(1.0, 100.0)) == (4.0, 1.0)
+        for i in range(pp):
+            assert sum(inter.chunk_in_flight(i, pp, m)) / 2 == inter.in_flight(i, pp, m)
+            assert Schedule("1f1b").chunk_in_flight(i, pp, m) == (Schedule("1f1b").in_flight(i, pp, m),)
+        assert Schedule("gpipe").chunk_in_flight(1, pp, m) == (8.0,)
+
+    def test_chunk_ranges(self):
+        """A stage's blocks split into its chunks as evenly as they divide
+        (15 into 8 and 7), what precedes its blocks in the first chunk, what
+        follows them in the last; fewer blocks than chunks refused."""
+        from dataclasses import dataclass
+
+        from errors import InputError
+
+        @dataclass
+        class Chain:
+            start: int
+            size: int
+            count: int
+
+        chain = Chain(start=1, size=3, count=15)  # node 0 before the blocks, 46 to 49 after them
+        assert pipeline.chunk_ranges(chain, 0, 50, 2) == [(0, 25), (25, 50)]  # 8 blocks, then 7 and what follows
+        assert pipeline.chunk_ranges(chain, 10, 19, 2) == [(10, 16), (16, 19)]  # blocks 3 to 5: 2 and 1
+        with pytest.raises(InputError, match="a stage of 3 blocks cannot hold 4 model chunks"):
+            pipeline.chunk_ranges(chain, 10, 19, 4)
+
     @pytest.mark.parametrize("text, want", [("gpipe", ("gpipe", 1)), ("1F1B", ("1f1b", 1)),
                                             ("interleaved", ("interleaved", 2)), ("interleaved:4", ("interleaved", 4))])
     def test_parse(self, text, want):
@@ -151,6 +188,31 @@ def test_the_stage_memory_counts_the_micro_batches_in_flight(tmp_path):
     act1 = (g[1]["memory"] - f[1]["memory"]) / (8 - 1)
     assert act0 > 0 and act1 > 0
     assert g[0]["time"] == f[0]["time"]
+
+
+def test_an_interleaved_last_stage_keeps_its_last_chunk_for_one_micro_batch(tmp_path):
+    """The last stage of an interleaved pipeline warms up on its first chunk
+    and then runs its last chunk (the last block, the final norm, the output
+    layer and the loss) forward and backward in turn: at its peak it keeps
+    the first chunk's activations for 2 micro-batches and the last chunk's
+    for one, where chunks counted alike would keep the logits of a
+    32,768-word vocabulary for 1.5."""
+    from cli.args import parse_args
+    from conftest import tiny_llama
+    from planner import plan
+
+    p = plan(parse_args(["-g", str(tiny_llama(tmp_path, 4)), "-p", "2", "-b", "4", "--seq", "128", "--device",
+                         "h100", "--plan", "tp=1,pp=2,microbatch=1,schedule=interleaved:2"]))
+    pipe = p.result.pipeline
+    last = pipe.stages[-1]
+    r = last.result
+    first = math.fsum(x.memory[3] for x in r.layers if x.name.startswith("layer2/"))
+    rest = math.fsum(x.memory[3] for x in r.layers if not x.name.startswith("layer2/"))
+    assert pipe.m == 4 and rest > first > 0
+    assert Schedule("interleaved", 2).chunk_in_flight(1, 2, 4, (first, rest)) == (2.0, 1.0)
+    assert last.memory == pytest.approx(math.fsum(r.memory[:3]) + 2 * first + rest + r.transient, rel=1e-12)
+    assert last.memory < math.fsum(r.memory[:3]) + 1.5 * r.memory[3] + r.transient
+    assert last.in_flight == pytest.approx((2 * first + rest) / r.memory[3], rel=1e-12)
 
 
 def test_interleaving_sends_v_times_as_much(tmp_path):
@@ -263,11 +325,22 @@ def test_a_plan_builds_each_of_its_graphs_once(monkeypatch, settings):
 
 
 def test_an_interleaved_schedule_refused_says_how_the_blocks_fall(tmp_path):
-    """Stages of unequal blocks (5 over 2: 3 and 2) cannot each split into
-    two chunks: the refusal gives every stage's count, not the first's."""
+    """Stages of unequal blocks (5 over 2: 3 and 2) split into two chunks
+    as evenly as they divide (2 and 1, 1 and 1), as torchtitan splits
+    them; under Megatron-LM, whose virtual stages hold equal layers, they
+    cannot, and the refusal gives every stage's count, not the first's; a
+    stage cannot hold more chunks than blocks."""
     from conftest import one_line_error, tiny_llama
 
-    proc = run_cli("-g", tiny_llama(tmp_path, 5), "-p", 4, "-b", 8, "--seq", 128, "--device", "h100",
-                   "--plan", "tp=1,pp=2,microbatch=1,schedule=interleaved:2", ok=False)
-    assert one_line_error(proc) == ("--plan: interleaved:2 needs each stage's blocks (3 or 2 of the 5 over 2 stages) "
-                                    "to divide into 2 chunks")
+    g = tiny_llama(tmp_path, 5)
+    args = ("-g", g, "-p", 4, "-b", 8, "--seq", 128, "--device", "h100")
+    proc = run_cli(*args, "--plan", "tp=1,pp=2,microbatch=1,schedule=interleaved:2")
+    assert "interleaved:2" in proc.stdout and "Predicted step time" in proc.stdout
+    proc = run_cli(*args, "--plan", "tp=1,pp=2,microbatch=1,schedule=interleaved:2", "--framework", "megatron",
+                   ok=False)
+    assert one_line_error(proc) == ("--plan: interleaved:2 under Megatron-LM needs each stage's blocks (3 or 2 of the "
+                                    "5 over 2 stages) to divide into 2 chunks: its virtual stages hold equal numbers "
+                                    "of layers")
+    proc = run_cli(*args, "--plan", "tp=1,pp=2,microbatch=1,schedule=interleaved:3", ok=False)
+    assert one_line_error(proc) == "--plan: interleaved:3 needs at least 3 blocks in each stage, not 2 of the 5 over " \
+                                   "2 stages"
