@@ -42,8 +42,9 @@ activations counted for the micro-batches it holds then
 (:meth:`Schedule.chunk_in_flight`).  So the last stage keeps its last
 chunk's (the head's and the loss's) for one micro-batch, as 1F1B's last
 stage does.  A stage's blocks split into its ``v`` chunks as evenly as
-they divide (:func:`chunk_ranges`: 15 blocks into 8 and 7), what precedes
-the blocks in the first chunk and what follows them in the last.
+they divide, the later chunks (held for fewer micro-batches) taking one
+more (:func:`chunk_ranges`: 15 blocks into 7 and 8), what precedes the
+blocks in the first chunk and what follows them in the last.
 
 **Search**: :mod:`pipeline_search`.
 """
@@ -55,8 +56,8 @@ from dataclasses import dataclass, replace
 
 from errors import InputError
 
-__all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "stage_ranges", "chunk_ranges", "chunking_error",
-           "node_in_flight", "order", "evaluate", "SCHEDULES"]
+__all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "stage_ranges", "stage_blocks", "chunk_ranges",
+           "chunk_sizes", "chunk_share", "chunking_error", "node_in_flight", "order", "evaluate", "SCHEDULES"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
@@ -122,16 +123,18 @@ class Schedule:
             most[c] = max(most[c], held[c])
         return tuple(float(x) for x in most)
 
-    def time(self, times, m: int) -> float:
+    def time(self, times, m: int, share: float | None = None) -> float:
         """The pipeline's time for ``m`` micro-batches whose stages take
-        ``times`` each (without the synchronisation)."""
+        ``times`` each (without the synchronisation); ``share``: with model
+        chunks of unequal blocks, the largest chunk's share of its stage
+        (the fill and the drain wait on it), else ``1 / v``."""
         longest = max(times)
-        return m * longest + (math.fsum(times) - longest) / self.chunks
+        return m * longest + (math.fsum(times) - longest) * (1.0 / self.chunks if share is None else share)
 
-    def bubble(self, times, m: int) -> float:
+    def bubble(self, times, m: int, share: float | None = None) -> float:
         """Idle time over the busy time of the slowest stage."""
         longest = max(times)
-        return (self.time(times, m) - m * longest) / (m * longest) if longest else 0.0
+        return (self.time(times, m, share) - m * longest) / (m * longest) if longest else 0.0
 
 
 def order(name: str, i: int, pp: int, m: int, v: int = 1) -> list[tuple[str, int, int]]:
@@ -267,27 +270,51 @@ def node_in_flight(schedule: Schedule, i: int, pp: int, m: int, chain=None, lo: 
     return tuple(out)
 
 
+def stage_blocks(chain, lo: int, hi: int) -> tuple[int, int]:
+    """The whole blocks of ``chain`` the stage ``[lo, hi)`` holds: the
+    indices ``[first, last)``."""
+    end = chain.start + chain.count * chain.size
+    first = max(0, -(-(lo - chain.start) // chain.size))  # the stage's first whole block
+    last = min(chain.count, (min(hi, end) - chain.start) // chain.size)  # one past its last
+    return first, max(first, last)
+
+
 def _block_spans(chain, lo: int, hi: int, v: int) -> list[tuple[int, int]]:
     """The blocks (indices ``[a, b)`` of ``chain``'s) of each of the ``v``
     model chunks of the stage ``[lo, hi)`` (:func:`chunk_ranges`)."""
-    end = chain.start + chain.count * chain.size
-    first = max(0, -(-(lo - chain.start) // chain.size))  # the stage's first block
-    last = min(chain.count, (min(hi, end) - chain.start) // chain.size)  # one past its last
+    first, last = stage_blocks(chain, lo, hi)
     if last - first < v:
-        raise InputError(f"a stage of {max(last - first, 0)} blocks cannot hold {v} model chunks")
+        n = last - first
+        raise InputError(f"a stage of {n} block{'' if n == 1 else 's'} cannot hold {v} model chunks")
     out, a = [], first
-    for c in _even(last - first, v):
+    for c in chunk_sizes(last - first, v):
         out.append((a, a + c))
         a += c
     return out
 
 
+def chunk_share(counts, v: int) -> float | None:
+    """The largest model chunk's share of its stage's blocks, over stages of
+    ``counts`` blocks split into ``v`` chunks (:func:`chunk_sizes`):
+    ``None`` where every chunk holds ``1 / v`` of its stage."""
+    if v == 1 or all(c % v == 0 for c in counts):
+        return None
+    return max(max(chunk_sizes(c, v)) / c for c in counts)
+
+
+def chunk_sizes(blocks: int, v: int) -> list[int]:
+    """The blocks of each of a stage's ``v`` model chunks: as even as they
+    divide, the last chunks taking one more (an earlier chunk is held for
+    more micro-batches: 15 blocks into 7 and 8)."""
+    return _even(blocks, v)[::-1]
+
+
 def chunk_ranges(chain, lo: int, hi: int, v: int) -> list[tuple[int, int]]:
     """The node ranges ``[a, b)`` of the ``v`` model chunks of the stage
     ``[lo, hi)`` (which holds whole blocks of ``chain``): its blocks split
-    as evenly as they divide (:func:`_even`: the first chunks take one more),
-    what precedes its first block in the first chunk, what follows its last
-    in the last.  An :class:`InputError` when it holds fewer blocks than
+    as evenly as they divide (:func:`chunk_sizes`: the last chunks take one
+    more), what precedes its first block in the first chunk, what follows
+    its last in the last.  An :class:`InputError` when it holds fewer blocks than
     chunks."""
     out, a = [], lo
     for j, (_, k) in enumerate(_block_spans(chain, lo, hi, v)):
@@ -345,14 +372,15 @@ def _between_nodes(cluster, q: int, i: int) -> bool:
 
 
 def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, ranges, results,
-             bound: str = "", crossing=None, chunks=None) -> Pipeline:
+             bound: str = "", crossing=None, chunks=None, share=None) -> Pipeline:
     """The :class:`Pipeline` of stages over ``ranges`` whose plans cost
     ``results`` (a :class:`result.Result` per stage, with its ``sync``);
     ``crossing``: the elements each stage sends on, when known;
     ``chunks``: with more than one model chunk per device, the bytes of a
     micro-batch's activations of each stage's chunks (``v`` per stage), its
     peak counted chunk by chunk (:meth:`Schedule.chunk_in_flight`); without
-    them, ``v`` equal chunks."""
+    them, ``v`` equal chunks; ``share``: the largest chunk's share of its
+    stage where chunks hold unequal blocks (:func:`chunk_share`)."""
     q = p // pp
     cluster = model.cluster
     stages, times = [], []
@@ -375,13 +403,13 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
             memory = math.fsum(r.memory[:3]) + f * r.memory[3] + r.transient
         stages.append(Stage(i, tuple(range(lo, hi)), q, i * q, t, busy, sends, p2p, r.sync, memory, f, r))
         times.append(t)
-    run = schedule.time(times, m)
+    run = schedule.time(times, m, share)
     if cluster.realistic:  # the gradients overlap the last micro-batch's backward pass (their overlapped share)
         o = cluster.overlap
         sync = max((1.0 - o) * s.sync + max(o * s.sync - 2.0 * s.time / 3.0, 0.0) for s in stages)
     else:
         sync = max(s.sync for s in stages)
-    return Pipeline(pp, m, micro, schedule, tuple(stages), run + sync, sync, schedule.bubble(times, m), bound)
+    return Pipeline(pp, m, micro, schedule, tuple(stages), run + sync, sync, schedule.bubble(times, m, share), bound)
 
 
 def stage_result(sub, decisions, model, q: int, ctx=None):
@@ -437,14 +465,15 @@ def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
         if key not in done:
             done[key] = stage_result(_subgraph(g, lo, hi), decisions[lo:hi], stage_model, q, ctx[lo:hi])
         results.append(done[key])
-    chunks = None
+    chunks = share = None
     if schedule.v > 1 and chains:  # each model chunk's activations (the stages cut between the longest chain's blocks)
         chain = max(chains, key=lambda c: c.count * c.size)
         chunks = []
         for (lo, hi), r in zip(ranges, results):
             acts = [layer.memory[3] for layer in r.layers]
             chunks.append(tuple(math.fsum(acts[a - lo:b - lo]) for a, b in chunk_ranges(chain, lo, hi, schedule.v)))
-    return assemble(g, stage_model, p, pp, m, micro, schedule, ranges, results, bound, chunks=chunks)
+        share = chunk_share([b - a for a, b in (stage_blocks(chain, lo, hi) for lo, hi in ranges)], schedule.v)
+    return assemble(g, stage_model, p, pp, m, micro, schedule, ranges, results, bound, chunks=chunks, share=share)
 
 
 def _subgraph(g, lo: int, hi: int):

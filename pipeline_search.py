@@ -8,8 +8,9 @@ ceil(N / pp)) >= 0.85``), the micro-batch size (for each ``pp``, about each
 power of two from an eighth of a stage's devices to all of them, dividing
 the batch, with at least ``pp`` micro-batches, tried from the smallest up
 while the ranking improves), the schedule (1F1B, and interleaved with 2
-chunks when every stage holds at least two blocks, an even number under a
-framework whose virtual stages hold equal layers; GPipe runs as fast
+chunks when every stage holds an even number of blocks; an interleaved
+``--schedule`` asked for takes stages whose blocks split unevenly into its
+chunks too; GPipe runs as fast
 as 1F1B with more memory, so only when asked), and the cuts (blocks shared
 evenly, the first and the last stage taking up to two fewer or one more:
 Alpa's stage DP restricted to partitions of identical blocks).  Every
@@ -38,8 +39,8 @@ import math
 from dataclasses import replace
 
 from errors import InputError
-from pipeline import (Pipeline, Schedule, _even, balanced_ranges, chunking_error, evaluate, node_in_flight, partitions,
-                      stage_cluster, stage_ranges)
+from pipeline import (Pipeline, Schedule, _even, balanced_ranges, chunk_share, chunking_error, evaluate, node_in_flight,
+                      partitions, stage_cluster, stage_ranges)
 
 __all__ = ["search", "micro_candidates", "PipelineDoesNotFit", "SEARCHED"]
 
@@ -122,6 +123,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     pairs = [(pp, micro) for pp in sorted(pps, reverse=True) if p % pp == 0  # small stages first: quick to cost
              for micro in (micro_values or micro_candidates(batch, p, pp)) if batch // micro >= pp]
     smallest = [math.inf]  # the least memory a device of any pipeline tried needs (its stages' bound)
+    chunked, unchunked = [0], []  # settings whose stages can run the schedule; why the others cannot
     bar = progress("ranking pipelines", "settings") if progress is not None else None
     best_of: dict = {}  # pp -> (micro, its best estimate)
     for n_done, (pp, micro) in enumerate(pairs):
@@ -164,13 +166,23 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             return need > capacity
 
         scheds = [Schedule("1f1b")] if schedules is None else list(schedules)
-        if schedules is None and chain is not None and pp > 1 and \
-                chunking_error(_even(N, pp), Schedule("interleaved", 2), model.framework) is None:
+        # interleaved where every stage's blocks divide into its chunks: stages of unequal chunks, asked for, run
+        # too, but searched beside the others they crowd out better settings the bounded search then never tries
+        if schedules is None and chain is not None and pp > 1 and all(c % 2 == 0 for c in _even(N, pp)):
             scheds = scheds + [Schedule("interleaved", 2)]
         # the settings whose stages can fit, before anything else is costed (edges, the stages' optima)
-        fitting = [(counts, ranges, sched) for counts, ranges in _cuts(g, chain, costed, pp) for sched in scheds
-                   if chunking_error(counts, sched, model.framework) is None
-                   and not too_big(ranges, sched)]
+        runnable = []
+        for counts, ranges in _cuts(g, chain, costed, pp):
+            for sched in scheds:
+                if schedules is None and any(c % sched.chunks for c in counts):
+                    continue  # searched unasked: chunks of equal blocks only (see above)
+                why = chunking_error(counts, sched, model.framework)
+                if why:
+                    unchunked.append(why)
+                else:
+                    runnable.append((counts, ranges, sched))
+        chunked[0] += len(runnable)
+        fitting = [(counts, ranges, sched) for counts, ranges, sched in runnable if not too_big(ranges, sched)]
         if not fitting:
             continue
         costed = with_edges(costed)
@@ -189,7 +201,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
 
         for counts, ranges, sched in fitting:
             times = [stage_cost(lo, hi, i, c) for i, ((lo, hi), c) in enumerate(zip(ranges, counts))]
-            ranked.append((sched.time(times, m), micro, pp, counts, sched))
+            ranked.append((sched.time(times, m, chunk_share(counts, sched.v)), micro, pp, counts, sched))
         mine = min((r[0] for r in ranked if r[1] == micro and r[2] == pp), default=math.inf)
         if last is not None and mine > last[1]:  # worse than the smaller micro-batch: stop growing it
             best_of[pp] = (None, None)
@@ -200,6 +212,8 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     if not ranked:
         if incumbent is not None:
             return None
+        if unchunked and not chunked[0]:  # no cut of the blocks runs the schedule asked for
+            raise InputError(f"no pipeline of up to {max(pps)} stages: {unchunked[0]}")
         if capacity is not None and pairs:
             raise PipelineDoesNotFit(max(pps), capacity, smallest[0])
         raise InputError(f"no pipeline of the batch of {batch} on {p} devices: at least as many micro-batches as "

@@ -88,7 +88,7 @@ def _pipeline_lines(r: Result) -> list[str]:
     for s in pipe.stages:
         rows.append((str(s.index), f"{names[s.nodes[0]]} .. {names[s.nodes[-1]]} ({len(s.nodes)})",
                      f"{s.first}-{s.first + s.devices - 1}", fmt_time(cl.seconds(s.time)),
-                     fmt_bytes(s.sends * cl.word_bytes), f"{s.in_flight:.3g}",
+                     fmt_bytes(s.sends * cl.word_bytes), f"{round(s.in_flight, 2):g}",
                      fmt_bytes(s.memory) + ("!" if r.capacity is not None and s.memory > r.capacity else "")))
     return lines + ["  " + line for line in _align(rows, right={0, 3, 4, 5, 6}, sep="  ")]
 

@@ -497,11 +497,12 @@ class Costing:
             parts.append(done[key])
             sends.append(crossing)
         sched = pipeline.Schedule(std.schedule, std.chunks)
-        chunks = None
+        chunks = share = None
         if sched.v > 1:  # each model chunk's activations (the stage's, chunk by chunk)
             chunks = [tuple(float(L.summary(a, b)[0] @ F[:, 6])
                             for a, b in pipeline.chunk_ranges(L.chain, lo, hi, sched.v)) for lo, hi in ranges]
+            share = pipeline.chunk_share(counts, sched.v)
         pipe = pipeline.assemble(L.g, self._models[variant], self.p, pp, m, micro, sched, ranges, parts,
-                                 crossing=sends, chunks=chunks)
+                                 crossing=sends, chunks=chunks, share=share)
         return Estimate(pipe.step, pipe.peak_memory, (F.tobytes(), E.tobytes(), micro, pp, str(sched)),
                         pipe.step - pipe.sync)

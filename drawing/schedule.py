@@ -9,7 +9,8 @@ takes exactly the predicted time:
 * each stage's micro-batch takes its predicted time ``t_i`` (its sends
   included), a third forward and two thirds backward (the share
   ``pipeline.assemble`` gives the backward pass); with ``v`` model chunks
-  per device (interleaved) each chunk takes ``1 / v`` of that;
+  per device (interleaved) each chunk takes ``1 / v`` of that (also where a
+  stage's chunks hold unequal blocks);
 * the order on each stage is the schedule's: GPipe every forward pass, then
   every backward pass; 1F1B (Megatron-LM's) ``pp - i - 1`` forward passes
   to warm up, then one forward and one backward in turn, then the

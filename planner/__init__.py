@@ -417,6 +417,15 @@ def _recorded_pipeline(job: Job, file, path: str):
     except InputError as e:
         raise InputError(f"--evaluate: {e}") from None
     _check_ranges(ranges, gm.number_of_nodes(), path)
+    if sched.v > 1:  # its chunks, as --plan takes them
+        chain = job.chain(micro)
+        if chain is None:
+            raise InputError(f"--evaluate: {path}: the interleaved schedule splits stages into chunks of blocks; "
+                             f"{gm.graph['name']} has no repeated blocks")
+        counts = [b - a for a, b in (pipeline.stage_blocks(chain, lo, hi) for lo, hi in ranges)]
+        why = pipeline.chunking_error(counts, sched, job.model.framework)
+        if why:
+            raise InputError(f"--evaluate: {path}: {why}")
     pipe = pipeline.evaluate(gm, job.model, job.procs, pp, m, micro, sched, ranges, strategy)
     return pipeline.as_result(gm, pipe, job.model, job.procs, job.batch, "evaluate", source=path)
 

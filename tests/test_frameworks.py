@@ -454,8 +454,8 @@ def test_torchtitan_context_parallel_and_70b_speed(tmp_path, table, label):
 
 def test_torchtitan_405b_interleaved(tmp_path):
     """Held out: 405B's 8 stages under the interleaved schedule (Table 5:
-    each stage's 16 or 15 of the 126 blocks in two chunks, 8 and 8 or 8 and
-    7; each chunk's activations kept for its own micro-batches) within 15%
+    each stage's 16 or 15 of the 126 blocks in two chunks, 8 and 8 or 7 and
+    8; each chunk's activations kept for its own micro-batches) within 15%
     in tokens/s and 10% in memory, and faster than the same stages 1F1B, as
     measured (128 against 100 tokens/s)."""
     speed, memory = _torchtitan_row(tmp_path, 5, "FSDP 8 x TP 8 x PP 8, Interleaved 1F1B (Async TP)")

@@ -42,6 +42,17 @@ class TestSchedules:
         assert plain.bubble(t, m) == pytest.approx((pp - 1) / m)
         assert inter.bubble(t, m) == pytest.approx((pp - 1) / (v * m))
 
+    def test_unequal_chunks_wait_on_the_largest(self):
+        """With chunks of unequal blocks the fill and the drain wait on the
+        largest chunk: the bubble is its share of the stage, not 1 / V."""
+        t, m = [2.0] * 4, 8
+        inter = Schedule("interleaved", 2)
+        assert pipeline.chunk_share([16, 16], 2) is None and pipeline.chunk_share([16, 15], 2) == 8 / 15
+        assert pipeline.chunk_share([3, 2], 2) == 2 / 3 and pipeline.chunk_sizes(15, 2) == [7, 8]
+        assert inter.time(t, m) == m * 2.0 + 3 * 2.0 / 2
+        assert inter.time(t, m, share=2 / 3) == pytest.approx(m * 2.0 + 3 * 2.0 * 2 / 3)
+        assert inter.bubble(t, m, share=2 / 3) == pytest.approx(3 * (2 / 3) / m)
+
     def test_micro_batches_in_flight(self):
         pp, m = 4, 8
         assert [Schedule("gpipe").in_flight(i, pp, m) for i in range(pp)] == [8] * 4
@@ -69,7 +80,8 @@ class TestSchedules:
 
     def test_chunk_ranges(self):
         """A stage's blocks split into its chunks as evenly as they divide
-        (15 into 8 and 7), what precedes its blocks in the first chunk, what
+        (15 into 7 and 8: the later chunk, held for fewer micro-batches, takes
+        the extra block), what precedes its blocks in the first chunk, what
         follows them in the last; fewer blocks than chunks refused."""
         from dataclasses import dataclass
 
@@ -82,8 +94,8 @@ class TestSchedules:
             count: int
 
         chain = Chain(start=1, size=3, count=15)  # node 0 before the blocks, 46 to 49 after them
-        assert pipeline.chunk_ranges(chain, 0, 50, 2) == [(0, 25), (25, 50)]  # 8 blocks, then 7 and what follows
-        assert pipeline.chunk_ranges(chain, 10, 19, 2) == [(10, 16), (16, 19)]  # blocks 3 to 5: 2 and 1
+        assert pipeline.chunk_ranges(chain, 0, 50, 2) == [(0, 22), (22, 50)]  # 7 blocks, then 8 and what follows
+        assert pipeline.chunk_ranges(chain, 10, 19, 2) == [(10, 13), (13, 19)]  # blocks 3 to 5: 1 and 2
         with pytest.raises(InputError, match="a stage of 3 blocks cannot hold 4 model chunks"):
             pipeline.chunk_ranges(chain, 10, 19, 4)
 
@@ -188,6 +200,44 @@ def test_the_stage_memory_counts_the_micro_batches_in_flight(tmp_path):
     act1 = (g[1]["memory"] - f[1]["memory"]) / (8 - 1)
     assert act0 > 0 and act1 > 0
     assert g[0]["time"] == f[0]["time"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--schedule", "interleaved:3"), "interleaved:3 needs at least 3 blocks in each stage, not 2 of the 5 over 2 "
+                                      "stages"),
+    (("--schedule", "interleaved", "--framework", "megatron"), "interleaved:2 under Megatron-LM needs each stage's "
+                                                               "blocks (3 or 2 of the 5 over 2 stages) to divide"),
+])
+def test_a_searched_pipeline_no_cut_can_run_says_why(tmp_path, flags, message):
+    """--pp with a schedule no cut of the blocks can run: the error says
+    why, not that nothing fits the memory."""
+    from conftest import one_line_error, tiny_llama
+
+    proc = run_cli("-g", tiny_llama(tmp_path, 5), "-p", 4, "-b", 8, "--seq", 128, "--device", "h100", "--pp", 2,
+                   *flags, ok=False)
+    assert one_line_error(proc).startswith(f"no pipeline of up to 2 stages: {message}")
+
+
+def test_an_interleaved_plan_file_evaluated_takes_its_chunks_as_plan_does(tmp_path):
+    """--evaluate of an interleaved plan checks its stages' blocks as --plan
+    does: refused under Megatron-LM when they do not divide into its
+    chunks, and when a stage holds fewer blocks than chunks (a file edited
+    so), each in one line naming the file."""
+    from conftest import one_line_error, tiny_llama
+
+    args = ("-g", tiny_llama(tmp_path, 5), "-p", 4, "-b", 8, "--seq", 128, "--device", "h100")
+    run_cli(*args, "--plan", "tp=1,pp=2,microbatch=1,schedule=interleaved:2", "--output", tmp_path / "plan.json")
+    proc = run_cli(*args, "--evaluate", "plan.json", "--framework", "megatron", cwd=tmp_path, ok=False)
+    assert one_line_error(proc).startswith("--evaluate: plan.json: interleaved:2 under Megatron-LM needs each "
+                                           "stage's blocks (3 or 2 of the 5 over 2 stages) to divide into 2 chunks")
+    rec = json.loads((tmp_path / "plan.json").read_text())
+    (lo, cut), (_, hi) = rec["pipeline"]["stages"]
+    block = (cut - lo - 1) // 3  # the first stage: the embedding and 3 blocks
+    rec["pipeline"]["stages"] = [[lo, lo + 1 + block], [lo + 1 + block, hi]]  # 1 block, then 4
+    (tmp_path / "edited.json").write_text(json.dumps(rec))
+    proc = run_cli(*args, "--evaluate", "edited.json", cwd=tmp_path, ok=False)
+    assert one_line_error(proc) == ("--evaluate: edited.json: interleaved:2 needs at least 2 blocks in each stage, "
+                                    "not 1 of the 5 over 2 stages")
 
 
 def test_an_interleaved_last_stage_keeps_its_last_chunk_for_one_micro_batch(tmp_path):
