@@ -233,23 +233,15 @@ def stage_ranges(n_nodes: int, chain, counts) -> list[tuple[int, int]]:
     return out
 
 
-def chunking_error(counts, schedule: Schedule, framework=None) -> str | None:
+def chunking_error(counts, schedule: Schedule) -> str | None:
     """Why stages of ``counts`` blocks cannot run ``schedule`` (``None``:
     they can): the interleaved schedule's ``v`` model chunks need ``v``
-    blocks in each stage, and a multiple of ``v`` under a framework whose
-    virtual stages hold equal numbers of blocks (its ``even_chunks``:
-    Megatron-LM's)."""
-    if schedule.name != "interleaved":
+    blocks in each stage."""
+    if schedule.name != "interleaved" or min(counts) >= schedule.chunks:
         return None
     v = schedule.chunks
-    where = f"of the {sum(counts)} over {len(counts)} stages"
-    if min(counts) < v:
-        return f"interleaved:{v} needs at least {v} blocks in each stage, not {min(counts)} {where}"
-    if framework is not None and framework.even_chunks and any(c % v for c in counts):
-        held = " or ".join(str(c) for c in sorted(set(counts), reverse=True))
-        return (f"interleaved:{v} under {framework.title} needs each stage's blocks ({held} {where}) to divide "
-                f"into {v} chunks: its virtual stages hold equal numbers of layers")
-    return None
+    return (f"interleaved:{v} needs at least {v} blocks in each stage, not {min(counts)} of the {sum(counts)} over "
+            f"{len(counts)} stages")
 
 
 def node_in_flight(schedule: Schedule, i: int, pp: int, m: int, chain=None, lo: int = 0, hi: int = 0):

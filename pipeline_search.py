@@ -176,7 +176,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             for sched in scheds:
                 if schedules is None and any(c % sched.chunks for c in counts):
                     continue  # searched unasked: chunks of equal blocks only (see above)
-                why = chunking_error(counts, sched, model.framework)
+                why = chunking_error(counts, sched)
                 if why:
                     unchunked.append(why)
                 else:

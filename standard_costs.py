@@ -338,7 +338,7 @@ class Costing:
         counts = _even(L.chain.count, std.pp)
         if min(counts) < 1:
             raise InputError(f"--plan: pp={std.pp} is more stages than the {L.chain.count} blocks")
-        why = chunking_error(counts, Schedule(std.schedule, std.chunks), self.model.framework)
+        why = chunking_error(counts, Schedule(std.schedule, std.chunks))
         if why:
             raise InputError(f"--plan: {why}")
         return counts, stage_ranges(L.n, L.chain, counts)

@@ -14,8 +14,7 @@ The grid, for ``p`` devices and a model's roles (:mod:`standard`):
 * ``pp``: 1 and the divisors of ``p`` up to the model's repeated blocks;
   with stages, micro-batches of 1, 2 and 4 samples (per data-parallel
   group) and the schedules 1f1b and interleaved:2 (where every stage
-  holds two blocks or more; under a framework whose virtual stages hold
-  equal layers, where they divide in two);
+  holds two blocks or more);
 * ``zero`` 0 to 3 without stages, 0 and 1 with them (Megatron-LM shards
   only the optimizer state across a pipeline's micro-batches);
   ``recompute`` none, selective, full;
@@ -73,11 +72,9 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def structures(g, p: int, batch: int, node: int, blocks: int, framework=None):
+def structures(g, p: int, batch: int, node: int, blocks: int):
     """Every degree but the options (see the module docstring), as
-    :class:`standard.Standard` values with ``dp`` filled; ``framework``
-    the one that runs them (the interleaved schedule's chunks as it takes
-    them: :func:`pipeline.chunking_error`)."""
+    :class:`standard.Standard` values with ``dp`` filled."""
     from graph import operators
     from pipeline import Schedule, _even, chunking_error
     from standard import Standard
@@ -110,7 +107,7 @@ def structures(g, p: int, batch: int, node: int, blocks: int, framework=None):
                             if (batch // dp) % micro:
                                 continue
                             yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, sp=sp, pp=pp, microbatch=micro)
-                            if chunking_error(_even(blocks, pp), Schedule("interleaved", 2), framework) is None:
+                            if chunking_error(_even(blocks, pp), Schedule("interleaved", 2)) is None:
                                 yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, sp=sp, pp=pp, microbatch=micro,
                                                schedule="interleaved", chunks=2)
 
@@ -140,7 +137,7 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
     ``exact``."""
     import heapq
 
-    shapes = list(structures(g, p, batch, node, blocks, costing.model.framework))
+    shapes = list(structures(g, p, batch, node, blocks))
     tally = {"costed": 0, "skipped": 0, "unfit": 0, "invalid": 0}
     least = [math.inf, False]  # the least memory seen, and whether it is a bound (nothing costed needed less)
     queue = []

@@ -110,10 +110,6 @@ class Framework:
     re-distributed into it, e.g. tensor parallelism's all-gather, cast
     before; the gradient goes back in the training precision).
 
-    Pipelines: ``even_chunks``: the interleaved schedule's model chunks
-    must hold equal numbers of blocks (Megatron-LM's virtual stages); else
-    a stage's blocks split into them as evenly as they divide.
-
     Memory beyond tensors: ``reserve`` what the caching allocator holds
     beyond the tensors' peak, as a share of it; ``outside_gb`` what the
     process holds outside the allocator (CUDA context, NCCL's buffers).
@@ -151,7 +147,6 @@ class Framework:
     repeat_kv: bool = False
     float8_gathers: tuple[str, ...] = ()
     attention_kernel: str = ""
-    even_chunks: bool = False
     compiled_loss: tuple[float, float] | None = None
     compiled_loss_passes: tuple[float, float] | None = None
     fitted: tuple[str, ...] = ()  # the published rows its fitted constants come from

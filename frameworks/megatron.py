@@ -67,9 +67,6 @@ MEGATRON = register(Framework(
     # under sequence parallelism, which Korthikanti et al. report hidden
     contention=0.0,
     overhead=0.0,  # nothing fitted: Korthikanti et al.'s and Narayanan et al.'s step times are checks
-    # --num-layers-per-virtual-pipeline-stage: every virtual stage holds that many layers
-    # (megatron/training/arguments.py requires the layers per stage to divide by it)
-    even_chunks=True,
     # PyTorch's caching allocator as torchtitan's benchmark shows it (frameworks/torchtitan.py, fitted there):
     # the same allocator under Megatron-LM
     reserve=0.104,

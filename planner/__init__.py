@@ -423,7 +423,7 @@ def _recorded_pipeline(job: Job, file, path: str):
             raise InputError(f"--evaluate: {path}: the interleaved schedule splits stages into chunks of blocks; "
                              f"{gm.graph['name']} has no repeated blocks")
         counts = [b - a for a, b in (pipeline.stage_blocks(chain, lo, hi) for lo, hi in ranges)]
-        why = pipeline.chunking_error(counts, sched, job.model.framework)
+        why = pipeline.chunking_error(counts, sched)
         if why:
             raise InputError(f"--evaluate: {path}: {why}")
     pipe = pipeline.evaluate(gm, job.model, job.procs, pp, m, micro, sched, ranges, strategy)

@@ -115,7 +115,7 @@ def _standard_pipeline(job: Job, std, model):
     if sched.name == "interleaved" and chain is None:
         raise InputError("--plan: the interleaved schedule splits stages into chunks of blocks; "
                          f"{g.graph['name']} has no repeated blocks")
-    why = pipeline.chunking_error(counts, sched, model.framework)
+    why = pipeline.chunking_error(counts, sched)
     if why:
         raise InputError(f"--plan: {why}")
     pipe = pipeline.evaluate(g, model, job.procs, std.pp, m, micro, sched, ranges, strategy(g, std))

@@ -249,12 +249,16 @@ class TestMegatron:
         assert layout.startswith("E") and layout.endswith("L")
         assert "--pipeline-model-parallel-layout" not in megatron_args(render("megatron", LLAMA, 64,
                                                                              plan="tp=8,dp=4,pp=2"))
+        # interleaved chunks of unequal layers: one layout stage per virtual stage, in the model's order
+        args = megatron_args(render("megatron", LLAMA, 64, plan="tp=8,dp=2,pp=4,schedule=interleaved:3", batch=128))
+        layout = flag_value(args, "--pipeline-model-parallel-layout").split("|")
+        assert [s.count("t") for s in layout] == [2] * 4 + [3] * 8  # 8 layers a stage: 2, 3 and 3
+        assert layout[0].startswith("E") and layout[-1].endswith("L")
+        assert "--num-layers-per-virtual-pipeline-stage" not in args
 
     @pytest.mark.parametrize("graph, kw, words", [
         (LLAMA, dict(plan="tp=8,dp=4,pp=2,schedule=gpipe"), "not GPipe"),
         (LLAMA, dict(plan="tp=8,dp=4,pp=2,zero=3"), "does not run with pipeline stages"),
-        (LLAMA, dict(plan="tp=8,dp=2,pp=4,schedule=interleaved:3", batch=128),  # 8 layers a stage: 3, 3 and 2
-         "the interleaved schedule's model chunks hold [2, 3] layers; Megatron-LM's virtual stages hold the same"),
         (MIXTRAL, dict(plan="tp=2,ep=8", batch=256), "give sp=1"),
     ])
     def test_refusals(self, graph, kw, words):

@@ -23,8 +23,11 @@ with the sharding strategies ``optim_grads`` and ``optim_grads_params``
 (with the flags its guide requires: ``--use-distributed-optimizer``,
 ``--no-gradient-accumulation-fusion``, ``--ckpt-format fsdp_dtensor``).
 Megatron derives the data-parallel degree from the world size.  Layers
-split unevenly over the stages are written as a pipeline layout (``E`` the
-embedding, ``t`` a layer, ``L`` the head, ``|`` between stages).
+split unevenly over the stages, or over the interleaved schedule's model
+chunks, are written as a pipeline layout (``E`` the embedding, ``t`` a
+layer, ``L`` the head, ``|`` between stages; with chunks, one stage per
+virtual stage in the model's order, virtual stage ``k`` on rank ``k mod
+pp``, from which Megatron-LM takes the virtual pipeline's size).
 
 Refused, in one line: the GPipe schedule (Megatron-LM's pipelines are
 1F1B, interleaved or not); Megatron-FSDP (zero 2 and 3) with pipeline
@@ -64,11 +67,8 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     if plan.seq is not None:
         args.append(f"--seq-length {plan.seq}")
     if std.pp > 1:
-        parts = layer_parts(plan, std, "megatron")
-        if std.schedule == "interleaved":
-            if len(set(parts)) > 1:
-                raise InputError(fail + f"the interleaved schedule's model chunks hold {sorted(set(parts))} layers; "
-                                 "Megatron-LM's virtual stages hold the same number")
+        parts = layer_parts(plan, std, "megatron")  # in model order: a virtual stage's on rank k mod pp
+        if std.schedule == "interleaved" and len(set(parts)) == 1:
             args.append(f"--num-layers-per-virtual-pipeline-stage {parts[0]}")
         elif len(set(parts)) > 1:
             stages = ["t" * n for n in parts]
