@@ -100,15 +100,13 @@ class Schedule:
         bytes of a micro-batch's activations; default: alike), add up to
         the most.  Their sum over ``v`` is :meth:`in_flight`'s count when
         the weights are alike."""
-        v = self.chunks
-        w = tuple(weights) if weights is not None else (1.0,) * v
-        held, best, at = [0] * v, -1.0, (0,) * v
-        for kind, _, c in order(self.name, i, pp, m, v):
-            held[c] += 1 if kind == "F" else -1
-            if kind == "F":
+        w = tuple(weights) if weights is not None else (1.0,) * self.chunks
+        best, at = -1.0, (0,) * self.chunks
+        for forward, held in self._held(i, pp, m):
+            if forward:
                 total = math.fsum(h * x for h, x in zip(held, w))
                 if total > best:
-                    best, at = total, tuple(held)
+                    best, at = total, held
         return tuple(float(h) for h in at)
 
     def chunk_peaks(self, i: int, pp: int, m: int) -> tuple[float, ...]:
@@ -117,11 +115,19 @@ class Schedule:
         :meth:`chunk_in_flight`'s, whatever the chunks' weights (stage 1 of
         32 with 64 micro-batches: 64 and 32, where its peak holds 61 and
         32)."""
-        held, most = [0] * self.chunks, [0] * self.chunks
+        most = [0] * self.chunks
+        for _, held in self._held(i, pp, m):
+            most = [max(a, b) for a, b in zip(most, held)]
+        return tuple(float(x) for x in most)
+
+    def _held(self, i: int, pp: int, m: int):
+        """After each operation of stage ``i`` in the schedule's order
+        (:func:`order`): whether it was a forward pass, and the micro-batches
+        of each chunk then held."""
+        held = [0] * self.chunks
         for kind, _, c in order(self.name, i, pp, m, self.chunks):
             held[c] += 1 if kind == "F" else -1
-            most[c] = max(most[c], held[c])
-        return tuple(float(x) for x in most)
+            yield kind == "F", tuple(held)
 
     def time(self, times, m: int, share: float | None = None) -> float:
         """The pipeline's time for ``m`` micro-batches whose stages take

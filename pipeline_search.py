@@ -123,7 +123,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     pairs = [(pp, micro) for pp in sorted(pps, reverse=True) if p % pp == 0  # small stages first: quick to cost
              for micro in (micro_values or micro_candidates(batch, p, pp)) if batch // micro >= pp]
     smallest = [math.inf]  # the least memory a device of any pipeline tried needs (its stages' bound)
-    chunked, unchunked = [0], []  # settings whose stages can run the schedule; why the others cannot
+    chunked, unchunked = 0, None  # settings whose stages can run the schedule; why the first other cannot
     bar = progress("ranking pipelines", "settings") if progress is not None else None
     best_of: dict = {}  # pp -> (micro, its best estimate)
     for n_done, (pp, micro) in enumerate(pairs):
@@ -155,13 +155,11 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             need = 0.0
             for i, (lo, hi) in enumerate(ranges):
                 f = node_in_flight(sched, i, pp, m, chain, lo, hi)
-                for x in sorted(set(f)) if isinstance(f, tuple) else (f,):
+                fs = f if isinstance(f, tuple) else (f,) * (hi - lo)  # each chunk's operators with its own count
+                for x in sorted(set(fs)):
                     if x not in least:
                         least[x] = least_memory(costed, x)
-                if isinstance(f, tuple):  # each chunk's operators with its own count
-                    need = max(need, math.fsum(least[x][u] for u, x in zip(range(lo, hi), f)))
-                else:
-                    need = max(need, math.fsum(least[f][lo:hi]))
+                need = max(need, math.fsum(least[x][u] for u, x in zip(range(lo, hi), fs)))
             smallest[0] = min(smallest[0], need)
             return need > capacity
 
@@ -178,10 +176,10 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
                     continue  # searched unasked: chunks of equal blocks only (see above)
                 why = chunking_error(counts, sched)
                 if why:
-                    unchunked.append(why)
+                    unchunked = unchunked or why
                 else:
                     runnable.append((counts, ranges, sched))
-        chunked[0] += len(runnable)
+        chunked += len(runnable)
         fitting = [(counts, ranges, sched) for counts, ranges, sched in runnable if not too_big(ranges, sched)]
         if not fitting:
             continue
@@ -212,8 +210,8 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     if not ranked:
         if incumbent is not None:
             return None
-        if unchunked and not chunked[0]:  # no cut of the blocks runs the schedule asked for
-            raise InputError(f"no pipeline of up to {max(pps)} stages: {unchunked[0]}")
+        if unchunked and not chunked:  # no cut of the blocks runs the schedule asked for
+            raise InputError(f"no pipeline of up to {max(pps)} stages: {unchunked}")
         if capacity is not None and pairs:
             raise PipelineDoesNotFit(max(pps), capacity, smallest[0])
         raise InputError(f"no pipeline of the batch of {batch} on {p} devices: at least as many micro-batches as "
