@@ -1,0 +1,211 @@
+"""The ``megatron`` exports, taken by Megatron Core itself: the bash array,
+as bash reads it, becomes Megatron Core's ``TransformerConfig`` and
+``DistributedDataParallelConfig`` as Megatron-LM's
+``core_transformer_config_from_args`` builds them (every dataclass field
+from the argument of its name: ``--tensor-model-parallel-size`` sets
+``tensor_model_parallel_size``, a field's ``argparse_meta`` naming its
+flag where the name differs, ``--no-X`` clearing ``X``), and the configs'
+own validation runs: sequence parallelism with tensor parallelism, the
+recomputation settings, the pipeline layout against the number of layers.
+The layers each pipeline rank and virtual stage builds are then read from
+Megatron Core (its layout, or its even split) and compared with the
+plan's.
+
+Megatron-LM's ``megatron/training/arguments.py`` is not in the
+``megatron-core`` package: the flags that only it reads (the batch sizes,
+the sequence length, the checkpoint format) are listed here and checked
+by name; ``--num-layers-per-virtual-pipeline-stage`` becomes the virtual
+pipeline's size as its ``validate_args`` computes it.
+
+Needs torch and megatron-core (``requirements-torch.txt``); CI installs
+them in a second environment where this file must not skip."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import typing
+
+import pytest
+
+from conftest import ROOT
+
+pytest.importorskip("torch", reason="torch is not installed (pip install -r requirements-torch.txt)")
+pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install -r requirements-torch.txt)")
+
+CONFIGS = ROOT / "tests" / "data" / "configs"
+MIXTRAL = str(CONFIGS / "mixtral-8x7b" / "config.json")
+
+#: flags Megatron-LM's own argument parser reads (megatron/training/arguments.py), no Megatron Core field
+TRAINING_ONLY = {"micro_batch_size", "global_batch_size", "seq_length", "ckpt_format",
+                 "num_layers_per_virtual_pipeline_stage"}
+
+
+def _gpt(folder, layers: int, heads: int = 16, hidden: int = 1024) -> str:
+    folder.mkdir(exist_ok=True)
+    path = folder / "config.json"
+    path.write_text(json.dumps({"model_type": "gpt2", "n_head": heads, "n_embd": hidden, "n_layer": layers,
+                                "n_positions": 2048, "vocab_size": 51200}))
+    return str(path)
+
+
+def _render(graph: str, procs: int, **kw) -> str:
+    from exports.frameworks import FRAMEWORKS
+    from exports.frameworks.plans import PlanView
+    from planner import plan
+    from settings import Settings
+
+    p = plan(Settings(graph=graph, procs=procs, **kw))
+    return FRAMEWORKS["megatron"].render(PlanView(p.settings, p.graph, p.result))
+
+
+def _words(text: str) -> list[str]:
+    proc = subprocess.run(["bash", "-c", text + '\nprintf "%s\\n" "${PASE_PARALLEL_ARGS[@]}"'],
+                          capture_output=True, text=True, check=True)
+    return proc.stdout.split("\n")[:-1]
+
+
+def _flags(words: list[str]) -> dict:
+    """Flag name (dashes as underscores, no leading ``--``) to its value,
+    ``True`` for a switch."""
+    out, i = {}, 0
+    while i < len(words):
+        assert words[i].startswith("--"), words[i]
+        name = words[i][2:].replace("-", "_")
+        if i + 1 < len(words) and not words[i + 1].startswith("--"):
+            out[name], i = words[i + 1], i + 2
+        else:
+            out[name], i = True, i + 1
+    return out
+
+
+def _fields(cls, flags: dict, used: set) -> dict:
+    """The keyword arguments of the dataclass ``cls`` that ``flags`` set,
+    each converted to its field's type; the flags taken go into ``used``."""
+    hints = typing.get_type_hints(cls)
+    kw = {}
+    for f in dataclasses.fields(cls):
+        names = [f.name]
+        meta = f.metadata.get("argparse_meta", {})
+        names += [n[2:].replace("-", "_") for n in meta.get("arg_names", [])]
+        for name in names:
+            if name in flags:
+                value = flags[name]
+                kind = hints[f.name]
+                if value is not True and (kind is int or typing.Optional[int] == kind):
+                    value = int(value)
+                kw[f.name] = value
+                used.add(name)
+        if f"no_{f.name}" in flags and hints[f.name] is bool:
+            kw[f.name] = False
+            used.add(f"no_{f.name}")
+    return kw
+
+
+def _megatron(text: str, layers: int, heads: int = 16, hidden: int = 1024, **model):
+    """Megatron Core's configs of an exported bash array for a model of
+    ``layers`` layers: ``(TransformerConfig, DistributedDataParallelConfig,
+    the flags)``."""
+    import torch
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    flags = _flags(_words(text))
+    used: set = set()
+    kw = _fields(TransformerConfig, flags, used)
+    ddp = DistributedDataParallelConfig(**_fields(DistributedDataParallelConfig, flags, used))
+    assert set(flags) - used <= TRAINING_ONLY, f"flags Megatron reads nowhere: {set(flags) - used - TRAINING_ONLY}"
+    pp = kw.get("pipeline_model_parallel_size", 1)
+    if "num_layers_per_virtual_pipeline_stage" in flags:  # validate_args: the stage's layers over the chunk's
+        per_stage, per_chunk = layers // pp, int(flags["num_layers_per_virtual_pipeline_stage"])
+        assert per_stage % per_chunk == 0
+        kw["virtual_pipeline_model_parallel_size"] = per_stage // per_chunk
+    if pp > 1:
+        kw["pipeline_dtype"] = torch.bfloat16
+    cfg = TransformerConfig(num_layers=layers, hidden_size=hidden, num_attention_heads=heads, **model, **kw)
+    return cfg, ddp, flags
+
+
+def _layers_built(cfg) -> list[list[int]]:
+    """The decoder layers Megatron Core builds on each pipeline rank, one
+    count per virtual stage (model chunk)."""
+    from megatron.core import parallel_state
+    from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    pp, vpp = cfg.pipeline_model_parallel_size, cfg.virtual_pipeline_model_parallel_size
+    if cfg.pipeline_model_parallel_layout is not None:
+        return [[chunk.count(LayerType.decoder) for chunk in rank] for rank in cfg.pipeline_model_parallel_layout.layout]
+    parallel_state.set_virtual_pipeline_model_parallel_world_size(vpp)
+    try:
+        return [[get_num_layers_to_build(cfg, vp_stage=v, pp_rank=r) for v in range(vpp or 1)] for r in range(pp)]
+    finally:
+        parallel_state.set_virtual_pipeline_model_parallel_world_size(None)
+
+
+def test_an_interleaved_pipeline_of_unequal_chunks(tmp_path):
+    """30 layers over 4 stages of 2 chunks (8, 8, 7 and 7 layers: the
+    later chunk takes the extra one): Megatron Core reads the layout's
+    eight virtual stages as two chunks per rank, as the plan was costed."""
+    gpt = _gpt(tmp_path / "g30", 30)
+    text = _render(gpt, 32, batch=64, device="a100-80gb", framework="megatron",
+                   plan="tp=2,pp=4,sp=1,recompute=selective,schedule=interleaved:2,microbatch=1,zero=1")
+    assert "--pipeline-model-parallel-layout 'Etttt|tttt|ttt|ttt|tttt|tttt|tttt|ttttL'" in text
+    cfg, ddp, _ = _megatron(text, 30)
+    assert cfg.virtual_pipeline_model_parallel_size == 2
+    assert _layers_built(cfg) == [[4, 4], [4, 4], [3, 4], [3, 4]]
+    assert (cfg.tensor_model_parallel_size, cfg.sequence_parallel, cfg.recompute_granularity) == (2, True, "selective")
+    assert ddp.use_distributed_optimizer is True and cfg.bf16 is True
+
+
+def test_an_uneven_pipeline(tmp_path):
+    gpt = _gpt(tmp_path / "g30", 30)
+    text = _render(gpt, 16, batch=64, device="a100-80gb", framework="megatron",
+                   plan="tp=2,pp=4,sp=1,recompute=full,microbatch=2")
+    cfg, ddp, flags = _megatron(text, 30)
+    assert cfg.virtual_pipeline_model_parallel_size is None
+    assert _layers_built(cfg) == [[8], [8], [7], [7]]
+    assert (cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers) == ("full", "uniform", 1)
+    assert ddp.use_distributed_optimizer is False
+    assert (flags["micro_batch_size"], flags["global_batch_size"], flags["seq_length"]) == ("2", "64", "2048")
+
+
+def test_an_interleaved_pipeline_of_equal_chunks(tmp_path):
+    gpt = _gpt(tmp_path / "g32", 32)
+    text = _render(gpt, 32, batch=64, device="a100-80gb", framework="megatron",
+                   plan="tp=2,pp=4,sp=1,schedule=interleaved:2,microbatch=1")
+    assert "--num-layers-per-virtual-pipeline-stage 4" in text and "layout" not in text
+    cfg, _, _ = _megatron(text, 32)
+    assert cfg.virtual_pipeline_model_parallel_size == 2
+    assert _layers_built(cfg) == [[4, 4]] * 4
+
+
+def test_float8_and_context_parallelism(tmp_path):
+    gpt = _gpt(tmp_path / "g8", 8)
+    text = _render(gpt, 16, batch=16, seq=8192, device="h100", framework="megatron", float8=True,
+                   plan="tp=4,cp=2,sp=1,recompute=selective,zero=1")
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text
+    cfg, ddp, _ = _megatron(text, 8)
+    assert (cfg.tensor_model_parallel_size, cfg.context_parallel_size, cfg.pipeline_model_parallel_size) == (4, 2, 1)
+    assert cfg.fp8 == "hybrid" and cfg.fp8_amax_history_len == 1024 and cfg.fp8_amax_compute_algo == "max"
+    assert ddp.use_distributed_optimizer is True
+
+
+def test_experts_with_tensor_and_sequence_parallelism():
+    text = _render(MIXTRAL, 64, batch=256, seq=4096, device="h100", framework="megatron",
+                   plan="tp=2,ep=8,sp=1,zero=1,recompute=full")
+    # the model's own arguments: Mixtral's 8 experts, 2 per token, no biases (--disable-bias-linear)
+    cfg, _, _ = _megatron(text, 32, heads=32, hidden=4096, num_moe_experts=8, moe_router_topk=2,
+                          add_bias_linear=False)
+    assert (cfg.tensor_model_parallel_size, cfg.expert_model_parallel_size, cfg.sequence_parallel) == (2, 8, True)
+    assert cfg.expert_tensor_parallel_size == 2  # each expert split by tp, as the plan costs it
+
+
+def test_megatron_fsdp(tmp_path):
+    gpt = _gpt(tmp_path / "g8", 8)
+    text = _render(gpt, 16, batch=64, device="a100-80gb", framework="megatron", plan="dp=16,zero=3")
+    cfg, ddp, flags = _megatron(text, 8)
+    assert ddp.use_megatron_fsdp is True and ddp.data_parallel_sharding_strategy == "optim_grads_params"
+    assert ddp.use_distributed_optimizer is True and cfg.gradient_accumulation_fusion is False
+    assert flags["ckpt_format"] == "fsdp_dtensor"
