@@ -345,6 +345,12 @@ class TestDTensor:
             "transformer.h.0"
         assert "is no Hugging Face config" in refused("dtensor", "transformer", 8, plan="tp=2")
 
+    @pytest.mark.parametrize("family", ["qwen3", "gemma2", "olmo2", "phi3", "deepseek_v3"])
+    def test_refuses_a_family_whose_class_it_does_not_name(self, family):
+        config = str(ROOT / "tests" / "data" / "families" / family / "config.json")
+        message = refused("dtensor", config, 8, plan="dp=8,zero=3", batch=8, seq=64)
+        assert f"not of {family}: export it with --export jax or --export torchtitan" in message
+
 
 # -- JAX ------------------------------------------------------------------------------
 
