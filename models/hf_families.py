@@ -90,6 +90,16 @@ FAMILIES: dict[str, Family] = {
                           defaults={"interleave_moe_layer_step": 1, "no_rope_layer_interval": 4,
                                     "use_qk_norm": True}),
     "llama4": Family(text="llama4_text"),
+    "gemma": Family(tied=True),
+    "granite": Family(),
+    "helium": Family(),
+    "seed_oss": Family(out_bias="attention_out_bias"),
+    "glm": Family(out_bias=False),
+    "glm4": Family(norms="sandwich", out_bias=False),
+    "olmoe": Family(qk_norm="proj", moe="every", expert_ffn="intermediate_size"),
+    "exaone4": Family(qk_norm="head", norms="post"),
+    "smollm3": Family(tied=True),
+    "ernie4_5": Family(qkv_bias="use_bias", out_bias="use_bias", mlp_bias="use_bias", tied=True),
 }
 
 
