@@ -204,6 +204,29 @@ class TestTorchtitan:
     def test_refuses_a_built_in_graph(self):
         assert "is no Hugging Face config" in refused("torchtitan", "transformer", 8, plan="tp=2")
 
+    @pytest.mark.parametrize("family, fused", [("phi3", "qkv_proj, gate_up_proj"), ("glm", "gate_up_proj"),
+                                               ("glm4", "gate_up_proj")])
+    def test_refuses_the_projections_the_backend_cannot_shard(self, family, fused):
+        config = str(ROOT / "tests" / "data" / "families" / family / "config.json")
+        message = refused("torchtitan", config, 8, plan="dp=8,zero=3", batch=8, seq=64)
+        assert f"which {family} fuses ({fused}): export it with --export jax" in message
+        assert message.endswith("--export jax")
+        assert refused("dtensor", config, 8, plan="dp=8,zero=3", batch=8, seq=64).endswith(
+            f"not of {family}: export it with --export jax")
+
+    def test_notes_what_the_backend_builds_otherwise(self):
+        families = ROOT / "tests" / "data" / "families"
+        tied = render("torchtitan", str(families / "ernie4_5" / "config.json"), 8, plan="dp=8,zero=3", batch=8,
+                      seq=64)
+        assert "# the backend unties the embedding and the head: the job trains 105,906,176 more parameters" in tied
+        assert "attention_bias" not in tied  # its biases are use_bias's, which the backend leaves alone
+        biased = render("torchtitan", str(families / "seed_oss" / "config.json"), 8, plan="dp=8,zero=3", batch=8,
+                        seq=64)
+        assert "# the backend builds the model with attention_bias off" in biased and "unties" not in biased
+        plain = render("torchtitan", str(ROOT / "tests" / "data" / "configs" / "mistral-7b" / "config.json"), 8,
+                       plan="dp=8,zero=3", batch=8, seq=64)
+        assert "unties" not in plain and "biases" not in plain
+
 
 # -- Megatron-LM -----------------------------------------------------------------------
 
@@ -260,9 +283,17 @@ class TestMegatron:
         (LLAMA, dict(plan="tp=8,dp=4,pp=2,schedule=gpipe"), "not GPipe"),
         (LLAMA, dict(plan="tp=8,dp=4,pp=2,zero=3"), "does not run with pipeline stages"),
         (MIXTRAL, dict(plan="tp=2,ep=8", batch=256), "give sp=1"),
+        # 64 / (8 x 4) = dp 2: 20 samples are 10 micro-batches of 1 a rank, no multiple of pp 4
+        (LLAMA, dict(plan="tp=8,pp=4,schedule=interleaved:2,microbatch=1", batch=20),
+         "refuses 10 micro-batches with pp=4: give a batch that is a multiple of 8 (pp x dp x micro-batch)"),
     ])
     def test_refusals(self, graph, kw, words):
         assert words in refused("megatron", graph, 64, **kw)
+
+    def test_an_interleaved_pipeline_of_whole_groups_of_micro_batches(self):
+        args = megatron_args(render("megatron", LLAMA, 64, plan="tp=8,pp=4,schedule=interleaved:2,microbatch=1",
+                                    batch=32))
+        assert flag_value(args, "--num-layers-per-virtual-pipeline-stage") == "4"
 
 
 # -- DTensor ---------------------------------------------------------------------------
@@ -349,7 +380,7 @@ class TestDTensor:
     def test_refuses_a_family_whose_class_it_does_not_name(self, family):
         config = str(ROOT / "tests" / "data" / "families" / family / "config.json")
         message = refused("dtensor", config, 8, plan="dp=8,zero=3", batch=8, seq=64)
-        assert f"not of {family}: export it with --export jax or --export torchtitan" in message
+        assert f"not of {family}: export it with --export jax" in message
 
 
 # -- JAX ------------------------------------------------------------------------------

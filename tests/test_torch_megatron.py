@@ -4,9 +4,10 @@ as bash reads it, becomes Megatron Core's ``TransformerConfig`` and
 ``core_transformer_config_from_args`` builds them (every dataclass field
 from the argument of its name: ``--tensor-model-parallel-size`` sets
 ``tensor_model_parallel_size``, a field's ``argparse_meta`` naming its
-flag where the name differs, ``--no-X`` clearing ``X``), and the configs'
-own validation runs: sequence parallelism with tensor parallelism, the
-recomputation settings, the pipeline layout against the number of layers.
+flag where the name differs, a named switch of a field on by default or
+``--no-X`` clearing it), and the configs' own validation runs: sequence
+parallelism with tensor parallelism, the recomputation settings, the
+pipeline layout against the number of layers.
 The layers each pipeline rank and virtual stage builds are then read from
 Megatron Core (its layout, or its even split) and compared with the
 plan's.
@@ -86,14 +87,15 @@ def _fields(cls, flags: dict, used: set) -> dict:
     hints = typing.get_type_hints(cls)
     kw = {}
     for f in dataclasses.fields(cls):
-        names = [f.name]
         meta = f.metadata.get("argparse_meta", {})
-        names += [n[2:].replace("-", "_") for n in meta.get("arg_names", [])]
-        for name in names:
+        named = [n[2:].replace("-", "_") for n in meta.get("arg_names", [])]
+        for name in named or [f.name]:
             if name in flags:
                 value = flags[name]
                 kind = hints[f.name]
-                if value is not True and (kind is int or typing.Optional[int] == kind):
+                if value is True and named and f.default is True:  # a named switch of a field on by default clears
+                    value = False  # it (--disable-bias-linear: add_bias_linear)
+                elif value is not True and (kind is int or typing.Optional[int] == kind):
                     value = int(value)
                 kw[f.name] = value
                 used.add(name)
@@ -136,7 +138,8 @@ def _layers_built(cfg) -> list[list[int]]:
 
     pp, vpp = cfg.pipeline_model_parallel_size, cfg.virtual_pipeline_model_parallel_size
     if cfg.pipeline_model_parallel_layout is not None:
-        return [[chunk.count(LayerType.decoder) for chunk in rank] for rank in cfg.pipeline_model_parallel_layout.layout]
+        layout = cfg.pipeline_model_parallel_layout.layout
+        return [[chunk.count(LayerType.decoder) for chunk in rank] for rank in layout]
     parallel_state.set_virtual_pipeline_model_parallel_world_size(vpp)
     try:
         return [[get_num_layers_to_build(cfg, vp_stage=v, pp_rank=r) for v in range(vpp or 1)] for r in range(pp)]
@@ -199,7 +202,8 @@ def test_experts_with_tensor_and_sequence_parallelism():
     cfg, _, _ = _megatron(text, 32, heads=32, hidden=4096, num_moe_experts=8, moe_router_topk=2,
                           add_bias_linear=False)
     assert (cfg.tensor_model_parallel_size, cfg.expert_model_parallel_size, cfg.sequence_parallel) == (2, 8, True)
-    assert cfg.expert_tensor_parallel_size == 2  # each expert split by tp, as the plan costs it
+    # no flag for it: Megatron's default, the tensor-parallel size, splits each expert by tp as the plan costs it
+    assert cfg.expert_tensor_parallel_size == 2
 
 
 def test_megatron_fsdp(tmp_path):

@@ -142,8 +142,11 @@ def tensor_plan(cfg, std) -> dict:
 
 def _checks(cfg, std, plan):
     if cfg.family not in CLASSES:
+        from exports.frameworks.torchtitan import FUSED
+
+        other = "--export jax" + ("" if cfg.family in FUSED else " or --export torchtitan")
         raise InputError(FAIL + f"the plan names the modules of a transformers class of Llama, Mistral, Qwen2, "
-                         f"Mixtral or GPT-2, not of {cfg.family}: export it with --export jax or --export torchtitan")
+                         f"Mixtral or GPT-2, not of {cfg.family}: export it with {other}")
     if std.zero in (1, 2):
         raise InputError(FAIL + f"zero={std.zero} shards the optimizer's state"
                          f"{' and the gradients' if std.zero == 2 else ''} but not the weights, which fully_shard "

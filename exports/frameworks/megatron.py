@@ -30,7 +30,8 @@ virtual stage in the model's order, virtual stage ``k`` on rank ``k mod
 pp``, from which Megatron-LM takes the virtual pipeline's size).
 
 Refused, in one line: the GPipe schedule (Megatron-LM's pipelines are
-1F1B, interleaved or not); Megatron-FSDP (zero 2 and 3) with pipeline
+1F1B, interleaved or not); an interleaved schedule whose micro-batches
+are no multiple of ``pp`` (Megatron Core runs them in groups of ``pp``); Megatron-FSDP (zero 2 and 3) with pipeline
 stages; tensor and expert parallelism without sequence parallelism (which
 Megatron-LM requires together); plans that are no standard configuration.
 """
@@ -41,7 +42,8 @@ import shlex
 
 from errors import InputError
 
-FOLLOWS = "Megatron-LM, Megatron Core r0.15 (megatron/training/arguments.py)"
+FOLLOWS = ("Megatron-LM, Megatron Core r0.15 (megatron/training/arguments.py); checked with Megatron Core 0.16.1's "
+           "configs")
 
 
 def arguments(plan) -> tuple[list[str], list[str]]:
@@ -59,6 +61,11 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     if std.ep > 1 and std.tp > 1 and not std.sp:
         raise InputError(fail + "Megatron-LM requires sequence parallelism with tensor and expert parallelism: "
                          "give sp=1")
+    if std.pp > 1 and std.schedule == "interleaved" and (plan.batch // (std.dp * std.microbatch)) % std.pp:
+        m, unit = plan.batch // (std.dp * std.microbatch), std.pp * std.dp * std.microbatch
+        raise InputError(fail + f"Megatron-LM runs the interleaved schedule's micro-batches in groups of pp "
+                         f"(microbatch_group_size_per_vp_stage) and refuses {m} micro-batches with pp={std.pp}: give "
+                         f"a batch that is a multiple of {unit} (pp x dp x micro-batch)")
     args = [f"--tensor-model-parallel-size {std.tp}", f"--pipeline-model-parallel-size {std.pp}",
             f"--context-parallel-size {std.cp}", f"--expert-model-parallel-size {std.ep}"]
     if std.sp:

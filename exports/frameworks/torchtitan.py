@@ -37,7 +37,11 @@ the parallelism sections alone); ZeRO stages 1 and 2; expert parallelism
 without FSDP (``zero=3``: torchtitan's experts borrow the FSDP ranks), with
 context or tensor parallelism (torchtitan 0.3 runs experts without tensor
 parallelism, over ranks borrowed from ``dp_shard x cp x tp``); fp16; plans
-that are no standard configuration.
+that are no standard configuration; families whose projections the
+transformers backend cannot shard (:data:`FUSED`: Phi-3's fused q/k/v and
+gate/up, GLM's fused gate/up).  Noted in the file: the backend unties tied
+embeddings and drops the biases ``attention_bias`` and ``mlp_bias`` switch
+on (:func:`backend_changes`).
 """
 
 from __future__ import annotations
@@ -52,6 +56,11 @@ SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 PRECISION = {"bf16": "bfloat16", "fp32": "float32"}
 FAIL = "--export torchtitan: "
 #: torchtitan's own Llama 3 configs: (width, layers, heads, key/value heads, feed-forward, vocabulary)
+#: families whose transformers modules torchtitan 0.3's transformers backend cannot shard (hf_sharding.py looks for
+#: q_proj, and gate_proj or fc1): what each fuses
+FUSED = {"phi3": "qkv_proj, gate_up_proj", "glm": "gate_up_proj", "glm4": "gate_up_proj"}
+#: the config keys of the biases the transformers backend switches off (it sets attention_bias and mlp_bias False)
+DROPPED_BIASES = ("attention_bias", "mlp_bias")
 LLAMA3 = {(4096, 32, 32, 8, 14336, 128256): "llama3_8b", (8192, 80, 64, 8, 28672, 128256): "llama3_70b",
           (16384, 126, 128, 8, 53248, 128256): "llama3_405b"}
 
@@ -67,6 +76,9 @@ def model_args(plan) -> tuple[list[str], bool]:
         raise InputError(FAIL + f"{plan.model_name} is no Hugging Face config, and torchtitan 0.3 runs a model "
                          "it names (--module): export a config.json, or write the parallelism sections alone with "
                          "--export torchtitan@0.2") from None
+    if cfg.family in FUSED:
+        raise InputError(FAIL + f"torchtitan 0.3's transformers backend shards q_proj and gate_proj (or fc1), which "
+                         f"{cfg.family} fuses ({FUSED[cfg.family]}): export it with --export jax")
     key = (cfg.width, cfg.layers, cfg.heads, cfg.kv_heads, cfg.ffn, cfg.vocab)
     if cfg.family == "llama" and key in LLAMA3:
         return ["--module llama3", f"--config {LLAMA3[key]}"], False
@@ -75,6 +87,30 @@ def model_args(plan) -> tuple[list[str], bool]:
     folder = os.path.dirname(os.path.abspath(locate(plan.settings.graph)[1]))
     config = "transformers_modeling_backend_full" + ("_moe" if cfg.experts else "")
     return ["--module transformers_modeling_backend", f"--config {config}", ("--hf_model", folder)], True
+
+
+def backend_changes(plan) -> list[str]:
+    """Notes on how torchtitan 0.3's transformers backend builds the model
+    otherwise than the plan costs it: it unties tied embeddings (FSDP2
+    shards no weight two modules share: parallelize.py) and builds the
+    attention and feed-forward layers without the biases that
+    ``attention_bias`` and ``mlp_bias`` switch on (model.py sets both
+    False)."""
+    from exports.frameworks.dtensor import decoder_config
+    from models.hf_families import FAMILIES
+
+    cfg = decoder_config(plan)
+    notes = []
+    if cfg.tied:
+        notes.append(f"the backend unties the embedding and the head: the job trains {cfg.vocab * cfg.width:,} "
+                     "more parameters than the plan costs (a second vocabulary x width matrix)")
+    parts = FAMILIES[cfg.family]
+    dropped = sorted({key for key, on in ((parts.qkv_bias, cfg.qkv_bias), (parts.out_bias, cfg.out_bias),
+                                          (parts.mlp_bias, cfg.mlp_bias)) if on and key in DROPPED_BIASES})
+    if dropped:
+        notes.append(f"the backend builds the model with {' and '.join(dropped)} off: without the biases the plan "
+                     "costs")
+    return notes
 
 
 def _parts(plan, std, backend: bool) -> list[str]:
@@ -140,6 +176,7 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     if backend:
         notes.append("the transformers backend reads the model from --hf_model; give --hf_assets_path for its "
                      "tokenizer")
+        notes += backend_changes(plan)
     args.append(f"activation-checkpoint:{std.recompute}")
     return args, notes
 
