@@ -235,6 +235,7 @@ class _Reader:
         return DecoderConfig(
             family, width, layers, heads, kv_heads, head_dim, dense_ffn, vocab, positions, tied,
             experts=experts, top_k=top_k, attn_pdrop=self.probability("attention_dropout", 0.0),
+            resid_pdrop=self.probability(parts.resid_dropout, 0.0) if parts.resid_dropout else 0.0,
             positions_key="max_position_embeddings" if positions is not None else "", mla=mla, qk_norm=qk_norm,
             norms=parts.norms, windows=windows, moe=tuple(moe), expert_ffn=expert_ffn, shared_ffn=shared_ffn,
             shared_gate=parts.shared_gate and shared_ffn > 0, expert_bias=parts.expert_bias,

@@ -6,11 +6,11 @@ A :class:`Family` says which attention it has (grouped-query, or DeepSeek's
 multi-head latent attention), whether queries and keys are normalised (per
 head, over the whole projection, or an L2 norm without weights), where its
 norms sit (before each sub-layer, after it, or both: "sandwich"), which
-biases it has and under which key, how its layers take sliding-window or
-chunked attention when the config lists no ``layer_types``, and for a
-mixture of experts which layers have experts, the key of an expert's width,
-its shared experts and their gate, and whether experts and the router have
-biases.  Its ``defaults`` are the config class's own for the keys a
+biases it has and under which key, its residual dropout's key, how its
+layers take sliding-window or chunked attention when the config lists no
+``layer_types``, and for a mixture of experts which layers have experts,
+the key of an expert's width, its shared experts and their gate, and
+whether experts and the router have biases.  Its ``defaults`` are the config class's own for the keys a
 released config may leave out.  ``text``: a multimodal config whose
 ``text_config`` holds the decoder (Llama 4, Gemma 3).
 
@@ -53,6 +53,7 @@ class Family:
     expert_bias: bool = False  # experts' projections have biases (gpt-oss)
     router_bias: bool = False
     sinks: bool = False  # one learned logit per head joins each softmax (gpt-oss)
+    resid_dropout: str = ""  # the key of a dropout on each residual branch ("": none; Seed-OSS: residual_dropout)
     text: str = ""  # the decoder is the config's text_config, of this model_type
     defaults: dict = field(default_factory=dict)
 
@@ -93,7 +94,8 @@ FAMILIES: dict[str, Family] = {
     "gemma": Family(tied=True),
     "granite": Family(),
     "helium": Family(out_bias=False),
-    "seed_oss": Family(out_bias="attention_out_bias", defaults={"attention_bias": True}),
+    "seed_oss": Family(out_bias="attention_out_bias", resid_dropout="residual_dropout",
+                       defaults={"attention_bias": True}),
     "glm": Family(out_bias=False, defaults={"attention_bias": True}),
     "glm4": Family(norms="sandwich", out_bias=False, defaults={"attention_bias": True}),
     "olmoe": Family(qk_norm="proj", moe="every", expert_ffn="intermediate_size"),

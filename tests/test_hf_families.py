@@ -9,6 +9,7 @@ parallelism in a standard configuration and in the per-operator search."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 from functools import lru_cache
@@ -95,6 +96,23 @@ def test_parts_of_the_other_families():
     assert gemma2["layer0/attn/attention"].kind.softcap and "logits/softcap" in gemma2
     assert ops("llama4")["layer0/attn/q_norm"].kind.params == 0  # an L2 norm without weights
     assert "layer0/mlp/shared/gate" in ops("qwen2_moe") and "layer0/mlp/shared/gate" not in ops("deepseek_v2")
+    seed = ops("seed_oss")  # residual_dropout on both branches, as SeedOssAttention and SeedOssMLP drop them
+    assert seed["layer0/attn/dropout_out"].kind.p == seed["layer0/mlp/dropout"].kind.p == 0.1
+    assert "layer0/attn/dropout_out" not in ops("llama")
+    exaone = read_config(path("exaone4"))  # its layer_types: three sliding layers to one global
+    assert [w > 0 for w, _ in exaone.windows[:8]] == [True, True, True, False] * 2
+
+
+@pytest.mark.parametrize("family, key", [("exaone4", "layer_types"), ("glm4", "attention_bias"),
+                                         ("seed_oss", "attention_bias")])
+def test_a_key_left_out_takes_the_config_class_default(tmp_path, family, key):
+    """Without ``layer_types`` EXAONE 4 slides three layers in four (its
+    class's sliding_window_pattern 4); without ``attention_bias`` GLM-4 and
+    Seed-OSS keep their q/k/v biases (their classes default it on)."""
+    data = json.loads(Path(path(family)).read_text())
+    del data[key]
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    assert read_config(str(tmp_path / "config.json")) == read_config(path(family))
 
 
 def test_a_window_costs_its_window_not_the_sequence():
