@@ -44,10 +44,16 @@ def build_decoder(B, cfg, batch: int, seq: int, attention: str = "fused") -> Non
         if cfg.embd_pdrop:
             x = B.add("embed/dropout", Dropout(cfg.embd_pdrop), x)
     for i in range(cfg.layers):
-        x = parts.sublayer(f"layer{i}/attn", x, lambda pre, n: parts.attention(pre, n, *cfg.layer_window(i)))
-        x = parts.sublayer(f"layer{i}/mlp", x, lambda pre, n: parts.mlp(pre, n, cfg.layer_moe(i)))
+        attend = lambda pre, n: parts.attention(pre, n, *cfg.layer_window(i))  # noqa: E731
+        feed = lambda pre, n: parts.mlp(pre, n, cfg.layer_moe(i))  # noqa: E731
+        if cfg.parallel:
+            x = parts.parallel(f"layer{i}", x, attend, feed)
+        else:
+            x = parts.sublayer(f"layer{i}/attn", x, attend)
+            x = parts.sublayer(f"layer{i}/mlp", x, feed)
     x = parts.norm("norm", x)
-    x = B.add("logits", Einsum("bse,ve->bsv"), x, B.weight((v, e), "ve"), shared=(1,) if cfg.tied else ())
+    x = B.add("logits", Einsum("bse,ve->bsv", bias=cfg.head_bias), x, B.weight((v, e), "ve"),
+              shared=(1,) if cfg.tied else ())
     if cfg.logit_softcap:  # cap * tanh(logits / cap)
         x = B.add("logits/softcap", Elementwise(pw=2), x)
     B.add("loss", SoftmaxCrossEntropy(), x)
@@ -71,7 +77,9 @@ class _Parts:
     def norm(self, name, x):
         from kinds.pointwise import Norm, RMSNorm
 
-        return self.add(name, Norm(-1) if self.cfg.gpt2 else RMSNorm(-1), x)
+        kind = self.cfg.norm_kind
+        return self.add(name, RMSNorm(-1) if kind == "rms" else Norm(-1, params={"layer": 2, "scale": 1}.get(kind, 0)),
+                        x)
 
     def sublayer(self, pre, x, body):
         """``x + body(norm(x))`` with the family's norms and dropout."""
@@ -84,6 +92,20 @@ class _Parts:
         if self.cfg.resid_pdrop:
             y = self.add(f"{pre}/dropout" + ("_out" if pre.endswith("attn") else ""), Dropout(self.cfg.resid_pdrop), y)
         return self.add(f"{pre}/residual", Elementwise(), x, y)
+
+    def parallel(self, pre, x, attend, feed):
+        """``x + attend(norm(x)) + feed(norm(x))``: one norm feeding both
+        (``one``) or each its own (``two``), with the family's dropout."""
+        from kinds.pointwise import Dropout, Elementwise
+
+        n = self.norm(f"{pre}/attn/norm", x)
+        a = attend(f"{pre}/attn", n)
+        m = feed(f"{pre}/mlp", n if self.cfg.parallel == "one" else self.norm(f"{pre}/mlp/norm", x))
+        if self.cfg.resid_pdrop:
+            a = self.add(f"{pre}/attn/dropout_out", Dropout(self.cfg.resid_pdrop), a)
+            m = self.add(f"{pre}/mlp/dropout", Dropout(self.cfg.resid_pdrop), m)
+        x = self.add(f"{pre}/attn/residual", Elementwise(), x, a)
+        return self.add(f"{pre}/mlp/residual", Elementwise(), x, m)
 
     # -- attention --------------------------------------------------------------------
     def attention(self, pre, n, window: int, chunked: bool):
@@ -182,10 +204,11 @@ class _Parts:
         from kinds.gemm import Einsum
 
         cfg, e = self.cfg, self.cfg.width
-        if cfg.gpt2:
-            y = self.add(f"{pre}/up", Einsum("bse,ef->bsf", pw=1, bias=True, activation=True), n,
+        if cfg.mlp_kind == "plain":  # act(up), down
+            y = self.add(f"{pre}/up", Einsum("bse,ef->bsf", pw=1, bias=cfg.mlp_bias, activation=True), n,
                          self.B.weight((e, cfg.ffn), "ef"))
-            return self.add(f"{pre}/down", Einsum("bsf,fe->bse", bias=True), y, self.B.weight((cfg.ffn, e), "fe"))
+            return self.add(f"{pre}/down", Einsum("bsf,fe->bse", bias=cfg.mlp_bias), y,
+                            self.B.weight((cfg.ffn, e), "fe"))
         if moe:
             return self.experts(pre, n)
         return self.gated(pre, n, "bs", "", cfg.ffn, cfg.mlp_bias)

@@ -4,7 +4,8 @@ The families of :data:`models.hf_families.FAMILIES` (the config's
 ``model_type``: GPT-2, Llama, Mistral, Mixtral, Qwen 2 and 3 and their
 mixtures of experts, Phi-3, OLMo 2 and OLMoE, Gemma 1, 2 and 3, Granite
 and Granite MoE, GLM, GLM-4 and GLM-4 MoE, DeepSeek V2 and V3, gpt-oss,
-Llama 4, Helium, Seed-OSS, EXAONE 4, SmolLM3, ERNIE 4.5), read from the
+Llama 4, Helium, Seed-OSS, EXAONE 4, SmolLM3, ERNIE 4.5, GPT-NeoX, Phi,
+StarCoder 2, StableLM, Command R, OLMo), read from the
 keys their configs use, without downloading anything and without the
 ``transformers`` package; :class:`DecoderConfig` is what the graph needs, checked, and
 ``models/decoder.py`` builds the graph from it.  Letters:
@@ -80,6 +81,10 @@ class DecoderConfig:
     router_bias: bool = False
     groups: int = 0  # groups of experts a token's experts come from
     sinks: bool = False
+    norm_kind: str = "rms"  # "rms", "layer", "scale" or "plain" (models.hf_families.Family.norm)
+    mlp_kind: str = "gated"  # "gated" or "plain"
+    parallel: str = ""  # "", "one" or "two": attention and feed-forward side by side (Family.parallel)
+    head_bias: bool = False
     softcap: bool = False  # the attention's scores soft-capped
     logit_softcap: bool = False  # the final logits soft-capped
 
@@ -236,6 +241,8 @@ class _Reader:
             family, width, layers, heads, kv_heads, head_dim, dense_ffn, vocab, positions, tied,
             experts=experts, top_k=top_k, attn_pdrop=self.probability("attention_dropout", 0.0),
             resid_pdrop=self.probability(parts.resid_dropout, 0.0) if parts.resid_dropout else 0.0,
+            norm_kind=parts.norm, mlp_kind=parts.mlp, head_bias=parts.head_bias,
+            parallel=parts.parallel if not parts.parallel_key or flag(parts.parallel_key, False) else "",
             positions_key="max_position_embeddings" if positions is not None else "", mla=mla, qk_norm=qk_norm,
             norms=parts.norms, windows=windows, moe=tuple(moe), expert_ffn=expert_ffn, shared_ffn=shared_ffn,
             shared_gate=parts.shared_gate and shared_ffn > 0, expert_bias=parts.expert_bias,
@@ -289,7 +296,7 @@ class _Reader:
         key = next((k for k in ("n_positions", "n_ctx", "max_position_embeddings") if self.data.get(k) is not None), "")
         return DecoderConfig("gpt2", width, layers, heads, heads, width // heads, ffn, vocab, positions,
                              flag("tie_word_embeddings", True), qkv_bias=True, out_bias=True, mlp_bias=True,
-                             positions_key=key, **drops)
+                             positions_key=key, norm_kind="layer", mlp_kind="plain", **drops)
 
 
 def _model_name(path: str, cfg: DecoderConfig) -> str:

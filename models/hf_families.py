@@ -6,7 +6,9 @@ A :class:`Family` says which attention it has (grouped-query, or DeepSeek's
 multi-head latent attention), whether queries and keys are normalised (per
 head, over the whole projection, or an L2 norm without weights), where its
 norms sit (before each sub-layer, after it, or both: "sandwich"), which
-biases it has and under which key, its residual dropout's key, how its
+biases it has and under which key, its norms' and feed-forward's kind,
+whether attention and feed-forward run side by side (a parallel block),
+its residual dropout's key, how its
 layers take sliding-window or chunked attention when the config lists no
 ``layer_types``, and for a mixture of experts which layers have experts,
 the key of an expert's width, its shared experts and their gate, and
@@ -53,6 +55,14 @@ class Family:
     expert_bias: bool = False  # experts' projections have biases (gpt-oss)
     router_bias: bool = False
     sinks: bool = False  # one learned logit per head joins each softmax (gpt-oss)
+    norm: str = "rms"  # the norms: "rms" (RMSNorm), "layer" (LayerNorm, scale and shift), "scale" (LayerNorm with a
+    #                    scale alone: Cohere), "plain" (LayerNorm without weights: OLMo)
+    mlp: str = "gated"  # the feed-forward: "gated" (act(gate) * up, down) or "plain" (act(up), down)
+    parallel: str = ""  # attention and feed-forward side by side on the same input, their outputs both added to it:
+    #                     "" (one after the other), "one" (one norm feeds both: GPT-J, Phi, Cohere), "two" (each its
+    #                     own norm: GPT-NeoX)
+    parallel_key: str = ""  # the key that switches ``parallel`` on ("": always)
+    head_bias: bool = False  # the head (lm_head) has a bias (Phi)
     resid_dropout: str = ""  # the key of a dropout on each residual branch ("": none; Seed-OSS: residual_dropout)
     text: str = ""  # the decoder is the config's text_config, of this model_type
     defaults: dict = field(default_factory=dict)
@@ -103,6 +113,16 @@ FAMILIES: dict[str, Family] = {
                       defaults={"sliding_window_pattern": 4, "sliding_window": 4096}),
     "smollm3": Family(tied=True),
     "ernie4_5": Family(qkv_bias="use_bias", out_bias="use_bias", mlp_bias="use_bias", tied=True),
+    "gpt_neox": Family(norm="layer", mlp="plain", mlp_bias=True, parallel="two", parallel_key="use_parallel_residual",
+                       defaults={"attention_bias": True, "use_parallel_residual": True}),
+    "phi": Family(norm="layer", mlp="plain", qkv_bias=True, out_bias=True, mlp_bias=True, parallel="one",
+                  head_bias=True),
+    "starcoder2": Family(norm="layer", mlp="plain", qkv_bias="use_bias", out_bias="use_bias", mlp_bias="use_bias",
+                         windows="all", tied=True, defaults={"use_bias": True}),
+    "stablelm": Family(norm="layer", qkv_bias="use_qkv_bias", out_bias=False, parallel="one",
+                       parallel_key="use_parallel_residual"),
+    "cohere": Family(norm="scale", parallel="one", qk_norm="proj", qk_norm_key="use_qk_norm", tied=True),
+    "olmo": Family(norm="plain"),
 }
 
 

@@ -23,7 +23,7 @@ OUT = Path(__file__).resolve().parent / "data" / "families"
 FAMILIES = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "phi3", "olmo2",
             "gemma2", "gemma3_text", "gemma3", "granitemoe", "glm4_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
             "llama4_text", "llama4", "gemma", "granite", "helium", "seed_oss", "glm", "glm4", "olmoe", "exaone4",
-            "smollm3", "ernie4_5")
+            "smollm3", "ernie4_5", "gpt_neox", "phi", "starcoder2", "stablelm", "cohere", "olmo")
 #: the one value a class leaves unset that its model needs: DeepseekV2Config has no default top-k (both
 #: released DeepSeek-V2 models route each token to 6 experts)
 GIVEN = {"deepseek_v2": {"num_experts_per_tok": 6}}

@@ -40,6 +40,12 @@ def ops(family: str, **params) -> dict:
     return {op.name: op for op in operators(graph(family, **params))}
 
 
+def edges(family: str) -> set:
+    """(producer, consumer) operator names of the family's graph."""
+    g = graph(family)
+    return {(g.nodes[a]["op"].name, g.nodes[b]["op"].name) for a, b in g.edges}
+
+
 def test_every_family_is_shipped_and_every_shipped_one_read():
     assert sorted(COUNTS) == sorted(FAMILIES)
 
@@ -99,6 +105,15 @@ def test_parts_of_the_other_families():
     seed = ops("seed_oss")  # residual_dropout on both branches, as SeedOssAttention and SeedOssMLP drop them
     assert seed["layer0/attn/dropout_out"].kind.p == seed["layer0/mlp/dropout"].kind.p == 0.1
     assert "layer0/attn/dropout_out" not in ops("llama")
+    neox = edges("gpt_neox")  # attention and feed-forward side by side, each normalising the layer's input
+    assert ("layer0/attn/norm", "layer0/attn/qkv") in neox and ("layer0/mlp/norm", "layer0/mlp/up") in neox
+    feeds = lambda name: {a for a, b in neox if b == name}  # noqa: E731
+    assert feeds("layer0/mlp/norm") == feeds("layer0/attn/norm") == {"embed"}
+    assert feeds("layer0/mlp/residual") == {"layer0/attn/residual", "layer0/mlp/down"}
+    phi = ops("phi")  # one norm feeding both; a plain feed-forward; the head's bias
+    assert "layer0/mlp/norm" not in phi and ("layer0/attn/norm", "layer0/mlp/up") in edges("phi")
+    assert phi["logits"].inputs[-1].shape == (51200,) and "layer0/mlp/gate_up" not in phi
+    assert ops("olmo")["layer0/attn/norm"].kind.params == 0 and ops("cohere")["norm"].kind.params == 1
     exaone = read_config(path("exaone4"))  # its layer_types: three sliding layers to one global
     assert [w > 0 for w, _ in exaone.windows[:8]] == [True, True, True, False] * 2
 

@@ -51,3 +51,28 @@ def test_the_shipped_configs_are_the_classes(recorded, family):
 def test_released_sizes():
     assert families.count(families.config("deepseek_v3")) == 671_026_404_352
     assert round(families.count(families.config("gpt_oss")) / 1e9, 1) == 116.8  # gpt-oss-120b
+
+
+#: a family's switches flipped from its class's defaults (what its released sizes set otherwise), each on a small
+#: model: the parameters must still be the transformers model's
+SMALL = dict(num_hidden_layers=2, hidden_size=256, intermediate_size=512, num_attention_heads=8,
+             num_key_value_heads=4, head_dim=32, vocab_size=1000, pad_token_id=0, bos_token_id=0, eos_token_id=0)
+VARIANTS = [("gpt_neox", dict(use_parallel_residual=False, attention_bias=False, num_key_value_heads=8)),
+            ("stablelm", dict(use_parallel_residual=True, use_qkv_bias=True)),
+            ("starcoder2", dict(use_bias=False, sliding_window=128)),
+            ("cohere", dict(use_qk_norm=True, attention_bias=True)),
+            ("phi", dict()),
+            ("olmo", dict(attention_bias=True)),
+            ("glm4", dict(attention_bias=False)),
+            ("seed_oss", dict(attention_bias=False, attention_out_bias=True, mlp_bias=True)),
+            ("helium", dict(attention_bias=True, mlp_bias=True)),
+            ("ernie4_5", dict(use_bias=True, tie_word_embeddings=False))]
+
+
+@pytest.mark.parametrize("family, switches", VARIANTS, ids=[f for f, _ in VARIANTS])
+def test_switches_off_the_defaults(tmp_path, family, switches):
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model(family, **{**SMALL, **switches})
+    cfg.save_pretrained(str(tmp_path))
+    assert parameter_count(build_graph(str(tmp_path), batch=2, seq=64)) == families.count(cfg)

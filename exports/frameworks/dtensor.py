@@ -142,9 +142,9 @@ def tensor_plan(cfg, std) -> dict:
 
 def _checks(cfg, std, plan):
     if cfg.family not in CLASSES:
-        from exports.frameworks.torchtitan import FUSED
+        from exports.frameworks.torchtitan import UNSHARDED
 
-        other = "--export jax" + ("" if cfg.family in FUSED else " or --export torchtitan")
+        other = "--export jax" + ("" if cfg.family in UNSHARDED else " or --export torchtitan")
         raise InputError(FAIL + f"the plan names the modules of a transformers class of Llama, Mistral, Qwen2, "
                          f"Mixtral or GPT-2, not of {cfg.family}: export it with {other}")
     if std.zero in (1, 2):

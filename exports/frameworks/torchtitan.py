@@ -38,8 +38,9 @@ without FSDP (``zero=3``: torchtitan's experts borrow the FSDP ranks), with
 context or tensor parallelism (torchtitan 0.3 runs experts without tensor
 parallelism, over ranks borrowed from ``dp_shard x cp x tp``); fp16; plans
 that are no standard configuration; families whose projections the
-transformers backend cannot shard (:data:`FUSED`: Phi-3's fused q/k/v and
-gate/up, GLM's fused gate/up).  Noted in the file: the backend unties tied
+transformers backend cannot shard (:data:`UNSHARDED`: Phi-3's fused q/k/v
+and gate/up, GLM's fused gate/up, GPT-NeoX's fused q/k/v, StarCoder 2's
+c_fc and c_proj).  Noted in the file: the backend unties tied
 embeddings and drops the biases ``attention_bias`` and ``mlp_bias`` switch
 on (:func:`backend_changes`).
 """
@@ -57,8 +58,10 @@ PRECISION = {"bf16": "bfloat16", "fp32": "float32"}
 FAIL = "--export torchtitan: "
 #: torchtitan's own Llama 3 configs: (width, layers, heads, key/value heads, feed-forward, vocabulary)
 #: families whose transformers modules torchtitan 0.3's transformers backend cannot shard (hf_sharding.py looks for
-#: q_proj, and gate_proj or fc1): what each fuses
-FUSED = {"phi3": "qkv_proj, gate_up_proj", "glm": "gate_up_proj", "glm4": "gate_up_proj"}
+#: q_proj with k_proj and v_proj, and gate_proj or fc1 with down_proj or fc2): what each has instead
+UNSHARDED = {"phi3": "a fused qkv_proj and gate_up_proj", "glm": "a fused gate_up_proj",
+             "glm4": "a fused gate_up_proj", "gpt_neox": "a fused query_key_value, dense_h_to_4h and dense_4h_to_h",
+             "starcoder2": "c_fc and c_proj"}
 #: the config keys of the biases the transformers backend switches off (it sets attention_bias and mlp_bias False)
 DROPPED_BIASES = ("attention_bias", "mlp_bias")
 LLAMA3 = {(4096, 32, 32, 8, 14336, 128256): "llama3_8b", (8192, 80, 64, 8, 28672, 128256): "llama3_70b",
@@ -76,9 +79,9 @@ def model_args(plan) -> tuple[list[str], bool]:
         raise InputError(FAIL + f"{plan.model_name} is no Hugging Face config, and torchtitan 0.3 runs a model "
                          "it names (--module): export a config.json, or write the parallelism sections alone with "
                          "--export torchtitan@0.2") from None
-    if cfg.family in FUSED:
-        raise InputError(FAIL + f"torchtitan 0.3's transformers backend shards q_proj and gate_proj (or fc1), which "
-                         f"{cfg.family} fuses ({FUSED[cfg.family]}): export it with --export jax")
+    if cfg.family in UNSHARDED:
+        raise InputError(FAIL + f"torchtitan 0.3's transformers backend shards q_proj, k_proj, v_proj and gate_proj "
+                         f"or fc1, which {cfg.family} has not ({UNSHARDED[cfg.family]}): export it with --export jax")
     key = (cfg.width, cfg.layers, cfg.heads, cfg.kv_heads, cfg.ffn, cfg.vocab)
     if cfg.family == "llama" and key in LLAMA3:
         return ["--module llama3", f"--config {LLAMA3[key]}"], False
