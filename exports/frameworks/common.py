@@ -5,6 +5,13 @@ from __future__ import annotations
 
 from errors import InputError
 
+#: families whose transformers modules torchtitan 0.3's transformers backend cannot shard (hf_sharding.py looks for
+#: q_proj with k_proj and v_proj, and gate_proj or fc1 with down_proj or fc2): what each has instead (the torchtitan
+#: export refuses them, and the dtensor export's refusal sends them elsewhere)
+UNSHARDED = {"phi3": "a fused qkv_proj and gate_up_proj", "glm": "a fused gate_up_proj",
+             "glm4": "a fused gate_up_proj", "gpt_neox": "a fused query_key_value, dense_h_to_4h and dense_4h_to_h",
+             "starcoder2": "c_fc and c_proj"}
+
 __all__ = ["standard_for", "layer_parts", "header_lines"]
 
 

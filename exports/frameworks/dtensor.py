@@ -142,7 +142,7 @@ def tensor_plan(cfg, std) -> dict:
 
 def _checks(cfg, std, plan):
     if cfg.family not in CLASSES:
-        from exports.frameworks.torchtitan import UNSHARDED
+        from exports.frameworks.common import UNSHARDED
 
         other = "--export jax" + ("" if cfg.family in UNSHARDED else " or --export torchtitan")
         raise InputError(FAIL + f"the plan names the modules of a transformers class of Llama, Mistral, Qwen2, "

@@ -38,7 +38,7 @@ without FSDP (``zero=3``: torchtitan's experts borrow the FSDP ranks), with
 context or tensor parallelism (torchtitan 0.3 runs experts without tensor
 parallelism, over ranks borrowed from ``dp_shard x cp x tp``); fp16; plans
 that are no standard configuration; families whose projections the
-transformers backend cannot shard (:data:`UNSHARDED`: Phi-3's fused q/k/v
+transformers backend cannot shard (``common.UNSHARDED``: Phi-3's fused q/k/v
 and gate/up, GLM's fused gate/up, GPT-NeoX's fused q/k/v, StarCoder 2's
 c_fc and c_proj).  Noted in the file: the backend unties tied
 embeddings and drops the biases ``attention_bias`` and ``mlp_bias`` switch
@@ -51,17 +51,13 @@ import os
 import shlex
 
 from errors import InputError
+from exports.frameworks.common import UNSHARDED
 
 FOLLOWS = "torchtitan 0.3 (torchtitan/config/configs.py, torchtitan/config/manager.py)"
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 PRECISION = {"bf16": "bfloat16", "fp32": "float32"}
 FAIL = "--export torchtitan: "
 #: torchtitan's own Llama 3 configs: (width, layers, heads, key/value heads, feed-forward, vocabulary)
-#: families whose transformers modules torchtitan 0.3's transformers backend cannot shard (hf_sharding.py looks for
-#: q_proj with k_proj and v_proj, and gate_proj or fc1 with down_proj or fc2): what each has instead
-UNSHARDED = {"phi3": "a fused qkv_proj and gate_up_proj", "glm": "a fused gate_up_proj",
-             "glm4": "a fused gate_up_proj", "gpt_neox": "a fused query_key_value, dense_h_to_4h and dense_4h_to_h",
-             "starcoder2": "c_fc and c_proj"}
 #: the config keys of the biases the transformers backend switches off (it sets attention_bias and mlp_bias False)
 DROPPED_BIASES = ("attention_bias", "mlp_bias")
 LLAMA3 = {(4096, 32, 32, 8, 14336, 128256): "llama3_8b", (8192, 80, 64, 8, 28672, 128256): "llama3_70b",
