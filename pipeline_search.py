@@ -141,8 +141,8 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m)
         costed = build_costs(g, q, stage_model, memory_limit=memory_limit, edges=False, chains=chains_of[micro],
                              known=known_of[micro])
-        # a bound: every stage's operators at their cheapest, edges free
-        floor = m * math.fsum(float(c.min()) for c in costed.node_costs) / pp
+        # a bound: every stage's operators at their cheapest (with their options' cheapest), edges free
+        floor = m * costed.least_cost / pp
         if incumbent is not None and floor >= incumbent:
             continue
         if len(ranked) >= SEARCHED and floor >= sorted(r[0] for r in ranked)[SEARCHED - 1]:

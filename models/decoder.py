@@ -54,6 +54,8 @@ def build_decoder(B, cfg, batch: int, seq: int, attention: str = "fused") -> Non
     x = parts.norm("norm", x)
     x = B.add("logits", Einsum("bse,ve->bsv", bias=cfg.head_bias), x, B.weight((v, e), "ve"),
               shared=(1,) if cfg.tied else ())
+    if cfg.logit_scale:  # logits times (or over) a factor
+        x = B.add("logits/scale", Elementwise(), x)
     if cfg.logit_softcap:  # cap * tanh(logits / cap)
         x = B.add("logits/softcap", Elementwise(pw=2), x)
     B.add("loss", SoftmaxCrossEntropy(), x)
@@ -91,6 +93,8 @@ class _Parts:
             y = self.norm(f"{pre}/post_norm", y)
         if self.cfg.resid_pdrop:
             y = self.add(f"{pre}/dropout" + ("_out" if pre.endswith("attn") else ""), Dropout(self.cfg.resid_pdrop), y)
+        if self.cfg.residual_scale:
+            y = self.add(f"{pre}/scale", Elementwise(), y)
         return self.add(f"{pre}/residual", Elementwise(), x, y)
 
     def parallel(self, pre, x, attend, feed):

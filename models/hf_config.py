@@ -85,6 +85,8 @@ class DecoderConfig:
     mlp_kind: str = "gated"  # "gated" or "plain"
     parallel: str = ""  # "", "one" or "two": attention and feed-forward side by side (Family.parallel)
     head_bias: bool = False
+    residual_scale: bool = False  # each residual branch scaled by a factor before it is added (Granite)
+    logit_scale: bool = False  # the logits scaled by a factor (Granite, Cohere)
     softcap: bool = False  # the attention's scores soft-capped
     logit_softcap: bool = False  # the final logits soft-capped
 
@@ -242,6 +244,7 @@ class _Reader:
             experts=experts, top_k=top_k, attn_pdrop=self.probability("attention_dropout", 0.0),
             resid_pdrop=self.probability(parts.resid_dropout, 0.0) if parts.resid_dropout else 0.0,
             norm_kind=parts.norm, mlp_kind=parts.mlp, head_bias=parts.head_bias,
+            residual_scale=bool(parts.residual_scale), logit_scale=bool(parts.logit_scale),  # multiplied, 1 or not
             parallel=parts.parallel if not parts.parallel_key or flag(parts.parallel_key, False) else "",
             positions_key="max_position_embeddings" if positions is not None else "", mla=mla, qk_norm=qk_norm,
             norms=parts.norms, windows=windows, moe=tuple(moe), expert_ffn=expert_ffn, shared_ffn=shared_ffn,

@@ -63,6 +63,10 @@ class Family:
     #                     own norm: GPT-NeoX)
     parallel_key: str = ""  # the key that switches ``parallel`` on ("": always)
     head_bias: bool = False  # the head (lm_head) has a bias (Phi)
+    # the key of a factor each residual branch is scaled by (Granite: residual_multiplier), and of one the logits are
+    # (Granite: logits_scaling; Cohere: logit_scale): a pass over the tensor whatever the factor, as the modules run it
+    residual_scale: str = ""
+    logit_scale: str = ""
     resid_dropout: str = ""  # the key of a dropout on each residual branch ("": none; Seed-OSS: residual_dropout)
     text: str = ""  # the decoder is the config's text_config, of this model_type
     defaults: dict = field(default_factory=dict)
@@ -89,7 +93,8 @@ FAMILIES: dict[str, Family] = {
                           defaults={"sliding_window_pattern": 6, "vocab_size": 262208, "head_dim": 256,  # omit some
                                     "sliding_window": 4096, "max_position_embeddings": 131072}),
     "gemma3": Family(text="gemma3_text"),
-    "granitemoe": Family(moe="every", expert_ffn="intermediate_size"),
+    "granitemoe": Family(moe="every", expert_ffn="intermediate_size", residual_scale="residual_multiplier",
+                         logit_scale="logits_scaling"),
     "glm4_moe": Family(out_bias=False, qk_norm="head", qk_norm_key="use_qk_norm", moe="first_dense", shared="count",
                        defaults={"first_k_dense_replace": 1}),
     "deepseek_v2": Family(**_DEEPSEEK, defaults={"first_k_dense_replace": 0}),
@@ -102,7 +107,7 @@ FAMILIES: dict[str, Family] = {
                                     "use_qk_norm": True}),
     "llama4": Family(text="llama4_text"),
     "gemma": Family(tied=True),
-    "granite": Family(),
+    "granite": Family(residual_scale="residual_multiplier", logit_scale="logits_scaling"),
     "helium": Family(out_bias=False),
     "seed_oss": Family(out_bias="attention_out_bias", resid_dropout="residual_dropout",
                        defaults={"attention_bias": True}),
@@ -121,7 +126,8 @@ FAMILIES: dict[str, Family] = {
                          windows="all", tied=True, defaults={"use_bias": True}),
     "stablelm": Family(norm="layer", qkv_bias="use_qkv_bias", out_bias=False, parallel="one",
                        parallel_key="use_parallel_residual"),
-    "cohere": Family(norm="scale", parallel="one", qk_norm="proj", qk_norm_key="use_qk_norm", tied=True),
+    "cohere": Family(norm="scale", parallel="one", qk_norm="proj", qk_norm_key="use_qk_norm", tied=True,
+                     logit_scale="logit_scale"),
     "olmo": Family(norm="plain"),
 }
 

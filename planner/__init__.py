@@ -373,7 +373,7 @@ def _plain(job: Job, progress, cutoff: float | None = None):
     bar = progress("building the cost tables", "edges") if progress is not None else None
     try:
         costed = build_costs(g, job.procs, job.model, memory_limit=job.memory_limit, edges=False)
-        if cutoff is not None and math.fsum(float(c.min()) for c in costed.node_costs) >= cutoff:
+        if cutoff is not None and costed.least_cost >= cutoff:
             return None, None
         costed = with_edges(costed, bar)
     finally:
