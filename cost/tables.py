@@ -190,10 +190,14 @@ class CostedGraph:
         cheapest configuration, with each searched option's cheapest value
         there (an option may lower the cost: ZeRO's reduce-scatter of the
         gradients moves half an all-reduce's bytes)."""
-        least = []
+        least, seen = [], {}
         for v, c in enumerate(self.node_costs):
-            extra = sum((t.cost.min(axis=1) for t in self.tables[v]), np.zeros(len(c))) if self.tables else 0.0
-            least.append(float((c + extra).min()))
+            ts = self.tables[v] if self.tables else ()
+            key = (id(c), *map(id, ts))  # identical layers share their arrays: each distinct one once
+            if key not in seen:
+                seen[key] = float((c + sum((t.cost.min(axis=1) for t in ts), np.zeros(len(c)))).min()) if ts \
+                    else float(c.min())
+            least.append(seen[key])
         return math.fsum(least)
 
     @property
