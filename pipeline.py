@@ -239,6 +239,12 @@ def stage_ranges(n_nodes: int, chain, counts) -> list[tuple[int, int]]:
     return out
 
 
+def unblocked_error(name: str) -> str:
+    """Why a graph without repeated blocks (``name``) cannot run the
+    interleaved schedule."""
+    return f"the interleaved schedule splits stages into chunks of blocks; {name} has no repeated blocks"
+
+
 def chunking_error(counts, schedule: Schedule) -> str | None:
     """Why stages of ``counts`` blocks cannot run ``schedule`` (``None``:
     they can): the interleaved schedule's ``v`` model chunks need ``v``

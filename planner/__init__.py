@@ -420,8 +420,7 @@ def _recorded_pipeline(job: Job, file, path: str):
     if sched.v > 1:  # its chunks, as --plan takes them
         chain = job.chain(micro)
         if chain is None:
-            raise InputError(f"--evaluate: {path}: the interleaved schedule splits stages into chunks of blocks; "
-                             f"{gm.graph['name']} has no repeated blocks")
+            raise InputError(f"--evaluate: {path}: {pipeline.unblocked_error(gm.graph['name'])}")
         counts = [b - a for a, b in (pipeline.stage_blocks(chain, lo, hi) for lo, hi in ranges)]
         why = pipeline.chunking_error(counts, sched)
         if why:

@@ -113,8 +113,7 @@ def _standard_pipeline(job: Job, std, model):
     m = batch // micro
     sched = pipeline.Schedule(std.schedule, std.chunks)
     if sched.name == "interleaved" and chain is None:
-        raise InputError("--plan: the interleaved schedule splits stages into chunks of blocks; "
-                         f"{g.graph['name']} has no repeated blocks")
+        raise InputError(f"--plan: {pipeline.unblocked_error(g.graph['name'])}")
     why = pipeline.chunking_error(counts, sched)
     if why:
         raise InputError(f"--plan: {why}")

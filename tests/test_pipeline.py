@@ -384,3 +384,15 @@ def test_an_interleaved_schedule_refused_says_how_the_blocks_fall(tmp_path):
     proc = run_cli(*args, "--plan", "tp=1,pp=2,microbatch=1,schedule=interleaved:3", ok=False)
     assert one_line_error(proc) == "--plan: interleaved:3 needs at least 3 blocks in each stage, not 2 of the 5 over " \
                                    "2 stages"
+
+
+def test_an_interleaved_schedule_needs_repeated_blocks():
+    """A network without repeated blocks has no chunks to interleave:
+    --plan says so in one line (pipeline.unblocked_error, which --evaluate
+    gives too)."""
+    from conftest import one_line_error
+
+    proc = run_cli("-g", "alexnet", "-p", 8, "--plan", "dp=4,pp=2,schedule=interleaved", ok=False)
+    assert proc.returncode == 2
+    assert one_line_error(proc) == ("--plan: the interleaved schedule splits stages into chunks of blocks; alexnet has "
+                                    "no repeated blocks")
