@@ -113,3 +113,26 @@ def tiny_llama(tmp_path, layers: int = 2):
     d.mkdir(exist_ok=True)
     (d / "config.json").write_text(json.dumps(cfg))
     return d
+
+
+def export_text(fmt: str, graph: str, procs: int, **kw) -> str:
+    """The ``--export fmt`` file of the plan the settings ``kw`` give."""
+    from exports.frameworks import FRAMEWORKS
+    from exports.frameworks.plans import PlanView
+    from planner import plan
+    from settings import Settings
+
+    p = plan(Settings(graph=graph, procs=procs, **kw))
+    return FRAMEWORKS[fmt].render(PlanView(p.settings, p.graph, p.result))
+
+
+def bash_array(text: str, name: str) -> list[str]:
+    """The words of the bash array ``name`` the file sets, as bash itself
+    reads them."""
+    import shutil
+    import subprocess
+
+    assert shutil.which("bash")
+    proc = subprocess.run(["bash", "-c", text + f'\nprintf "%s\\n" "${{{name}[@]}}"'],
+                          capture_output=True, text=True, check=True)
+    return proc.stdout.split("\n")[:-1]

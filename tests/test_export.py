@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -20,7 +19,8 @@ from functools import lru_cache
 
 import pytest
 
-from conftest import ROOT, modules_loaded_by_a_plain_run, one_line_error, outputs_under_hash_seeds, run_cli
+from conftest import (ROOT, bash_array, modules_loaded_by_a_plain_run, one_line_error, outputs_under_hash_seeds,
+                      run_cli)
 
 LLAMA = str(ROOT / "tests" / "data" / "configs" / "llama3-8b" / "config.json")
 MIXTRAL = str(ROOT / "tests" / "data" / "configs" / "mixtral-8x7b" / "config.json")
@@ -51,15 +51,6 @@ def refused(fmt: str, graph: str, procs: int, **kw) -> str:
     text = str(e.value)
     assert "\n" not in text and text.startswith(f"--export {fmt}: ")
     return text
-
-
-def bash_array(text: str, name: str) -> list[str]:
-    """The words of the bash array ``name`` the file sets, as bash itself
-    reads them."""
-    assert shutil.which("bash")
-    proc = subprocess.run(["bash", "-c", text + f'\nprintf "%s\\n" "${{{name}[@]}}"'],
-                          capture_output=True, text=True, check=True)
-    return proc.stdout.split("\n")[:-1]
 
 
 def megatron_args(text: str) -> list[str]:

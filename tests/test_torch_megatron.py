@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 import typing
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, bash_array, export_text
 
 pytest.importorskip("torch", reason="torch is not installed (pip install -r requirements-torch.txt)")
 pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install -r requirements-torch.txt)")
@@ -52,19 +51,11 @@ def _gpt(folder, layers: int, heads: int = 16, hidden: int = 1024) -> str:
 
 
 def _render(graph: str, procs: int, **kw) -> str:
-    from exports.frameworks import FRAMEWORKS
-    from exports.frameworks.plans import PlanView
-    from planner import plan
-    from settings import Settings
-
-    p = plan(Settings(graph=graph, procs=procs, **kw))
-    return FRAMEWORKS["megatron"].render(PlanView(p.settings, p.graph, p.result))
+    return export_text("megatron", graph, procs, **kw)
 
 
 def _words(text: str) -> list[str]:
-    proc = subprocess.run(["bash", "-c", text + '\nprintf "%s\\n" "${PASE_PARALLEL_ARGS[@]}"'],
-                          capture_output=True, text=True, check=True)
-    return proc.stdout.split("\n")[:-1]
+    return bash_array(text, "PASE_PARALLEL_ARGS")
 
 
 def _flags(words: list[str]) -> dict:

@@ -11,11 +11,10 @@ in a second environment where this file must not skip."""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, bash_array, export_text
 
 pytest.importorskip("torch", reason="torch is not installed (pip install -r requirements-torch.txt)")
 pytest.importorskip("torchtitan", reason="torchtitan is not installed (pip install -r requirements-torch.txt)")
@@ -28,19 +27,11 @@ SMALL_LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 12
 
 
 def _render(graph: str, procs: int, **kw) -> str:
-    from exports.frameworks import FRAMEWORKS
-    from exports.frameworks.plans import PlanView
-    from planner import plan
-    from settings import Settings
-
-    p = plan(Settings(graph=graph, procs=procs, **kw))
-    return FRAMEWORKS["torchtitan"].render(PlanView(p.settings, p.graph, p.result))
+    return export_text("torchtitan", graph, procs, **kw)
 
 
 def _words(text: str) -> list[str]:
-    proc = subprocess.run(["bash", "-c", text + '\nprintf "%s\\n" "${PASE_TORCHTITAN_ARGS[@]}"'],
-                          capture_output=True, text=True, check=True)
-    return proc.stdout.split("\n")[:-1]
+    return bash_array(text, "PASE_TORCHTITAN_ARGS")
 
 
 def _parsed(words: list[str]):
