@@ -32,8 +32,10 @@ memory at the capacity) with the plan's own evaluation.
 its recomputation: its step without (recomputation adds forward passes and
 the collectives they repeat, and leaves the rest as it is); with stages,
 the pipeline's time without the gradients' synchronisation after the last
-micro-batch (a busier stage may hide more of it).  ZeRO stages 0 to 2 take
-the same time (only memory differs); stage 3 is bounded apart.  :meth:`Costing.least_states`
+micro-batch (a busier stage may hide more of it).  ZeRO stages 0 to 2
+take the same time, but with a framework stages 1 and 2 shorten the
+optimizer step (each device updates its shard), so they are bounded apart
+from 0 there; stage 3 is bounded apart.  :meth:`Costing.least_states`
 bounds its memory from below without costing anything: the weights,
 gradients and optimizer state of the parameters at their most sharded.
 """
@@ -442,7 +444,9 @@ class Costing:
         """A lower bound of ``std``'s step whatever its recomputation and
         its ZeRO stage among ``zeros`` (see the module docstring); an
         :class:`InputError` when the model cannot take it."""
-        times = {0 if z < 3 else 3 for z in zeros}  # stages 0 to 2 take the same time
+        # stages 0 to 2 take the same time, but with a framework 1 and 2 shorten the optimizer step (each device
+        # updates its shard: options/zero.py); stage 3 gathers the weights
+        times = {3 if z == 3 else 1 if z and self.model.framework is not None else 0 for z in zeros}
         return min(self.estimate(replace(std, zero=z, recompute="none")).floor for z in sorted(times))
 
     def least_states(self, std, zero: int) -> float:
