@@ -41,8 +41,10 @@ def build_decoder(B, cfg, batch: int, seq: int, attention: str = "fused") -> Non
     if cfg.gpt2:
         pos = B.add("pos_embed", Embedding(cfg.positions, e, "e"), B.data((batch, seq), "bs"))
         x = B.add("embed/add", Elementwise(), x, pos)
-        if cfg.embd_pdrop:
-            x = B.add("embed/dropout", Dropout(cfg.embd_pdrop), x)
+    if cfg.embed_scale:  # times a factor
+        x = B.add("embed/scale", Elementwise(), x)
+    if cfg.embd_pdrop:
+        x = B.add("embed/dropout", Dropout(cfg.embd_pdrop), x)
     for i in range(cfg.layers):
         attend = lambda pre, n: parts.attention(pre, n, *cfg.layer_window(i))  # noqa: E731
         feed = lambda pre, n: parts.mlp(pre, n, cfg.layer_moe(i))  # noqa: E731
@@ -139,7 +141,7 @@ class _Parts:
     def qk_norms(self, pre, q, k):
         """The family's normalisation of queries and keys: per head, over
         every head of the projection, or an L2 norm without weights."""
-        from kinds.pointwise import RMSNorm, RMSNormOver
+        from kinds.pointwise import Norm, RMSNorm, RMSNormOver
 
         how = self.cfg.qk_norm
         if not how:
@@ -148,6 +150,8 @@ class _Parts:
         for name, t in (("q_norm", q), ("k_norm", k)):
             if how == "proj":  # every axis but the sample and the positions
                 kind = RMSNormOver(tuple(i for i, c in enumerate(t.letters) if c not in "bs"))
+            elif how == "head_layer":  # a LayerNorm over the head width, one scale and shift for every head
+                kind = Norm(-1)
             else:
                 kind = RMSNorm(-1, params=0 if how == "l2" else 1)
             out.append(self.add(f"{pre}/{name}", kind, t))

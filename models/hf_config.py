@@ -86,6 +86,7 @@ class DecoderConfig:
     parallel: str = ""  # "", "one" or "two": attention and feed-forward side by side (Family.parallel)
     head_bias: bool = False
     residual_scale: bool = False  # each residual branch scaled by a factor before it is added (Granite)
+    embed_scale: bool = False  # the embeddings scaled by a factor (Granite)
     logit_scale: bool = False  # the logits scaled by a factor (Granite, Cohere)
     softcap: bool = False  # the attention's scores soft-capped
     logit_softcap: bool = False  # the final logits soft-capped
@@ -245,6 +246,8 @@ class _Reader:
             resid_pdrop=self.probability(parts.resid_dropout, 0.0) if parts.resid_dropout else 0.0,
             norm_kind=parts.norm, mlp_kind=parts.mlp, head_bias=parts.head_bias,
             residual_scale=bool(parts.residual_scale), logit_scale=bool(parts.logit_scale),  # multiplied, 1 or not
+            embed_scale=bool(parts.embed_scale),
+            embd_pdrop=self.probability(parts.embed_dropout, 0.0) if parts.embed_dropout else 0.0,
             parallel=parts.parallel if not parts.parallel_key or flag(parts.parallel_key, False) else "",
             positions_key="max_position_embeddings" if positions is not None else "", mla=mla, qk_norm=qk_norm,
             norms=parts.norms, windows=windows, moe=tuple(moe), expert_ffn=expert_ffn, shared_ffn=shared_ffn,

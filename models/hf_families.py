@@ -34,7 +34,8 @@ class Family:
     the key that switches it on (``attention_bias``) or a fixed value."""
 
     attention: str = "gqa"  # "gqa" (grouped-query or multi-head) or "mla" (multi-head latent attention)
-    qk_norm: str = ""  # "", "head" (one scale per head width), "proj" (over every head), "l2" (no weights)
+    qk_norm: str = ""  # "", "head" (one scale per head width), "head_layer" (a LayerNorm over the head width, scale
+    #                    and shift: Phi), "proj" (over every head), "l2" (no weights)
     qk_norm_key: str = ""  # the key that switches the q/k norm on ("": always there)
     norms: str = "pre"  # "pre", "post" (OLMo 2), "sandwich" (Gemma: before and after each sub-layer)
     qkv_bias: str | bool = "attention_bias"
@@ -68,6 +69,8 @@ class Family:
     residual_scale: str = ""
     logit_scale: str = ""
     resid_dropout: str = ""  # the key of a dropout on each residual branch ("": none; Seed-OSS: residual_dropout)
+    embed_dropout: str = ""  # the key of a dropout on the embeddings ("": none)
+    embed_scale: str = ""  # the key of a factor the embeddings are scaled by (Granite: embedding_multiplier)
     text: str = ""  # the decoder is the config's text_config, of this model_type
     defaults: dict = field(default_factory=dict)
 
@@ -94,7 +97,7 @@ FAMILIES: dict[str, Family] = {
                                     "sliding_window": 4096, "max_position_embeddings": 131072}),
     "gemma3": Family(text="gemma3_text"),
     "granitemoe": Family(moe="every", expert_ffn="intermediate_size", residual_scale="residual_multiplier",
-                         logit_scale="logits_scaling"),
+                         logit_scale="logits_scaling", embed_scale="embedding_multiplier"),
     "glm4_moe": Family(out_bias=False, qk_norm="head", qk_norm_key="use_qk_norm", moe="first_dense", shared="count",
                        defaults={"first_k_dense_replace": 1}),
     "deepseek_v2": Family(**_DEEPSEEK, defaults={"first_k_dense_replace": 0}),
@@ -107,7 +110,8 @@ FAMILIES: dict[str, Family] = {
                                     "use_qk_norm": True}),
     "llama4": Family(text="llama4_text"),
     "gemma": Family(tied=True),
-    "granite": Family(residual_scale="residual_multiplier", logit_scale="logits_scaling"),
+    "granite": Family(residual_scale="residual_multiplier", logit_scale="logits_scaling",
+                      embed_scale="embedding_multiplier"),
     "helium": Family(out_bias=False),
     "seed_oss": Family(out_bias="attention_out_bias", resid_dropout="residual_dropout",
                        defaults={"attention_bias": True}),
@@ -119,13 +123,18 @@ FAMILIES: dict[str, Family] = {
     "smollm3": Family(tied=True),
     "ernie4_5": Family(qkv_bias="use_bias", out_bias="use_bias", mlp_bias="use_bias", tied=True),
     "gpt_neox": Family(norm="layer", mlp="plain", mlp_bias=True, parallel="two", parallel_key="use_parallel_residual",
+                       resid_dropout="hidden_dropout", embed_dropout="hidden_dropout",
                        defaults={"attention_bias": True, "use_parallel_residual": True}),
     "phi": Family(norm="layer", mlp="plain", qkv_bias=True, out_bias=True, mlp_bias=True, parallel="one",
-                  head_bias=True),
+                  head_bias=True, qk_norm="head_layer", qk_norm_key="qk_layernorm", resid_dropout="resid_pdrop",
+                  embed_dropout="embd_pdrop"),
     "starcoder2": Family(norm="layer", mlp="plain", qkv_bias="use_bias", out_bias="use_bias", mlp_bias="use_bias",
-                         windows="all", tied=True, defaults={"use_bias": True}),
+                         windows="all", tied=True, resid_dropout="residual_dropout", embed_dropout="embedding_dropout",
+                         defaults={"use_bias": True}),
+    # its qk_layernorm: a LayerNorm of each head's own weights (taken as one over every head: the same weights)
     "stablelm": Family(norm="layer", qkv_bias="use_qkv_bias", out_bias=False, parallel="one",
-                       parallel_key="use_parallel_residual"),
+                       parallel_key="use_parallel_residual", qk_norm="proj", qk_norm_key="qk_layernorm"),
+    # its q/k norms: a LayerNorm of each head's own weights (taken as one over every head: the same weights)
     "cohere": Family(norm="scale", parallel="one", qk_norm="proj", qk_norm_key="use_qk_norm", tied=True,
                      logit_scale="logit_scale"),
     "olmo": Family(norm="plain"),

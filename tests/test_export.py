@@ -197,7 +197,7 @@ class TestTorchtitan:
 
     @pytest.mark.parametrize("family, has", [("phi3", "a fused qkv_proj and gate_up_proj"),
                                              ("glm", "a fused gate_up_proj"), ("glm4", "a fused gate_up_proj"),
-                                             ("gpt_neox", "a fused query_key_value"),
+                                             ("gpt_neox", "its attention named attention, not self_attn"),
                                              ("starcoder2", "c_fc and c_proj")])
     def test_refuses_the_projections_the_backend_cannot_shard(self, family, has):
         config = str(ROOT / "tests" / "data" / "families" / family / "config.json")
@@ -282,6 +282,12 @@ class TestMegatron:
     ])
     def test_refusals(self, graph, kw, words):
         assert words in refused("megatron", graph, 64, **kw)
+
+    def test_notes_a_family_whose_layers_run_side_by_side(self):
+        neox = str(ROOT / "tests" / "data" / "families" / "gpt_neox" / "config.json")
+        text = render("megatron", neox, 16, plan="tp=4,dp=4,sp=1", batch=16, seq=256)
+        assert "# Megatron-LM's layers run attention, then the feed-forward; gpt_neox's run them side by side" in text
+        assert "side by side" not in render("megatron", LLAMA, 64, plan="tp=8,dp=8")
 
     def test_an_interleaved_pipeline_of_whole_groups_of_micro_batches(self):
         args = megatron_args(render("megatron", LLAMA, 64, plan="tp=8,pp=4,schedule=interleaved:2,microbatch=1",

@@ -114,6 +114,7 @@ def test_parts_of_the_other_families():
     assert "layer0/mlp/norm" not in phi and ("layer0/attn/norm", "layer0/mlp/up") in edges("phi")
     assert phi["logits"].inputs[-1].shape == (51200,) and "layer0/mlp/gate_up" not in phi
     assert ops("olmo")["layer0/attn/norm"].kind.params == 0 and ops("cohere")["norm"].kind.params == 1
+    assert "embed/scale" in ops("granite") and "layer0/mlp/scale" in ops("granite") and "logits/scale" in ops("granite")
     exaone = read_config(path("exaone4"))  # its layer_types: three sliding layers to one global
     assert [w > 0 for w, _ in exaone.windows[:8]] == [True, True, True, False] * 2
 
@@ -128,6 +129,25 @@ def test_a_key_left_out_takes_the_config_class_default(tmp_path, family, key):
     del data[key]
     (tmp_path / "config.json").write_text(json.dumps(data))
     assert read_config(str(tmp_path / "config.json")) == read_config(path(family))
+
+
+@pytest.mark.parametrize("family, switches, names", [
+    ("phi", {"qk_layernorm": True, "resid_pdrop": 0.1, "embd_pdrop": 0.1},
+     ("layer0/attn/q_norm", "layer0/attn/dropout_out", "layer0/mlp/dropout", "embed/dropout")),
+    ("starcoder2", {"residual_dropout": 0.1, "embedding_dropout": 0.1},
+     ("layer0/attn/dropout_out", "layer0/mlp/dropout", "embed/dropout")),
+    ("gpt_neox", {"hidden_dropout": 0.1}, ("layer0/attn/dropout_out", "layer0/mlp/dropout", "embed/dropout")),
+])
+def test_a_family_switch_adds_its_operators(tmp_path, family, switches, names):
+    """Phi's q/k LayerNorms (one scale and shift over the head width), and
+    the dropouts each family's own keys switch on."""
+    data = {**json.loads(Path(path(family)).read_text()), **switches}
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    g = build_graph(str(tmp_path / "config.json"), batch=2, seq=64)
+    found = {op.name: op for op in operators(g)}
+    assert all(n in found for n in names) and not any(n in ops(family) for n in names)
+    if family == "phi":
+        assert found["layer0/attn/q_norm"].kind.params == 2 and found["layer0/attn/q_norm"].inputs[1].shape == (64,)
 
 
 def test_a_window_costs_its_window_not_the_sequence():

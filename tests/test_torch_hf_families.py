@@ -58,10 +58,10 @@ def test_released_sizes():
 SMALL = dict(num_hidden_layers=2, hidden_size=256, intermediate_size=512, num_attention_heads=8,
              num_key_value_heads=4, head_dim=32, vocab_size=1000, pad_token_id=0, bos_token_id=0, eos_token_id=0)
 VARIANTS = [("gpt_neox", dict(use_parallel_residual=False, attention_bias=False, num_key_value_heads=8)),
-            ("stablelm", dict(use_parallel_residual=True, use_qkv_bias=True)),
+            ("stablelm", dict(use_parallel_residual=True, use_qkv_bias=True, qk_layernorm=True)),
             ("starcoder2", dict(use_bias=False, sliding_window=128)),
             ("cohere", dict(use_qk_norm=True, attention_bias=True)),
-            ("phi", dict()),
+            ("phi", dict(qk_layernorm=True)),
             ("olmo", dict(attention_bias=True)),
             ("glm4", dict(attention_bias=False)),
             ("seed_oss", dict(attention_bias=False, attention_out_bias=True, mlp_bias=True)),

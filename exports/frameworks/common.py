@@ -9,10 +9,11 @@ from errors import InputError
 #: q_proj with k_proj and v_proj, and gate_proj or fc1 with down_proj or fc2): what each has instead (the torchtitan
 #: export refuses them, and the dtensor export's refusal sends them elsewhere)
 UNSHARDED = {"phi3": "a fused qkv_proj and gate_up_proj", "glm": "a fused gate_up_proj",
-             "glm4": "a fused gate_up_proj", "gpt_neox": "a fused query_key_value, dense_h_to_4h and dense_4h_to_h",
+             "glm4": "a fused gate_up_proj",
+             "gpt_neox": "its attention named attention, not self_attn, with a fused query_key_value",
              "starcoder2": "c_fc and c_proj"}
 
-__all__ = ["standard_for", "layer_parts", "header_lines"]
+__all__ = ["UNSHARDED", "standard_for", "layer_parts", "header_lines"]
 
 
 def standard_for(plan, fmt: str, needs_roles: bool = True):

@@ -101,7 +101,23 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     if std.pp == 1 and std.microbatch * std.dp < plan.batch:
         notes.append(f"{plan.batch // (std.microbatch * std.dp)} micro-batches accumulate into one step")
     notes.append("the model's own arguments (--num-layers, --hidden-size, ...) are not written here")
+    parallel = _parallel_block(plan)
+    if parallel:
+        notes.append(f"Megatron-LM's layers run attention, then the feed-forward; {parallel}'s run them side by "
+                     "side: the job trains another model than the plan costs")
     return args, notes
+
+
+def _parallel_block(plan) -> str:
+    """The family of a Hugging Face config whose layers run attention and
+    feed-forward side by side ("" otherwise)."""
+    from exports.frameworks.dtensor import decoder_config
+
+    try:
+        cfg = decoder_config(plan)
+    except InputError:  # no Hugging Face config
+        return ""
+    return cfg.family if cfg.parallel else ""
 
 
 def environment(std) -> dict[str, str]:

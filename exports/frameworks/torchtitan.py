@@ -57,9 +57,9 @@ FOLLOWS = "torchtitan 0.3 (torchtitan/config/configs.py, torchtitan/config/manag
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 PRECISION = {"bf16": "bfloat16", "fp32": "float32"}
 FAIL = "--export torchtitan: "
-#: torchtitan's own Llama 3 configs: (width, layers, heads, key/value heads, feed-forward, vocabulary)
 #: the config keys of the biases the transformers backend switches off (it sets attention_bias and mlp_bias False)
 DROPPED_BIASES = ("attention_bias", "mlp_bias")
+#: torchtitan's own Llama 3 configs: (width, layers, heads, key/value heads, feed-forward, vocabulary)
 LLAMA3 = {(4096, 32, 32, 8, 14336, 128256): "llama3_8b", (8192, 80, 64, 8, 28672, 128256): "llama3_70b",
           (16384, 126, 128, 8, 53248, 128256): "llama3_405b"}
 
