@@ -87,29 +87,35 @@ class _Parts:
 
     def sublayer(self, pre, x, body):
         """``x + body(norm(x))`` with the family's norms and dropout."""
-        from kinds.pointwise import Dropout, Elementwise
+        from kinds.pointwise import Elementwise
 
         norms = self.cfg.norms
         y = body(pre, self.norm(f"{pre}/norm", x) if norms != "post" else x)
         if norms != "pre":
             y = self.norm(f"{pre}/post_norm", y)
+        return self.add(f"{pre}/residual", Elementwise(), x, self.branch(pre, y))
+
+    def branch(self, pre, y):
+        """A residual branch's output ``y`` through the family's dropout and
+        scale, before it is added."""
+        from kinds.pointwise import Dropout, Elementwise
+
         if self.cfg.resid_pdrop:
             y = self.add(f"{pre}/dropout" + ("_out" if pre.endswith("attn") else ""), Dropout(self.cfg.resid_pdrop), y)
         if self.cfg.residual_scale:
             y = self.add(f"{pre}/scale", Elementwise(), y)
-        return self.add(f"{pre}/residual", Elementwise(), x, y)
+        return y
 
     def parallel(self, pre, x, attend, feed):
         """``x + attend(norm(x)) + feed(norm(x))``: one norm feeding both
-        (``one``) or each its own (``two``), with the family's dropout."""
-        from kinds.pointwise import Dropout, Elementwise
+        (``one``) or each its own (``two``), each branch through
+        :meth:`branch`."""
+        from kinds.pointwise import Elementwise
 
         n = self.norm(f"{pre}/attn/norm", x)
         a = attend(f"{pre}/attn", n)
         m = feed(f"{pre}/mlp", n if self.cfg.parallel == "one" else self.norm(f"{pre}/mlp/norm", x))
-        if self.cfg.resid_pdrop:
-            a = self.add(f"{pre}/attn/dropout_out", Dropout(self.cfg.resid_pdrop), a)
-            m = self.add(f"{pre}/mlp/dropout", Dropout(self.cfg.resid_pdrop), m)
+        a, m = self.branch(f"{pre}/attn", a), self.branch(f"{pre}/mlp", m)
         x = self.add(f"{pre}/attn/residual", Elementwise(), x, a)
         return self.add(f"{pre}/mlp/residual", Elementwise(), x, m)
 

@@ -5,9 +5,9 @@ The families of :data:`models.hf_families.FAMILIES` (the config's
 mixtures of experts, Phi-3, OLMo 2 and OLMoE, Gemma 1, 2 and 3, Granite
 and Granite MoE, GLM, GLM-4 and GLM-4 MoE, DeepSeek V2 and V3, gpt-oss,
 Llama 4, Helium, Seed-OSS, EXAONE 4, SmolLM3, ERNIE 4.5, GPT-NeoX, Phi,
-StarCoder 2, StableLM, Command R, OLMo), read from the
-keys their configs use, without downloading anything and without the
-``transformers`` package; :class:`DecoderConfig` is what the graph needs, checked, and
+StarCoder 2, StableLM, Command R, OLMo), read from the keys their configs
+use, without downloading anything and without the ``transformers``
+package; :class:`DecoderConfig` is what the graph needs, checked, and
 ``models/decoder.py`` builds the graph from it.  Letters:
 
     b batch            s positions (queries)   t positions (keys)

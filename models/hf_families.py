@@ -8,12 +8,12 @@ head, over the whole projection, or an L2 norm without weights), where its
 norms sit (before each sub-layer, after it, or both: "sandwich"), which
 biases it has and under which key, its norms' and feed-forward's kind,
 whether attention and feed-forward run side by side (a parallel block),
-its residual dropout's key, how its
-layers take sliding-window or chunked attention when the config lists no
+the keys of its dropouts and scale factors, how its layers take
+sliding-window or chunked attention when the config lists no
 ``layer_types``, and for a mixture of experts which layers have experts,
 the key of an expert's width, its shared experts and their gate, and
-whether experts and the router have biases.  Its ``defaults`` are the config class's own for the keys a
-released config may leave out.  ``text``: a multimodal config whose
+whether experts and the router have biases.  Its ``defaults`` are the
+config class's own for the keys a released config may leave out.  ``text``: a multimodal config whose
 ``text_config`` holds the decoder (Llama 4, Gemma 3).
 
 The keys read are the ones ``transformers``' config classes use; the

@@ -31,9 +31,10 @@ pp``, from which Megatron-LM takes the virtual pipeline's size).
 
 Refused, in one line: the GPipe schedule (Megatron-LM's pipelines are
 1F1B, interleaved or not); an interleaved schedule whose micro-batches
-are no multiple of ``pp`` (Megatron Core runs them in groups of ``pp``); Megatron-FSDP (zero 2 and 3) with pipeline
-stages; tensor and expert parallelism without sequence parallelism (which
-Megatron-LM requires together); plans that are no standard configuration.
+are no multiple of ``pp`` (Megatron Core runs them in groups of ``pp``);
+Megatron-FSDP (zero 2 and 3) with pipeline stages; tensor and expert
+parallelism without sequence parallelism (which Megatron-LM requires
+together); plans that are no standard configuration.
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     if std.ep > 1 and std.tp > 1 and not std.sp:
         raise InputError(fail + "Megatron-LM requires sequence parallelism with tensor and expert parallelism: "
                          "give sp=1")
-    if std.pp > 1 and std.schedule == "interleaved" and (plan.batch // (std.dp * std.microbatch)) % std.pp:
-        m, unit = plan.batch // (std.dp * std.microbatch), std.pp * std.dp * std.microbatch
+    m = plan.batch // (std.dp * std.microbatch)  # micro-batches a step
+    if std.pp > 1 and std.schedule == "interleaved" and m % std.pp:
+        unit = std.pp * std.dp * std.microbatch
         raise InputError(fail + f"Megatron-LM runs the interleaved schedule's micro-batches in groups of pp "
                          f"(microbatch_group_size_per_vp_stage) and refuses {m} micro-batches with pp={std.pp}: give "
                          f"a batch that is a multiple of {unit} (pp x dp x micro-batch)")
@@ -98,8 +100,8 @@ def arguments(plan) -> tuple[list[str], list[str]]:
         args += ["--fp8-format hybrid", "--fp8-amax-history-len 1024", "--fp8-amax-compute-algo max"]
     notes = [f"the data-parallel degree, {std.dp}, is what the world size of {plan.procs} leaves: "
              f"{plan.procs} / (tp x pp x cp)"]
-    if std.pp == 1 and std.microbatch * std.dp < plan.batch:
-        notes.append(f"{plan.batch // (std.microbatch * std.dp)} micro-batches accumulate into one step")
+    if std.pp == 1 and m > 1:
+        notes.append(f"{m} micro-batches accumulate into one step")
     notes.append("the model's own arguments (--num-layers, --hidden-size, ...) are not written here")
     parallel = _parallel_block(plan)
     if parallel:

@@ -64,9 +64,11 @@ LLAMA3 = {(4096, 32, 32, 8, 14336, 128256): "llama3_8b", (8192, 80, 64, 8, 28672
           (16384, 126, 128, 8, 53248, 128256): "llama3_405b"}
 
 
-def model_args(plan) -> tuple[list[str], bool]:
+def model_args(plan) -> tuple[list, object]:
     """``--module``, ``--config`` (and ``--hf_model``) of the plan's model,
-    and whether it is the transformers backend."""
+    and where it runs on the transformers backend its
+    :class:`models.hf_config.DecoderConfig` (``None`` for torchtitan's own
+    Llama 3)."""
     from exports.frameworks.dtensor import decoder_config
 
     try:
@@ -80,25 +82,23 @@ def model_args(plan) -> tuple[list[str], bool]:
                          f"or fc1, which {cfg.family} has not ({UNSHARDED[cfg.family]}): export it with --export jax")
     key = (cfg.width, cfg.layers, cfg.heads, cfg.kv_heads, cfg.ffn, cfg.vocab)
     if cfg.family == "llama" and key in LLAMA3:
-        return ["--module llama3", f"--config {LLAMA3[key]}"], False
+        return ["--module llama3", f"--config {LLAMA3[key]}"], None
     from models.sources import locate
 
     folder = os.path.dirname(os.path.abspath(locate(plan.settings.graph)[1]))
     config = "transformers_modeling_backend_full" + ("_moe" if cfg.experts else "")
-    return ["--module transformers_modeling_backend", f"--config {config}", ("--hf_model", folder)], True
+    return ["--module transformers_modeling_backend", f"--config {config}", ("--hf_model", folder)], cfg
 
 
-def backend_changes(plan) -> list[str]:
+def backend_changes(cfg) -> list[str]:
     """Notes on how torchtitan 0.3's transformers backend builds the model
     otherwise than the plan costs it: it unties tied embeddings (FSDP2
     shards no weight two modules share: parallelize.py) and builds the
     attention and feed-forward layers without the biases that
     ``attention_bias`` and ``mlp_bias`` switch on (model.py sets both
-    False)."""
-    from exports.frameworks.dtensor import decoder_config
+    False); ``cfg`` the model's :class:`models.hf_config.DecoderConfig`."""
     from models.hf_families import FAMILIES
 
-    cfg = decoder_config(plan)
     notes = []
     if cfg.tied:
         notes.append(f"the backend unties the embedding and the head: the job trains {cfg.vocab * cfg.width:,} "
@@ -142,7 +142,7 @@ def arguments(plan) -> tuple[list[str], list[str]]:
         raise InputError(FAIL + "--float8: torchtitan 0.3 turns Float8 on in a config function's model converters "
                          "(Float8LinearConverter), which command-line overrides cannot set; export with "
                          "torchtitan@0.2 (its TOML has them) or cost the plan without --float8")
-    args, backend = model_args(plan)
+    args, backend = model_args(plan)  # backend: the model's config, on the transformers backend
     notes = []
     args += [f"--training.local_batch_size {plan.batch // std.dp if std.pp > 1 else std.microbatch}",
              f"--training.global_batch_size {plan.batch}"]
@@ -160,7 +160,7 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     if std.pp > 1:
         args += [f"--parallelism.pipeline_parallel_schedule {SCHEDULES[std.schedule]}",
                  f"--parallelism.pipeline_parallel_microbatch_size {std.microbatch}",
-                 ("--parallelism.module_fqns_per_model_part", *_parts(plan, std, backend)),
+                 ("--parallelism.module_fqns_per_model_part", *_parts(plan, std, backend is not None)),
                  "--training.disable_cuda_graphs"]
     if fw is not None and fw.compiled:  # costed with torch.compile's fused kernels: the job compiles too
         # the loss compiled too where the profile costs it so (today's torchtitan; December 2024's ran it eagerly)
@@ -172,10 +172,10 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     if std.recompute == "selective":
         notes.append("recompute=selective was costed as Megatron-LM's (the attention recomputed); torchtitan's "
                      "selective policy chooses its own operators")
-    if backend:
+    if backend is not None:
         notes.append("the transformers backend reads the model from --hf_model; give --hf_assets_path for its "
                      "tokenizer")
-        notes += backend_changes(plan)
+        notes += backend_changes(backend)
     args.append(f"activation-checkpoint:{std.recompute}")
     return args, notes
 
