@@ -42,6 +42,15 @@ vendors' data sheets):
 * ``paper``: the PaSE paper's device, 10 TFLOPS and 16 GB/s at every
   precision, memory unbounded, no memory bandwidth: the paper's model.
 
+``memory`` is what CUDA gives a process on the device (the "total
+capacity" PyTorch's out-of-memory message names), in GB of 10^9 bytes: a
+data sheet's "80 GB" of HBM is 80 GiB (85.9 GB), of which the driver keeps
+a little. PyTorch reports 79.1 GiB on the H100 SXM5 80 GB (nvidia-smi:
+81,559 MiB), 139.8 GiB on the H200 141 GB, 178.35 GiB on the B200 180 GB
+and 39.4 GiB on the A100 40 GB; the others take the same 99 % of their
+GiB (the A100 80 GB 79.2, the V100 32 GB 31.7, the H100 NVL 94 GB 93.1,
+the H100 96 GB 95.0 GiB). A plan of 81 GB of tensors fits an "80 GB" part.
+
 ``fp8`` is a device's dense FP8 peak (``--float8`` runs the linear layers'
 products at it); ``power`` the share of its peak its matrix units sustain
 under the power limit it runs at (1 at its rated power).
@@ -156,28 +165,33 @@ class Network:
     description: str
 
 
+def _gib(x: float) -> float:
+    """GB (10^9 bytes, to a tenth) of ``x`` GiB."""
+    return round(x * 2**30 / 1e9, 1)
+
+
 _REAL = dict(gpus_per_node=8, memory_eff=0.8, link_eff=0.8, latency=1.0)
 
 DEVICES = {d.name: d for d in (
-    Device("v100", {"fp64": 7.8, "fp32": 15.7, "fp16": 125.0}, 32.0, 150.0, 900.0, "fp16", "ib-edr",
+    Device("v100", {"fp64": 7.8, "fp32": 15.7, "fp16": 125.0}, _gib(31.7), 150.0, 900.0, "fp16", "ib-edr",
            headroom=2.0, matmul_eff=0.8, attention_eff=0.5, sms=80, arch="volta", **_REAL),
-    Device("a100-40gb", {"fp64": 19.5, "fp32": 19.5, "bf16": 312.0, "fp16": 312.0}, 40.0, 300.0, 1555.0, "bf16",
+    Device("a100-40gb", {"fp64": 19.5, "fp32": 19.5, "bf16": 312.0, "fp16": 312.0}, _gib(39.4), 300.0, 1555.0, "bf16",
            "ib-hdr", headroom=2.0, matmul_eff=0.8, attention_eff=0.55, sms=108, arch="ampere", **_REAL),
-    Device("a100-80gb", {"fp64": 19.5, "fp32": 19.5, "bf16": 312.0, "fp16": 312.0}, 80.0, 300.0, 2039.0, "bf16",
+    Device("a100-80gb", {"fp64": 19.5, "fp32": 19.5, "bf16": 312.0, "fp16": 312.0}, _gib(79.2), 300.0, 2039.0, "bf16",
            "ib-hdr", headroom=3.0, matmul_eff=0.8, attention_eff=0.55, sms=108, arch="ampere", **_REAL),
-    Device("h100", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 80.0, 450.0, 3350.0, "bf16",
+    Device("h100", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, _gib(79.1), 450.0, 3350.0, "bf16",
            "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, arch="hopper", **_REAL),
-    Device("h100-96gb", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 96.0, 450.0, 2400.0, "bf16",
+    Device("h100-96gb", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, _gib(95.0), 450.0, 2400.0, "bf16",
            "roce-400", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, arch="hopper",
            power=round(835.0 + (989.5 - 835.0) * (500.0 - 400.0) / (700.0 - 400.0), 1) / 989.5, **_REAL),
-    Device("h100-nvl", {"fp64": 60.0, "fp32": 60.0, "bf16": 835.0, "fp16": 835.0}, 94.0, 300.0, 3900.0, "bf16",
+    Device("h100-nvl", {"fp64": 60.0, "fp32": 60.0, "bf16": 835.0, "fp16": 835.0}, _gib(93.1), 300.0, 3900.0, "bf16",
            "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1670.5, arch="hopper",
            **{**_REAL, "gpus_per_node": 2}),
-    Device("h800", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 80.0, 200.0, 3350.0, "bf16",
+    Device("h800", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, _gib(79.1), 200.0, 3350.0, "bf16",
            "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, arch="hopper", **_REAL),
-    Device("h200", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, 141.0, 450.0, 4800.0, "bf16",
+    Device("h200", {"fp64": 67.0, "fp32": 67.0, "bf16": 989.5, "fp16": 989.5}, _gib(139.8), 450.0, 4800.0, "bf16",
            "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, arch="hopper", **_REAL),
-    Device("b200", {"bf16": 2250.0, "fp16": 2250.0}, 180.0, 900.0, 8000.0, "bf16", "ib-ndr", headroom=3.0,
+    Device("b200", {"bf16": 2250.0, "fp16": 2250.0}, _gib(178.35), 900.0, 8000.0, "bf16", "ib-ndr", headroom=3.0,
            matmul_eff=0.75, attention_eff=0.45, sms=148, fp8=4500.0, arch="blackwell", **_REAL),
     Device("paper", {"fp64": 10.0, "fp32": 10.0, "bf16": 10.0, "fp16": 10.0}, None, 16.0),
 )}

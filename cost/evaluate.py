@@ -65,8 +65,7 @@ def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None, 
     ops = operators(g)
     comp, comm, weights, acts, parts, transient = [], [], [], [], [], []
     if ctx is None:
-        uses_options = any(d.options for d in strategy) or model.options
-        ctx = contexts(g, find_chains(g) if uses_options else ())
+        ctx = contexts(g, find_chains(g) if _by_blocks(strategy, model) else ())
     seen = {}  # identical operators (up to names) with the same decision and context cost the same
     for v, (op, d) in enumerate(zip(ops, strategy)):
         key = (op, d, ctx[v].key)
@@ -131,6 +130,14 @@ def recomputed_flops(g, strategy, model: CostModel) -> float:
     return math.fsum(out)
 
 
+def _by_blocks(strategy, model) -> bool:
+    """Whether costing ``strategy`` depends on which repeated block each
+    operator belongs to: execution options, or Float8 (the blocks' weighted
+    products run in FP8, the output layer not)."""
+    fw = model.framework
+    return bool(any(d.options for d in strategy) or model.options or (fw is not None and fw.float8))
+
+
 def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
     """A :class:`result.Result` for graph ``g`` from a :class:`StrategyCost`."""
     shared = shared_weights(g)
@@ -184,8 +191,7 @@ def words_moved(g, sc, model) -> float:
     from options import OPTIONS, contexts
 
     ops = operators(g)
-    uses_options = any(d.options for d in sc.strategy)
-    ctx = contexts(g, find_chains(g) if uses_options else ())
+    ctx = contexts(g, find_chains(g) if _by_blocks(sc.strategy, model) else ())
     moved, seen = [], {}  # identical operators (edges) with the same decisions move the same
     for v, (op, d) in enumerate(zip(ops, sc.strategy)):
         key = (op, d, ctx[v].key)

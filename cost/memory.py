@@ -70,7 +70,9 @@ def as_kept(op: Operator, C: Extents, model: CostModel, fp: Footprint, inside: b
     * an input kept as this device's shard under sequence parallelism
       (:func:`cost.rules.regathered`) counts ``1 / q`` of itself;
     * with Float8, a weighted product of a block holds FP8 copies (a byte
-      per element) of its weights and input while it runs (a transient);
+      per element) of its weights and input while it runs (a transient),
+      and keeps its input for the backward pass at ``float8_saved`` bytes
+      per element where the framework keeps the FP8 cast;
     * ring attention (:func:`cost.time.ring_parts`) holds, while it runs,
       the keys and values its kernels read (all-gathered, or its own and
       the ones in flight passed step by step) and, backward, their fp32
@@ -90,9 +92,12 @@ def as_kept(op: Operator, C: Extents, model: CostModel, fp: Footprint, inside: b
     for i, letters in regathered(op, C, model):
         t = op.inputs[i]
         acts = acts - shard_bytes(t, C, b) * (1.0 - 1.0 / C[letters])
-    if fw.float8 and inside and any(t.role == "weight" for t in op.inputs) and op.kind.name in ("Einsum", "FC"):
+    if _float8_weighted(op, model, inside):
         copies = sum(shard(t, C) for t in op.inputs if t.role != "data")
         transient = transient + copies
+        if fw.float8_saved:  # its inputs kept for the backward pass as their FP8 casts
+            acts = acts - sum(x for (kind, i), x in kept_items(op, C, model)
+                              if kind == "in" and op.inputs[i].role != "weight") * (1.0 - fw.float8_saved / b)
     if op.kind.name == "FusedAttention" and op.kind.ring(op, model):
         transient = transient + _ring_buffers(op, C, model)
     K = len(C)
@@ -114,15 +119,28 @@ def _ring_buffers(op: Operator, C: Extents, model: CostModel):
     return np.where(c > 1, b * held + 2.0 * g * kv / c, 0.0)
 
 
-def kept_items(op: Operator, C: Extents, model: CostModel) -> list:
+def _float8_weighted(op: Operator, model: CostModel, inside: bool) -> bool:
+    """Whether ``op`` is a weighted product of a repeated block (``inside``)
+    run in FP8 under the model's framework (``--float8``)."""
+    fw = model.framework
+    return bool(fw is not None and fw.float8 and inside and op.kind.name in ("Einsum", "FC")
+                and any(t.role == "weight" for t in op.inputs))
+
+
+def kept_items(op: Operator, C: Extents, model: CostModel, inside: bool = False) -> list:
     """``(origin, bytes)`` of each thing ``op`` keeps for its backward
     pass as the model's framework keeps it (what a recomputation may
     drop): each kept tensor (``("in", i)``, ``("out", j)``, ``("own",
     None)``), a sequence-parallel input at its shard's bytes
-    (:func:`cost.rules.regathered`), and an activation's input kept beside
-    the product's output (``("act", None)``, :func:`as_kept`)."""
+    (:func:`cost.rules.regathered`), a Float8 product's input at the bytes
+    its framework keeps of it (``inside``: ``op`` belongs to a repeated
+    block; :func:`as_kept`), and an activation's input kept beside the
+    product's output (``("act", None)``)."""
     b = model.cluster.word_bytes
     shards = dict(regathered(op, C, model))
+    fw = model.framework
+    fp8 = fw.float8_saved / float(b) if fw is not None and fw.float8_saved and _float8_weighted(op, model, inside) \
+        else 1.0
     out = []
     for t in op.kind.saved(op):
         origin = next((("in", i) for i, x in enumerate(op.inputs) if x is t), None) or \
@@ -130,8 +148,9 @@ def kept_items(op: Operator, C: Extents, model: CostModel) -> list:
         size = shard_bytes(t, C, b)
         if origin[0] == "in" and origin[1] in shards:
             size = size / C[shards[origin[1]]]
+        if origin[0] == "in" and t.role != "weight":
+            size = size * fp8
         out.append((origin, size))
-    fw = model.framework
     if fw is not None and fw.activation_input and getattr(op.kind, "activation", False):
         out.append((("act", None), float(b) * shard(op.outputs[0], C)))
     return out

@@ -108,7 +108,10 @@ class Framework:
     operands at a byte per element: ``weights`` (ZeRO stage 3's all-gathers
     of its weights, cast before gathering) and ``inputs`` (its input
     re-distributed into it, e.g. tensor parallelism's all-gather, cast
-    before; the gradient goes back in the training precision).
+    before; the gradient goes back in the training precision);
+    ``float8_saved`` the bytes per element at which a Float8 product keeps
+    its input for the backward pass (0: the training precision's, the
+    input as it came; 1: its FP8 cast).
 
     Memory beyond tensors: ``reserve`` what the caching allocator holds
     beyond the tensors' peak, as a share of it; ``outside_gb`` what the
@@ -146,6 +149,7 @@ class Framework:
     ring_grad_bytes: float = 0.0
     repeat_kv: bool = False
     float8_gathers: tuple[str, ...] = ()
+    float8_saved: float = 0.0
     attention_kernel: str = ""
     compiled_loss: tuple[float, float] | None = None
     compiled_loss_passes: tuple[float, float] | None = None

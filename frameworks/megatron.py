@@ -67,6 +67,11 @@ MEGATRON = register(Framework(
     # under sequence parallelism, which Korthikanti et al. report hidden
     contention=0.0,
     overhead=0.0,  # nothing fitted: Korthikanti et al.'s and Narayanan et al.'s step times are checks
+    # Float8 (--fp8-format, Transformer Engine's linear layers): a layer keeps the FP8 cast of its input for the
+    # weight-gradient product, not the bf16 input (transformer_engine/pytorch/module/linear.py and
+    # layernorm_linear.py save the quantized input; under sequence parallelism its local shard, gathered again
+    # for the backward pass)
+    float8_saved=1.0,
     # PyTorch's caching allocator as torchtitan's benchmark shows it (frameworks/torchtitan.py, fitted there):
     # the same allocator under Megatron-LM
     reserve=0.104,

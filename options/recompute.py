@@ -68,7 +68,7 @@ class Recompute(Option):
         if rules.framework is not None:  # what the framework keeps, item by item
             from cost.memory import kept_items
 
-            items = kept_items(op, C, rules)
+            items = kept_items(op, C, rules, context.block is not None)
         else:
             from kinds.base import shard_bytes
 
@@ -115,10 +115,11 @@ def _ops_memory(op, C, footprint, context, rules):
     from kinds.base import shard_bytes
 
     b = rules.cluster.word_bytes
+    items = kept_items(op, C, rules, context.block is not None)
     if op.kind.name == "FusedAttention":
-        gone = [x for origin, x in kept_items(op, C, rules) if origin[0] == "in" and origin[1] not in context.outside]
+        gone = [x for origin, x in items if origin[0] == "in" and origin[1] not in context.outside]
     else:
-        gone = [x for origin, x in kept_items(op, C, rules) if not (origin[0] == "in" and origin[1] in context.outside)]
+        gone = [x for origin, x in items if not (origin[0] == "in" and origin[1] in context.outside)]
     if not gone and not op.outputs:
         return footprint
     share = _saved(op, context) if op.kind.name != "FusedAttention" else 0.0

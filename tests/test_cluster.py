@@ -145,7 +145,7 @@ def test_step_time_is_the_cost_at_the_device_speed():
 class TestDescriptions:
     def test_presets_and_overrides(self):
         c = resolve({"precision": "bf16"}, device="a100-80gb")
-        assert (c.flops, c.bw, c.device_memory, c.word_bytes, c.device) == (312.0, 300.0, 80.0, 2, "a100-80gb")
+        assert (c.flops, c.bw, c.device_memory, c.word_bytes, c.device) == (312.0, 300.0, 85.0, 2, "a100-80gb")
         c = resolve({"flops": 100.0, "gpus_per_node": 8, "inter_bw": 25.0}, device="h100")
         assert (c.flops, c.bw, c.precision, c.gpus_per_node) == (100.0, 450.0, "bf16", 8)  # the device's precision
         assert resolve({}) == Cluster()
@@ -154,7 +154,7 @@ class TestDescriptions:
         toml = tmp_path / "c.toml"
         toml.write_text('device = "a100-40gb"\nprecision = "bf16"\ngpus_per_node = 8\ninter_bw = 25\nlatency = 5\n')
         c = resolve({"latency": 1.0}, file_fields=read_cluster_file(str(toml)))
-        assert (c.flops, c.device_memory, c.gpus_per_node, c.inter_bw, c.latency) == (312.0, 40.0, 8, 25.0, 1.0)
+        assert (c.flops, c.device_memory, c.gpus_per_node, c.inter_bw, c.latency) == (312.0, 42.3, 8, 25.0, 1.0)
         js = tmp_path / "c.json"
         js.write_text(json.dumps({"flops": 50, "bw": 100, "device_memory": 24}))
         c = resolve({}, file_fields=read_cluster_file(str(js)))

@@ -54,7 +54,7 @@ def test_a_device_flag_keeps_the_recorded_precision_and_nodes(h100_plan, tmp_pat
     run("--evaluate", plan, "--device", "a100-80gb", "-q", "--output", "out.json", cwd=tmp_path)
     c = cluster_of(tmp_path / "out.json")
     assert (c["device"], c["precision"], c["gpus_per_node"]) == ("a100-80gb", "fp32", 4)
-    assert (c["flops"], c["bw"], c["device_memory"]) == (19.5, 300.0, 80.0)  # the A100's, not the H100's
+    assert (c["flops"], c["bw"], c["device_memory"]) == (19.5, 300.0, 85.0)  # the A100's, not the H100's
 
 
 def test_an_explicit_peak_beats_the_table_at_any_precision(h100_plan, tmp_path):
