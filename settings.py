@@ -130,8 +130,12 @@ _RUN = (
     Setting("float8", ("--float8",), "switch", "with --framework: the linear layers of the blocks multiply in "
             "FP8 (torchao's Float8Linear, Transformer Engine) at the device's FP8 peak; MFU stays against the "
             "training precision's peak", False),
+    Setting("tp_overlap", ("--tp-overlap",), "switch", "with --framework megatron or torchtitan: a matrix "
+            "product's tensor-parallel collectives run piece by piece under it (Megatron-LM's --tp-comm-overlap, "
+            "torchtitan's asynchronous tensor parallelism, which needs --compile) (default: they block)", False),
     Setting("cluster", ("--cluster",), "path", "a cluster file (JSON or TOML) with any of "
-            f"{', '.join(CLUSTER_FIELDS)}, and framework, compile, float8; flags override it", metavar="FILE"),
+            f"{', '.join(CLUSTER_FIELDS)}, and framework, compile, float8, tp_overlap; flags override it",
+            metavar="FILE"),
     Setting("algo", ("--algo",), "count", "search order: 0 GENERATESEQ, 1 breadth-first (default: 0)", 0,
             choices=(0, 1)),
     Setting("profile", ("--profile",), "switch", "profile the search with cProfile and print the top entries", False),

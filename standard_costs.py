@@ -389,6 +389,7 @@ class Costing:
 
     def _fill_edges(self, micro, variant, e, pairs) -> dict:
         from cost.rules import float8_input
+        from cost.tables import tp_room
         from cost.time import edge_costs
 
         table = self._edges.setdefault((micro, variant, e), {})
@@ -402,7 +403,8 @@ class Costing:
         self.calls += 1
         model = self._models[variant]
         fp8 = float8_input(L.reps[cv][0], inp, L.reps[cv][1], model)
-        m = edge_costs(L.reps[cu][0], out, L.reps[cv][0], inp, src, tgt, model, fp8)
+        room = tp_room(L.reps[cv][0], tgt, model, L.reps[cv][1])
+        m = edge_costs(L.reps[cu][0], out, L.reps[cv][0], inp, src, tgt, model, fp8, room=room)
         si, ti = {a: i for i, a in enumerate(src)}, {b: j for j, b in enumerate(tgt)}
         for a, b in todo:
             table[(a, b)] = float(m[si[a], ti[b]])

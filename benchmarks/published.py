@@ -17,7 +17,8 @@ framework that ran it):
 - **torchtitan's December 2024 benchmark** (``torchtitan``): tokens/s per
   GPU and the allocator's peak (GiB) of Llama 3.1 8B, 70B and 405B on
   H100 96 GB (``--device h100-96gb --framework torchtitan@2024-12``: its
-  code of then, the loss eager under torch.compile, FlashAttention-2), and
+  code of then, the loss eager under torch.compile, FlashAttention-2; the
+  rows that ran asynchronous tensor parallelism with ``--tp-overlap``), and
   its June 2025 runs of Llama 3.1 8B on 32 and 64 H200s (``--device h200
   --framework torchtitan@2025-06``: FSDP, torch.compile of the blocks and
   the loss, Float8 with its all-gathers in FP8, FlashAttention-2);
@@ -148,7 +149,8 @@ def torchtitan_runs(tmp: Path, data: dict, source: str, device: str, framework: 
     fitted = FRAMEWORKS[framework].fitted
     for values in data["rows"]:
         r = dict(zip(data["columns"], values))
-        flags = ["--compile"] * r["compile"] + ["--float8"] * r["float8"]
+        flags = (["--compile"] * r["compile"] + ["--float8"] * r["float8"]
+                 + ["--tp-overlap"] * r.get("tp_overlap", False))
         res = run("-g", paths[r["model"]], "-p", r["gpus"], "-b", r["batch"], "--seq", r["seq"], "--device",
                   device, "--framework", framework, "--plan", r["plan"], *flags)
         label = f"{r['model'].upper()}, {r['gpus']} GPUs, {r['label']}"

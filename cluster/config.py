@@ -13,7 +13,7 @@ A cluster file holds any of :data:`FIELDS`, e.g. (TOML)::
 A strategy file written with ``--output`` records the same fields under
 ``"cluster"``, so it can serve as a cluster file too.  Beside the cluster's
 fields a cluster file may name the training framework that runs on it
-(:data:`RUN_KEYS`: ``framework``, ``compile``, ``float8``; see
+(:data:`RUN_KEYS`: ``framework``, ``compile``, ``float8``, ``tp_overlap``; see
 ``frameworks/``), which :func:`read_cluster_file` returns with them and the
 planner takes apart.
 """
@@ -30,7 +30,7 @@ from errors import InputError, SettingError, shown
 __all__ = ["check_fields", "read_cluster_file", "record", "resolve", "RUN_KEYS"]
 
 #: what a cluster file may say beside the cluster's fields: the framework running on it
-RUN_KEYS = ("framework", "compile", "float8")
+RUN_KEYS = ("framework", "compile", "float8", "tp_overlap")
 
 MAX_FILE_BYTES = 1 << 20
 #: what each kind of declared field holds, as a file's value

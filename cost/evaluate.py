@@ -15,7 +15,7 @@ from cluster import Cluster
 from config_space import Decision, in_space
 from cost.memory import footprint, shared_weights
 from cost.rules import CostModel, extents, float8_input, gathered_in_fp8
-from cost.tables import StrategyCost, node_arrays, with_options
+from cost.tables import StrategyCost, node_arrays, tp_room, with_options
 from cost.time import edge_costs, ring_words
 from errors import InputError
 from graph import operators, parameter_count
@@ -80,10 +80,11 @@ def evaluate(g, strategy, model: CostModel = CostModel(), p: int | None = None, 
     moved = {}
     for u, v, d in sorted(g.edges(data=True)):
         fp8 = float8_input(ops[v], d["inp"], ctx[v], model)
-        key = (ops[u], d["out"], ops[v], d["inp"], strategy[u].config, strategy[v].config, fp8)
+        key = (ops[u], d["out"], ops[v], d["inp"], strategy[u].config, strategy[v].config, fp8, ctx[v].key)
         if key not in moved:
+            room = tp_room(ops[v], [strategy[v].config], model, ctx[v])
             m = edge_costs(ops[u], d["out"], ops[v], d["inp"], [strategy[u].config], [strategy[v].config], model,
-                           fp8)
+                           fp8, room=room)
             moved[key] = float(m[0, 0])
         edges[(u, v)] = moved[key]
     cutoff = g.graph["cutoff"]

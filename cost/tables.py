@@ -18,13 +18,13 @@ import numpy as np
 from config_space import Decision, configurations, count_configurations
 from cost.memory import footprint
 from cost.rules import AUTO, CostModel, check_procs, extents, float8_input
-from cost.time import as_run, edge_costs, price
+from cost.time import TP_ROLES, as_run, collective_cost, edge_costs, pass_times, price, tp_overlapped
 from errors import InputError
 from graph import Operator, operators
 from result import total
 
 __all__ = ["OptionTable", "NodeArrays", "with_options", "node_arrays", "CostedGraph", "CostTablesTooLarge",
-           "CostEstimate", "estimate_costs", "build_costs", "with_edges", "StrategyCost"]
+           "CostEstimate", "estimate_costs", "build_costs", "with_edges", "StrategyCost", "tp_room"]
 
 # -- operators with their execution options -------------------------------------------
 
@@ -100,6 +100,29 @@ def with_options(op: Operator, configs, model: CostModel, context, given=None):
             work = opt.work(value, op, C, work, context, model)
             fp = opt.memory(value, op, C, fp, context, model)
     return C, work, fp
+
+
+def tp_room(op: Operator, configs, model: CostModel, context) -> tuple | None:
+    """``(forward, backward)`` FLOP-equivalents of a matrix product, at each
+    of its configurations, under which an all-gather of its input can still
+    run when the run overlaps tensor parallelism (``--tp-overlap``): its
+    forward product and its input gradient's, less its own collectives'
+    time there; ``None`` where nothing overlaps."""
+    fw = model.framework
+    if (fw is None or not fw.tp_overlap or not model.cluster.realistic or context is None
+            or op.kind.name not in ("Einsum", "FC")):
+        return None
+    C, work, _ = with_options(op, configs, model, context, {})
+    if not tp_overlapped(work, model):
+        return None
+    t_fwd, t_bwd, _ = pass_times(work, C, model, op)
+    own = {role: 0.0 for role in TP_ROLES}
+    for c in work.comms:
+        if c.role in own:
+            own[c.role] = own[c.role] + c.count * collective_cost(c, C, model.cluster)
+    K = len(C)
+    return (np.broadcast_to(np.maximum(t_fwd - own["partial sums"], 0.0), (K,)),
+            np.broadcast_to(np.maximum(t_bwd / 2.0 - own["input gradients"], 0.0), (K,)))
 
 
 def node_arrays(op: Operator, configs, model: CostModel, context=None, given=None, searched=()) -> NodeArrays:
@@ -511,11 +534,16 @@ def with_edges(costed: CostedGraph, progress=None) -> CostedGraph:
     graph_edges = sorted(g.edges(data=True))
     edges, seen_e = {}, {}
     ctx = costed.contexts or [None] * len(ops)
+    rooms = {}  # the targets' room under overlapped tensor parallelism, per distinct operator
+    by_context = bool(model.framework is not None and model.framework.tp_overlap)  # the room depends on it
     for step, (u, v, d) in enumerate(graph_edges):
         fp8 = float8_input(ops[v], d["inp"], ctx[v], model)
-        key = (ops[u], d["out"], ops[v], d["inp"], fp8)
+        key = (ops[u], d["out"], ops[v], d["inp"], fp8, ctx[v].key if by_context and ctx[v] is not None else None)
         if key not in seen_e:
-            m = edge_costs(ops[u], d["out"], ops[v], d["inp"], configs[u], configs[v], model, fp8)
+            at = (ops[v], key[-1])
+            if at not in rooms:
+                rooms[at] = tp_room(ops[v], configs[v], model, ctx[v])
+            m = edge_costs(ops[u], d["out"], ops[v], d["inp"], configs[u], configs[v], model, fp8, room=rooms[at])
             m.flags.writeable = False
             seen_e[key] = m
         edges[(u, v)] = seen_e[key]

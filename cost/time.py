@@ -26,7 +26,8 @@ from kinds import Extents, need, shard, tensor_splits
 from kinds.base import OVERLAPPED, Comm, Work
 
 __all__ = ["op_work", "collective_cost", "wave_share", "traffic", "price", "price_stage", "op_cost_parts", "op_costs",
-           "edge_costs", "TILE", "as_run", "ring_parts", "ring_kv", "ring_heads", "ring_words"]
+           "edge_costs", "TILE", "as_run", "ring_parts", "ring_kv", "ring_heads", "ring_words", "pass_times",
+           "tp_overlapped", "TP_ROLES"]
 
 def op_work(op: Operator, configs, model: CostModel) -> Work:
     """What ``op`` does in a step at each configuration (its kind's record)."""
@@ -251,20 +252,12 @@ def _contention(model: CostModel, overlapped, window):
     return fw.contention * np.minimum(o * overlapped, window)
 
 
-def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
-    """What :func:`price` and :func:`price_stage` read of a work record on
-    a real device: the forward and backward pass times, the blocking
-    collectives, half the weights' gathers (one pass's), the gradients'
-    collectives, what overlaps the backward pass (its half of the gathers
-    and the gradients, added in the record's order), the inputs gathered
-    again for it (``None``: none; a framework's own asynchronous
-    collective, overlapped whatever the cluster's ``overlap``), and what
-    the step adds once as a framework runs it (``None`` without one): its
-    optimizer step over the weights the device updates and the copies of
-    its gathered weights.
-
-    The matrix units run at the device's ``power`` share of their peak;
-    FP8 products (Float8) at its FP8 peak."""
+def pass_times(work: Work, C: Extents, model: CostModel, op: Operator):
+    """The forward and backward pass times of a work record on a real
+    device (FLOP-equivalents), with the framework's overhead, and the
+    FLOP-equivalents of a byte moved.  The matrix units run at the
+    device's ``power`` share of their peak; FP8 products (Float8) at its
+    FP8 peak."""
     net = model.cluster
     fw = model.framework
     peak = net.flops * 1e12  # FLOP/s
@@ -278,6 +271,27 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
     t_fwd, t_bwd = _pass_times(op, C, work, net, eff, per_byte, launch)
     if fw is not None and fw.overhead:
         t_fwd, t_bwd = t_fwd * (1.0 + fw.overhead), t_bwd * (1.0 + fw.overhead)
+    return t_fwd, t_bwd, per_byte
+
+
+def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
+    """What :func:`price` and :func:`price_stage` read of a work record on
+    a real device: the forward and backward pass times, the blocking
+    collectives, half the weights' gathers (one pass's), the gradients'
+    collectives, what overlaps the backward pass (its half of the gathers
+    and the gradients, added in the record's order), the inputs gathered
+    again for it (``None``: none; a framework's own asynchronous
+    collective, overlapped whatever the cluster's ``overlap``), and what
+    the step adds once as a framework runs it (``None`` without one): its
+    optimizer step over the weights the device updates and the copies of
+    its gathered weights.
+
+    A matrix product's own tensor-parallel collectives run piece by piece
+    under it where the run overlaps them (``--tp-overlap``,
+    :func:`_pipelined`)."""
+    net = model.cluster
+    fw = model.framework
+    t_fwd, t_bwd, per_byte = pass_times(work, C, model, op)
     b = float(net.word_bytes)
     blocking = gathers = sync = overlapped_bwd = 0.0
     if work.ring:  # ring attention: its merges and gradients' passes, and what its exchanges leave exposed
@@ -288,8 +302,12 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
     inputs = None
     bucket = net.bucket_mb * 1e6
     gathered = casts_saved = copies_saved = 0.0
+    tp = tp_overlapped(work, model)
     for c in work.comms:
-        if c.role in OVERLAPPED:
+        if tp and c.role in TP_ROLES:  # a product's own tensor-parallel collective, pipelined under it
+            window = t_fwd if c.role == "partial sums" else t_bwd / 2.0  # the forward product; the input gradient's
+            blocking = blocking + _pipelined(c.count * collective_cost(c, C, net), window, C[c.letters])
+        elif c.role in OVERLAPPED:
             c = _in_grad_precision(c, net)
             if fp8_gathers and c.role == "weights":
                 held = np.asarray(c.words)
@@ -320,6 +338,29 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
         saved = casts_saved * per_byte * (1.0 + fw.overhead)
         t_fwd, t_bwd, step = t_fwd - saved, t_bwd - saved, step - copies_saved * per_byte
     return t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step
+
+
+#: the collectives of a matrix product that overlapped tensor parallelism runs piece by piece under it
+TP_ROLES = ("partial sums", "input gradients")
+
+
+def tp_overlapped(work: Work, model: CostModel) -> bool:
+    """Whether the run overlaps a matrix product's tensor-parallel
+    collectives with it (``--tp-overlap``) and ``work`` is such a product."""
+    fw = model.framework
+    return bool(fw is not None and fw.tp_overlap and model.cluster.realistic and work.kernel == "matmul"
+                and np.any(work.macs))
+
+
+def _pipelined(comm, window, pieces):
+    """What a collective of ``comm`` leaves exposed when it runs in
+    ``pieces`` (its group's size) under a matrix product of ``window``
+    (FLOP-equivalents), piece by piece, each piece's collective beside the
+    next piece's product (Megatron-LM's ``--tp-comm-overlap``, torchtitan's
+    asynchronous tensor parallelism): one piece's collective, or what the
+    collective takes beyond the other pieces' products."""
+    q = np.maximum(np.asarray(pieces, dtype=float), 1.0)
+    return np.maximum(comm / q, comm - np.maximum(window, 0.0) * (q - 1.0) / q)
 
 
 def ring_parts(op: Operator, C: Extents, work: Work, model: CostModel, t_fwd, t_bwd, per_byte: float):
@@ -475,7 +516,7 @@ def op_costs(op: Operator, configs, model: CostModel) -> np.ndarray:
 
 
 def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tgt_configs,
-               model: CostModel, fp8: bool = False, rules: CostModel | None = None) -> np.ndarray:
+               model: CostModel, fp8: bool = False, rules: CostModel | None = None, room=None) -> np.ndarray:
     """Re-distribution cost (K_src, K_tgt) of the tensor ``src.outputs[out]``
     read as ``tgt.inputs[inp]`` (as it arrives there:
     :meth:`kinds.base.Kind.arriving`), forward and backward:
@@ -484,7 +525,10 @@ def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tg
     forward (:func:`cost.rules.float8_input`), its gradient backward in the
     training precision; ``rules``: the model that says how the input
     arrives, when not ``model`` (the elements a plan moves, priced at one
-    each).
+    each); ``room``: the target's :func:`cost.tables.tp_room` where the run overlaps
+    tensor parallelism, under which the all-gather of an input it holds
+    replicated over ``q`` devices runs in ``q`` pieces, forward, and its
+    gradient's way back, backward (half the re-distribution each).
 
     The cost depends on a configuration only through the tensor's split, and
     many configurations split it alike: it is worked out once per pair of
@@ -514,7 +558,12 @@ def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tg
                          np.prod(NQ, axis=1)[None, :]) * scale  # (r_src, r_tgt)
         share = np.prod(NQ, axis=1) / pt  # (r_tgt,) a device's part of its node's block
         cost = net.redistribute(2.0 * words, 2.0 * np.minimum(node_need * share[None, :], words), times=2)
-    return np.take(np.take(cost, s_of, axis=0), q_of, axis=1) if spread else cost  # (K_src, K_tgt)
+    cost = np.take(np.take(cost, s_of, axis=0), q_of, axis=1) if spread else cost  # (K_src, K_tgt)
+    if room is not None:  # pipelined under the target's products
+        q = (C_tgt.all * shard(t_tgt, C_tgt) / float(np.prod(t_tgt.shape)))[None, :]  # (1, K_tgt) its replicas
+        half = cost / 2.0
+        cost = _pipelined(half, room[0][None, :], q) + _pipelined(half, room[1][None, :], q)
+    return cost
 
 
 _SPREAD = 1 << 16  # edge matrices at least this large are worked out per distinct split

@@ -35,9 +35,10 @@ for _name in PROFILES:
     importlib.import_module(f"{__name__}.{_name}")
 
 
-def resolve(name: str | None, *, compiled: bool = False, float8: bool = False, sp: bool = False):
+def resolve(name: str | None, *, compiled: bool = False, float8: bool = False, sp: bool = False,
+            tp_overlap: bool = False):
     """The profile ``name`` names with what the run turns on, or ``None``
     (no framework) when ``name`` is ``None`` or ``"none"``."""
     if name is None or str(name).strip().lower() == "none":
         return None
-    return known(name).run(compiled=compiled, float8=float8, sp=sp)
+    return known(name).run(compiled=compiled, float8=float8, sp=sp, tp_overlap=tp_overlap)

@@ -113,11 +113,16 @@ class Framework:
     its input for the backward pass (0: the training precision's, the
     input as it came; 1: its FP8 cast).
 
+    Tensor parallelism: ``tp_overlap_by`` the framework's switch that runs
+    a matrix product's tensor-parallel collectives piece by piece under it
+    (``""``: none; ``--tp-overlap`` turns it on, :func:`cost.tables.tp_room`),
+    and ``tp_overlap_compiled`` whether that needs ``torch.compile``.
+
     Memory beyond tensors: ``reserve`` what the caching allocator holds
     beyond the tensors' peak, as a share of it; ``outside_gb`` what the
     process holds outside the allocator (CUDA context, NCCL's buffers).
 
-    ``compiled``, ``float8``, ``sp``: what the run turns on
+    ``compiled``, ``float8``, ``sp``, ``tp_overlap``: what the run turns on
     (:meth:`run`); ``supplied``: the cluster fields nothing set for the
     run, the framework's or the device's defaults (a plan file records
     them, so that evaluating it under another framework takes that one's)."""
@@ -150,6 +155,8 @@ class Framework:
     repeat_kv: bool = False
     float8_gathers: tuple[str, ...] = ()
     float8_saved: float = 0.0
+    tp_overlap_by: str = ""
+    tp_overlap_compiled: bool = False
     attention_kernel: str = ""
     compiled_loss: tuple[float, float] | None = None
     compiled_loss_passes: tuple[float, float] | None = None
@@ -157,6 +164,7 @@ class Framework:
     compiled: bool = False
     float8: bool = False
     sp: bool = False
+    tp_overlap: bool = False
     supplied: tuple[str, ...] = ()  # the cluster fields left to defaults in the run (planning.framework_cluster)
 
     def __post_init__(self):
@@ -173,9 +181,10 @@ class Framework:
         if (self.compiled_loss is None) != (self.compiled_loss_passes is None):
             raise ValueError(f"{self.name}: compiled_loss and compiled_loss_passes go together")
 
-    def run(self, *, compiled: bool = False, float8: bool = False, sp: bool = False) -> "Framework":
+    def run(self, *, compiled: bool = False, float8: bool = False, sp: bool = False,
+            tp_overlap: bool = False) -> "Framework":
         """The profile with what a run turns on."""
-        return replace(self, compiled=bool(compiled), float8=bool(float8), sp=bool(sp))
+        return replace(self, compiled=bool(compiled), float8=bool(float8), sp=bool(sp), tp_overlap=bool(tp_overlap))
 
     @property
     def eager(self) -> bool:
@@ -228,6 +237,8 @@ class Framework:
             how.append("Float8 linear layers")
         if self.sp:
             how.append("sequence parallel")
+        if self.tp_overlap:
+            how.append("tensor-parallel collectives overlapped")
         if (self.attention_kernel and cluster is not None and "attention_eff" in self.supplied
                 and attention_share(self.attention_kernel, cluster.device) is not None):
             how.append(ATTENTION_KERNELS[self.attention_kernel].title)

@@ -72,6 +72,10 @@ MEGATRON = register(Framework(
     # layernorm_linear.py save the quantized input; under sequence parallelism its local shard, gathered again
     # for the backward pass)
     float8_saved=1.0,
+    # --tp-comm-overlap (Transformer Engine's userbuffers, with sequence parallelism): the all-gather before a
+    # column-parallel product and the reduce-scatter after a row-parallel one split into pieces run beside the
+    # product's pieces (megatron/core/extensions/transformer_engine.py, ub_overlap_ag / ub_overlap_rs)
+    tp_overlap_by="--tp-comm-overlap",
     # PyTorch's caching allocator as torchtitan's benchmark shows it (frameworks/torchtitan.py, fitted there):
     # the same allocator under Megatron-LM
     reserve=0.104,

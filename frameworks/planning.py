@@ -15,7 +15,8 @@ def framework_for(s, recorded: dict, cluster, file: dict):
     """The framework the settings ``s`` name (:mod:`frameworks`):
     ``--framework``, else the ``--plan`` specification's, the cluster
     file's (``file``), the plan file's record; ``--compile`` and
-    ``--float8`` (or the file's, or the record's) turn on what they name.
+    ``--float8`` and ``--tp-overlap`` (or the file's, or the record's) turn
+    on what they name.
     ``None``: no framework (the tool's own model)."""
     import frameworks
 
@@ -29,10 +30,18 @@ def framework_for(s, recorded: dict, cluster, file: dict):
         name = file.get("framework", rec.get("name"))
     compiled = bool(s.compile or file.get("compile") or rec.get("compiled"))
     float8 = bool(s.float8 or file.get("float8") or rec.get("float8"))
+    overlap = bool(s.tp_overlap or file.get("tp_overlap") or rec.get("tp_overlap"))
     try:  # sequence parallelism as the plan file recorded it (a --plan sets its own)
-        fw = frameworks.resolve(name, compiled=compiled, float8=float8, sp=bool(rec.get("sp")))
+        fw = frameworks.resolve(name, compiled=compiled, float8=float8, sp=bool(rec.get("sp")), tp_overlap=overlap)
     except SettingError as e:
         raise InputError(f"--evaluate: {s.evaluate}: {e}") from None
+    if overlap:
+        if fw is None or not fw.tp_overlap_by:
+            raise SettingError("tp_overlap", "needs --framework megatron (--tp-comm-overlap) or torchtitan "
+                                             "(asynchronous tensor parallelism)")
+        if fw.tp_overlap_compiled and not fw.compiled:
+            raise SettingError("tp_overlap", f"needs --compile under {fw.title} ({fw.tp_overlap_by} runs under "
+                                             "torch.compile)")
     if fw is None and compiled:
         raise SettingError("compile", "needs --framework torchtitan or deepspeed (torch.compile of their eager "
                                       "kernels)")

@@ -141,6 +141,12 @@ TORCHTITAN = register(Framework(
     # (float8.enable_fsdp_float8_all_gather, cast before gathering), and tensor parallelism all-gathers the
     # products' inputs in FP8 (Float8ColwiseParallel, PrepareFloat8ModuleInput: "by default for Float8Linear")
     float8_gathers=("weights", "inputs"),
+    # asynchronous tensor parallelism (parallelism.enable_async_tensor_parallel, compile's async TP since 0.3):
+    # torch.compile's micro-pipelining rewrites each all-gather before a product and reduce-scatter after one
+    # into pieces beside the product's pieces (torch/_inductor/fx_passes/micro_pipeline_tp.py), so it needs
+    # --compile
+    tp_overlap_by="asynchronous tensor parallelism",
+    tp_overlap_compiled=True,
     # attention: scaled_dot_product_attention under sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, MATH],
     # set_priority=True) (torchtitan/models/common/attention.py): cuDNN's fused kernel, the device's own figure
     attention_kernel="",

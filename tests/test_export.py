@@ -168,6 +168,19 @@ class TestTorchtitan:
         assert "--fp8-format hybrid" in megatron
         assert "--fp8-format" not in render("megatron", LLAMA, 64, **{**kw, "framework": "megatron"})
 
+    def test_a_plan_costed_with_overlapped_tensor_parallelism_asks_for_it(self):
+        kw = dict(plan="tp=8,dp=8,zero=3,sp=1", seq=4096, batch=256, device="h100", compile=True)
+        over = bash_array(render("torchtitan", LLAMA, 64, framework="torchtitan", tp_overlap=True, **kw),
+                          "PASE_TORCHTITAN_ARGS")
+        assert "--compile.enable_async_tensor_parallel" in over and "--compile.no_enable_async_tensor_parallel" \
+            not in over
+        toml = tomllib.loads(render("torchtitan@0.2", LLAMA, 64, framework="torchtitan", tp_overlap=True, **kw))
+        assert toml["parallelism"]["enable_async_tensor_parallel"] is True and toml["compile"]["enable"] is True
+        mega = {**kw, "framework": "megatron", "plan": "tp=8,dp=8,sp=1,zero=1"}
+        del mega["compile"]
+        assert "--tp-comm-overlap" in megatron_args(render("megatron", LLAMA, 64, tp_overlap=True, **mega))
+        assert "--tp-comm-overlap" not in megatron_args(render("megatron", LLAMA, 64, **mega))
+
     def test_other_configs_run_on_the_transformers_backend(self):
         args = bash_array(render("torchtitan", MIXTRAL, 64, plan="ep=8,zero=3", batch=256), "PASE_TORCHTITAN_ARGS")
         assert flag_value(args, "--config") == "transformers_modeling_backend_full_moe"

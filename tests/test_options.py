@@ -137,7 +137,8 @@ def test_published_settings_fit_with_a_certificate(tmp_path, row):
     if row == "70b-256xh100":
         assert rec["parameters"] == 70_553_706_496  # Llama 3 70B's published count
     mem = rec["memory"]
-    assert mem["fits"] is True and mem["total"] <= mem["capacity"] < {"h100": 84.9e9, "a100-40gb": 42.3e9}[dev]  # less the headroom
+    # the device's capacity less the headroom
+    assert mem["fits"] is True and mem["total"] <= mem["capacity"] < {"h100": 84.9e9, "a100-40gb": 42.3e9}[dev]
     bound = rec["search"]["within_memory"]
     assert bound["lower_bound"] <= rec["total_cost"] <= 1.05 * bound["lower_bound"]
     assert any(layer.get("options") for layer in rec["layers"])  # the fit needs the options

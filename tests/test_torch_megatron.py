@@ -186,6 +186,19 @@ def test_float8_and_context_parallelism(tmp_path):
     assert ddp.use_distributed_optimizer is True
 
 
+def test_overlapped_tensor_parallelism(tmp_path):
+    """A plan costed with --tp-overlap asks for Megatron's --tp-comm-overlap,
+    which its TransformerConfig takes beside sequence parallelism."""
+    gpt = _gpt(tmp_path / "g8", 8)
+    text = _render(gpt, 16, batch=16, seq=4096, device="h100", framework="megatron", tp_overlap=True,
+                   plan="tp=4,sp=1,zero=1")
+    cfg, _, flags = _megatron(text, 8)
+    assert "tp_comm_overlap" in flags and cfg.tp_comm_overlap is True and cfg.sequence_parallel is True
+    plain, _, flags = _megatron(_render(gpt, 16, batch=16, seq=4096, device="h100", framework="megatron",
+                                        plan="tp=4,sp=1,zero=1"), 8)
+    assert "tp_comm_overlap" not in flags and plain.tp_comm_overlap is False
+
+
 def test_experts_with_tensor_and_sequence_parallelism():
     text = _render(MIXTRAL, 64, batch=256, seq=4096, device="h100", framework="megatron",
                    plan="tp=2,ep=8,sp=1,zero=1,recompute=full")

@@ -139,6 +139,14 @@ def test_a_searched_pipeline(small_llama):
     assert _mesh_sizes(par, 8) == {"pp": 2, "dp_replicate": 4, "dp_shard": 1}
 
 
+def test_a_plan_costed_with_overlapped_tensor_parallelism_turns_async_tp_on():
+    """--tp-overlap (under --compile) becomes torchtitan's asynchronous
+    tensor parallelism, which its CompileConfig accepts with compile on."""
+    cfg = _parsed(_words(_render(LLAMA, 64, plan="tp=8,dp=8,zero=3,sp=1", seq=4096, batch=256, device="h100",
+                                 framework="torchtitan", compile=True, tp_overlap=True)))
+    assert cfg.compile.enable is True and cfg.compile.enable_async_tensor_parallel is True
+
+
 def test_a_plan_costed_compiled_parses_as_compiled():
     cfg = _parsed(_words(_render(LLAMA, 64, plan="tp=8,dp=8,zero=3,sp=1", seq=4096, batch=256, device="h100",
                                  framework="torchtitan", compile=True)))

@@ -14,7 +14,8 @@ of Megatron Core r0.15: ``--tensor-model-parallel-size``,
 ``--recompute-granularity full|selective`` (full with ``--recompute-method
 uniform --recompute-num-layers 1``: every layer recomputed),
 ``--use-distributed-optimizer``, ``--num-layers-per-virtual-pipeline-stage``,
-``--pipeline-model-parallel-layout``, ``--bf16``, ``--fp16``, and
+``--pipeline-model-parallel-layout``, ``--bf16``, ``--fp16``,
+``--tp-comm-overlap`` (a plan costed with ``--tp-overlap``), and
 Megatron-FSDP's ``--use-megatron-fsdp --data-parallel-sharding-strategy``
 (releases before it named the switch ``--use-custom-fsdp``).
 
@@ -96,6 +97,8 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     if plan.precision in ("bf16", "fp16"):
         args.append(f"--{plan.precision}")
     fw = plan.framework
+    if fw is not None and fw.tp_overlap:  # costed with the collectives pipelined under the products
+        args.append("--tp-comm-overlap")
     if fw is not None and fw.float8:  # the linear layers in FP8 through Transformer Engine
         args += ["--fp8-format hybrid", "--fp8-amax-history-len 1024", "--fp8-amax-compute-algo max"]
     notes = [f"the data-parallel degree, {std.dp}, is what the world size of {plan.procs} leaves: "

@@ -27,9 +27,9 @@ names:
   backend's parts each carry ``rotary_emb``), with
   ``--training.disable_cuda_graphs`` (torchtitan's CUDA graphs do not run
   pipelines);
-* ``--compile.no_enable_async_tensor_parallel``: asynchronous tensor
-  parallelism (under ``compile``) overlaps the collectives the cost model
-  charges in full, so it stays off.
+* ``--compile.enable_async_tensor_parallel`` where the plan was costed
+  with ``--tp-overlap`` (its collectives pipelined under the products;
+  under ``compile``), else ``--compile.no_enable_async_tensor_parallel``.
 
 Refused, in one line: a model that is no Hugging Face config (torchtitan
 names no built-in graph of this tool: ``--export torchtitan@0.2`` writes
@@ -165,7 +165,8 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     if fw is not None and fw.compiled:  # costed with torch.compile's fused kernels: the job compiles too
         # the loss compiled too where the profile costs it so (today's torchtitan; December 2024's ran it eagerly)
         args += ["--compile.enable", f"--compile.components {'model,loss' if fw.loss_compiled else 'model'}"]
-    args.append("--compile.no_enable_async_tensor_parallel")
+    overlap = fw is not None and fw.tp_overlap  # costed with the collectives pipelined under the products
+    args.append(f"--compile.{'' if overlap else 'no_'}enable_async_tensor_parallel")
     if std.pp == 1 and std.microbatch * std.dp < plan.batch:
         notes.append(f"{plan.batch // (std.microbatch * std.dp)} micro-batches accumulate into one step "
                      "(global_batch_size over local_batch_size x data-parallel degree)")

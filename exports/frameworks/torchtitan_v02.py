@@ -74,7 +74,8 @@ def sections(plan) -> tuple[dict, list[str]]:
         training["mixed_precision_param"] = PRECISION[plan.precision]
     par = {"data_parallel_replicate_degree": 1 if std.zero == 3 else std.dp,
            "data_parallel_shard_degree": std.dp if std.zero == 3 else 1,
-           "tensor_parallel_degree": std.tp, "enable_async_tensor_parallel": False,
+           "tensor_parallel_degree": std.tp,
+           "enable_async_tensor_parallel": bool(plan.framework is not None and plan.framework.tp_overlap),
            "context_parallel_degree": std.cp, "expert_parallel_degree": std.ep}
     if std.ep > 1:
         par["expert_tensor_parallel_degree"] = std.tp
