@@ -156,6 +156,9 @@ class CostModel:
         2, weights from 3)."""
         if self.framework is not None:
             s = self.framework.state_bytes(stage, OPTIMIZERS[self.optimizer])
+            if self.framework.grad_buffer:  # the gradients held in the precision they are reduced in
+                r = self.cluster.grad_bytes / 4.0
+                return s.weights, (s.gradients[0] * r, s.gradients[1] * r), s.optimizer
             return s.weights, s.gradients, s.optimizer
         wb, gb, ob = self.parameter_bytes()
         return tuple((0.0, x) if stage >= level else (x, 0.0) for x, level in ((wb, 3), (gb, 2), (ob, 1)))

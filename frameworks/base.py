@@ -70,6 +70,10 @@ class Framework:
     compiles the loss too (``None``: the loss stays eager under
     ``torch.compile``); :attr:`loss_kept` is what a run keeps.
 
+    ``grad_buffer``: the gradients are kept in the precision they are
+    reduced in (the cluster's ``grad_precision``), the ``states``' 4 bytes
+    an fp32 gradient's.
+
     Time: ``grad_precision``, ``bucket_mb`` and ``overlap`` as the cluster's
     fields of those names (the framework's defaults); ``kernels``: ``fused``
     (one kernel per operator) or ``eager`` (each element-wise operation its
@@ -155,6 +159,7 @@ class Framework:
     repeat_kv: bool = False
     float8_gathers: tuple[str, ...] = ()
     float8_saved: float = 0.0
+    grad_buffer: bool = False
     tp_overlap_by: str = ""
     tp_overlap_compiled: bool = False
     attention_kernel: str = ""

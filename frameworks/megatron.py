@@ -46,6 +46,10 @@ MEGATRON = register(Framework(
     loss=(4.0, 2.0),
     loss_split=(4.0, 2.0),  # the same kernel, its sums all-reduced over the tensor-parallel group
     grad_precision="fp32",  # --accumulate-allreduce-grads-in-fp32 (megatron/training/arguments.py, on with bf16)
+    # the main gradients' buffer is of the precision they are reduced in: fp32, or the training precision's
+    # without --accumulate-allreduce-grads-in-fp32 (megatron/core/distributed/param_and_grad_buffer.py:
+    # grad_dtype = torch.float if ddp_config.grad_reduce_in_fp32 else param_dtype)
+    grad_buffer=True,
     # DistributedDataParallelConfig.bucket_size: max(40,000,000, 1,000,000 x dp) parameters; 40 M fp32 gradients
     bucket_mb=160.0,
     overlap=0.0,  # DistributedDataParallelConfig.overlap_grad_reduce is off unless --overlap-grad-reduce

@@ -246,6 +246,22 @@ def test_megatron_float8_keeps_the_fp8_cast_of_a_products_input():
     assert r.fits is True and r.memory_bytes + sum(r.beyond_tensors) <= 84.9e9
 
 
+def test_megatron_keeps_its_gradients_in_the_precision_they_are_reduced_in():
+    """Megatron-LM's main-gradient buffer is fp32 with its default
+    --accumulate-allreduce-grads-in-fp32 and bf16 without it
+    (--grad-precision bf16): half the bytes; torchtitan's FSDP2 keeps its
+    sharded gradients in fp32 whatever it reduces them in."""
+    args = ("-g", LLAMA8B, "-p", 8, "-b", 8, "--seq", 2048, "--device", "h100", "--plan", "dp=8,zero=1")
+
+    def gradients(*flags):
+        return planned(*args, *flags).memory[1]
+    assert gradients("--framework", "megatron", "--grad-precision", "bf16") == \
+        0.5 * gradients("--framework", "megatron")
+    assert gradients("--framework", "megatron") == gradients("--framework", "megatron", "--grad-precision", "fp32")
+    torchtitan = ("--framework", "torchtitan", "--plan", "dp=8,zero=3")
+    assert gradients(*torchtitan, "--grad-precision", "bf16") == gradients(*torchtitan)
+
+
 def test_megatron_bridge_70b_fp8_speed_with_its_tensor_parallel_overlap():
     """Held out: the same run's 1,602 to 1,621 tokens/s per GPU (Megatron
     Bridge 25.09, 25.11, 26.02), which overlaps the tensor-parallel
