@@ -106,8 +106,9 @@ def tp_room(op: Operator, configs, model: CostModel, context) -> tuple | None:
     """``(forward, backward)`` FLOP-equivalents of a matrix product, at each
     of its configurations, under which an all-gather of its input can still
     run when the run overlaps tensor parallelism (``--tp-overlap``): its
-    forward product and its input gradient's, less its own collectives'
-    time there; ``None`` where nothing overlaps."""
+    forward product and its weight gradient's (half the backward pass; the
+    input gradient's hides the input gathered again), less its own
+    collectives' time there; ``None`` where nothing overlaps."""
     fw = model.framework
     if (fw is None or not fw.tp_overlap or not model.cluster.realistic or context is None
             or op.kind.name not in ("Einsum", "FC")):

@@ -304,9 +304,10 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
     gathered = casts_saved = copies_saved = 0.0
     tp = tp_overlapped(work, model)
     for c in work.comms:
-        if tp and c.role in TP_ROLES:  # a product's own tensor-parallel collective, pipelined under it
-            window = t_fwd if c.role == "partial sums" else t_bwd / 2.0  # the forward product; the input gradient's
-            blocking = blocking + _pipelined(c.count * collective_cost(c, C, net), window, C[c.letters])
+        if tp and c.role in TP_ROLES:  # a product's own tensor-parallel collective, pipelined under it: the
+            # partial sums under the forward product, the input gradient's reduction under the weight gradient's
+            window = t_fwd if c.role == "partial sums" else t_bwd / 2.0
+            blocking = blocking + _pipelined(c.count * collective_cost(c, C, net), window, _pieces(C, c.letters, net))
         elif c.role in OVERLAPPED:
             c = _in_grad_precision(c, net)
             if fp8_gathers and c.role == "weights":
@@ -330,6 +331,9 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
                 overlapped_bwd = overlapped_bwd + x
         else:
             blocking = blocking + c.count * collective_cost(c, C, net)
+    if tp and inputs is not None:  # the input gathered again under the input gradient's product alone (the
+        blocking = blocking + np.maximum(inputs - t_bwd / 2.0, 0.0)  # weight gradient's hides its reduction)
+        inputs = None
     step = None
     if fw is not None:
         step = (fw.optimizer_bytes * np.asarray(work.updated if work.updated is not None else 0.0)
@@ -346,10 +350,21 @@ TP_ROLES = ("partial sums", "input gradients")
 
 def tp_overlapped(work: Work, model: CostModel) -> bool:
     """Whether the run overlaps a matrix product's tensor-parallel
-    collectives with it (``--tp-overlap``) and ``work`` is such a product."""
+    collectives with it (``--tp-overlap``) and ``work`` is such a product:
+    under sequence parallelism, where its all-reduces stand for the
+    all-gathers and reduce-scatters the frameworks split (without it they
+    block)."""
     fw = model.framework
-    return bool(fw is not None and fw.tp_overlap and model.cluster.realistic and work.kernel == "matmul"
+    return bool(fw is not None and fw.tp_overlap and fw.sp and model.cluster.realistic and work.kernel == "matmul"
                 and np.any(work.macs))
+
+
+def _pieces(C: Extents, letters: str, net: Cluster):
+    """The pieces a tensor-parallel collective over ``letters`` runs in
+    under overlapped tensor parallelism: its group's size inside a node,
+    one (no overlap) where the group spans nodes (Transformer Engine's
+    userbuffers and symmetric memory join the devices of a node)."""
+    return np.where(np.asarray(net.across(C, letters)) > 1, 1.0, C[letters])
 
 
 def _pipelined(comm, window, pieces):
@@ -528,7 +543,8 @@ def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tg
     each); ``room``: the target's :func:`cost.tables.tp_room` where the run overlaps
     tensor parallelism, under which the all-gather of an input it holds
     replicated over ``q`` devices runs in ``q`` pieces, forward, and its
-    gradient's way back, backward (half the re-distribution each).
+    gradient's way back, backward (half the re-distribution each; with
+    ``fp8``, a byte forward against the precision's backward).
 
     The cost depends on a configuration only through the tensor's split, and
     many configurations split it alike: it is worked out once per pair of
@@ -559,10 +575,13 @@ def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tg
         share = np.prod(NQ, axis=1) / pt  # (r_tgt,) a device's part of its node's block
         cost = net.redistribute(2.0 * words, 2.0 * np.minimum(node_need * share[None, :], words), times=2)
     cost = np.take(np.take(cost, s_of, axis=0), q_of, axis=1) if spread else cost  # (K_src, K_tgt)
-    if room is not None:  # pipelined under the target's products
-        q = (C_tgt.all * shard(t_tgt, C_tgt) / float(np.prod(t_tgt.shape)))[None, :]  # (1, K_tgt) its replicas
-        half = cost / 2.0
-        cost = _pipelined(half, room[0][None, :], q) + _pipelined(half, room[1][None, :], q)
+    if room is not None:  # pipelined under the target's products, forward and backward
+        held = set("".join(t_tgt.axes))
+        q = np.broadcast_to(_pieces(C_tgt, "".join(c for c in tgt.dims if c not in held), net),
+                            (len(tgt_configs),))[None, :]  # (1, K_tgt): the devices that hold it alike
+        forward = 1.0 / (1.0 + float(net.word_bytes)) if fp8 else 0.5  # a byte forward, b backward
+        cost = (_pipelined(cost * forward, room[0][None, :], q)
+                + _pipelined(cost * (1.0 - forward), room[1][None, :], q))
     return cost
 
 

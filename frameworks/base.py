@@ -243,7 +243,8 @@ class Framework:
         if self.sp:
             how.append("sequence parallel")
         if self.tp_overlap:
-            how.append("tensor-parallel collectives overlapped")
+            how.append("tensor-parallel collectives overlapped" if self.sp else
+                       "no tensor-parallel overlap without sequence parallelism")
         if (self.attention_kernel and cluster is not None and "attention_eff" in self.supplied
                 and attention_share(self.attention_kernel, cluster.device) is not None):
             how.append(ATTENTION_KERNELS[self.attention_kernel].title)

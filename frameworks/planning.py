@@ -21,6 +21,10 @@ def framework_for(s, recorded: dict, cluster, file: dict):
     import frameworks
 
     rec = recorded.get("framework") if isinstance(recorded.get("framework"), dict) else {}
+    for key in ("compiled", "float8", "sp", "tp_overlap"):  # a plan file's switches
+        if key in rec and not isinstance(rec[key], bool):
+            raise InputError(f"--evaluate: {s.evaluate}: framework.{key} must be true or false, got "
+                             f"{rec[key]!r}")
     name = s.framework
     if name is None and s.plan is not None:
         from standard import parse
@@ -42,6 +46,13 @@ def framework_for(s, recorded: dict, cluster, file: dict):
         if fw.tp_overlap_compiled and not fw.compiled:
             raise SettingError("tp_overlap", f"needs --compile under {fw.title} ({fw.tp_overlap_by} runs under "
                                              "torch.compile)")
+        if not cluster.realistic:
+            raise SettingError("tp_overlap", "needs a real device (--device h100, ...): the paper's model prices "
+                                             "no overlap")
+        if s.plan is None and s.evaluate is None and s.search != "standard":
+            raise SettingError("tp_overlap", "overlaps the all-gathers and reduce-scatters of sequence "
+                                             "parallelism: give a plan with it (--plan ...,sp=1), --search standard "
+                                             "or --evaluate a plan file")
     if fw is None and compiled:
         raise SettingError("compile", "needs --framework torchtitan or deepspeed (torch.compile of their eager "
                                       "kernels)")

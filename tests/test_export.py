@@ -180,6 +180,13 @@ class TestTorchtitan:
         del mega["compile"]
         assert "--tp-comm-overlap" in megatron_args(render("megatron", LLAMA, 64, tp_overlap=True, **mega))
         assert "--tp-comm-overlap" not in megatron_args(render("megatron", LLAMA, 64, **mega))
+        # Megatron-LM overlaps only with sequence parallelism (its arguments.py asserts it), as the plan is costed
+        no_sp = {**mega, "plan": "tp=8,dp=8,zero=1"}
+        assert "--tp-comm-overlap" not in megatron_args(render("megatron", LLAMA, 64, tp_overlap=True, **no_sp))
+        # costed under Megatron-LM, without torch.compile: torchtitan's asynchronous tensor parallelism stays off
+        text = render("torchtitan", LLAMA, 64, tp_overlap=True, **{**mega, "plan": "tp=8,dp=8,sp=1,zero=3"})
+        assert "--compile.no_enable_async_tensor_parallel" in bash_array(text, "PASE_TORCHTITAN_ARGS")
+        assert "# costed with --tp-overlap under Megatron-LM; torchtitan's asynchronous tensor parallelism" in text
 
     def test_other_configs_run_on_the_transformers_backend(self):
         args = bash_array(render("torchtitan", MIXTRAL, 64, plan="ep=8,zero=3", batch=256), "PASE_TORCHTITAN_ARGS")

@@ -552,6 +552,9 @@ def test_tp_overlap_hides_the_tensor_parallel_collectives():
     assert tp_over.compute == tp.compute and tp_over.memory == tp.memory
     dp, dp_over = planned(*args, "--plan", "dp=8"), planned(*args, "--plan", "dp=8", "--tp-overlap")
     assert dp_over.total_cost == dp.total_cost
+    # without sequence parallelism the all-reduces stay whole: nothing the frameworks split
+    no_sp, no_sp_over = planned(*args, "--plan", "tp=8"), planned(*args, "--plan", "tp=8", "--tp-overlap")
+    assert no_sp_over.total_cost == no_sp.total_cost
     out = run_cli(*args, "--plan", "tp=8,sp=1", "--tp-overlap", "-q").stdout
     assert "Framework: Megatron-LM (sequence parallel, tensor-parallel collectives overlapped)" in out
 
@@ -565,6 +568,11 @@ def test_tp_overlap_is_recorded_and_evaluated_again(tmp_path):
     again = run_cli("--evaluate", "p.json", "-q", cwd=tmp_path).stdout
     step = [line for line in first.splitlines() if line.startswith("Predicted step time")]
     assert step and step[0] in again.splitlines() and "tensor-parallel collectives overlapped" in again
+    rec["framework"]["tp_overlap"] = "no"  # a switch that is no boolean: refused, not read as true
+    (tmp_path / "bad.json").write_text(json.dumps(rec))
+    proc = run_cli("--evaluate", "bad.json", "-q", cwd=tmp_path, ok=False)
+    assert proc.returncode == 2 and proc.stderr == ("scheduler.py: error: --evaluate: bad.json: framework.tp_overlap "
+                                                    "must be true or false, got 'no'\n")
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -574,6 +582,10 @@ def test_tp_overlap_is_recorded_and_evaluated_again(tmp_path):
      "(--tp-comm-overlap) or torchtitan (asynchronous tensor parallelism)"),
     (("--device", "h100", "--framework", "torchtitan"), "--tp-overlap needs --compile under torchtitan "
      "(asynchronous tensor parallelism runs under torch.compile)"),
+    (("--framework", "megatron"), "--tp-overlap needs a real device (--device h100, ...): the paper's model prices "
+     "no overlap"),
+    (("--device", "h100", "--framework", "megatron"), "--tp-overlap overlaps the all-gathers and reduce-scatters "
+     "of sequence parallelism: give a plan with it (--plan ...,sp=1), --search standard or --evaluate a plan file"),
 ])
 def test_tp_overlap_refused_where_no_framework_runs_it(flags, message):
     proc = run_cli("-g", LLAMA8B, "-p", 8, *flags, "--tp-overlap", "-q", ok=False)

@@ -67,6 +67,22 @@ def part_modules(plan, std, fmt: str, head: str) -> list[list[str]]:
     return out
 
 
+def async_tp(plan, std, notes: list) -> bool:
+    """Whether torchtitan runs the plan with asynchronous tensor
+    parallelism: costed with ``--tp-overlap`` under torch.compile, with
+    tensor and sequence parallelism (what it needs); a note where the plan
+    was costed with the overlap but torchtitan cannot run it so."""
+    fw = plan.framework
+    if fw is None or not fw.tp_overlap:
+        return False
+    if fw.compiled and std.tp > 1 and std.sp:
+        return True
+    notes.append(f"costed with --tp-overlap under {fw.title}; torchtitan's asynchronous tensor parallelism needs "
+                 "torch.compile and tensor and sequence parallelism, which the plan was not costed with: it stays "
+                 "off")
+    return False
+
+
 def header_lines(plan, std, follows: str) -> list[str]:
     """The comment lines every export of a standard configuration starts
     with (without the comment marker)."""

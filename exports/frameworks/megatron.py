@@ -97,8 +97,8 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     if plan.precision in ("bf16", "fp16"):
         args.append(f"--{plan.precision}")
     fw = plan.framework
-    if fw is not None and fw.tp_overlap:  # costed with the collectives pipelined under the products
-        args.append("--tp-comm-overlap")
+    if fw is not None and fw.tp_overlap and std.tp > 1 and std.sp:  # costed with the collectives pipelined
+        args.append("--tp-comm-overlap")  # under the products (which needs sequence parallelism)
     if fw is not None and fw.float8:  # the linear layers in FP8 through Transformer Engine
         args += ["--fp8-format hybrid", "--fp8-amax-history-len 1024", "--fp8-amax-compute-algo max"]
     notes = [f"the data-parallel degree, {std.dp}, is what the world size of {plan.procs} leaves: "

@@ -123,7 +123,7 @@ def _parts(plan, std, backend: bool) -> list[str]:
 def arguments(plan) -> tuple[list[str], list[str]]:
     """The arguments (a flag and its values per item: a string of words, or
     a tuple of words that may hold spaces) and the notes."""
-    from exports.frameworks.common import fsdp_zero, standard_for
+    from exports.frameworks.common import async_tp, fsdp_zero, standard_for
 
     std = standard_for(plan, "torchtitan")
     fsdp_zero(std, FAIL)
@@ -165,7 +165,7 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     if fw is not None and fw.compiled:  # costed with torch.compile's fused kernels: the job compiles too
         # the loss compiled too where the profile costs it so (today's torchtitan; December 2024's ran it eagerly)
         args += ["--compile.enable", f"--compile.components {'model,loss' if fw.loss_compiled else 'model'}"]
-    overlap = fw is not None and fw.tp_overlap  # costed with the collectives pipelined under the products
+    overlap = async_tp(plan, std, notes)
     args.append(f"--compile.{'' if overlap else 'no_'}enable_async_tensor_parallel")
     if std.pp == 1 and std.microbatch * std.dp < plan.batch:
         notes.append(f"{plan.batch // (std.microbatch * std.dp)} micro-batches accumulate into one step "

@@ -33,7 +33,7 @@ norms sequence-parallel: a plan costed with ``sp=0`` says so in a comment.
 from __future__ import annotations
 
 from errors import InputError
-from exports.frameworks.common import part_modules
+from exports.frameworks.common import async_tp, part_modules
 
 FOLLOWS = "torchtitan v0.2 (torchtitan/config/job_config.py)"
 SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
@@ -75,7 +75,7 @@ def sections(plan) -> tuple[dict, list[str]]:
     par = {"data_parallel_replicate_degree": 1 if std.zero == 3 else std.dp,
            "data_parallel_shard_degree": std.dp if std.zero == 3 else 1,
            "tensor_parallel_degree": std.tp,
-           "enable_async_tensor_parallel": bool(plan.framework is not None and plan.framework.tp_overlap),
+           "enable_async_tensor_parallel": async_tp(plan, std, notes),
            "context_parallel_degree": std.cp, "expert_parallel_degree": std.ep}
     if std.ep > 1:
         par["expert_tensor_parallel_degree"] = std.tp
