@@ -303,11 +303,15 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
     bucket = net.bucket_mb * 1e6
     gathered = casts_saved = copies_saved = 0.0
     tp = tp_overlapped(work, model)
+    piped = False  # (K,) where the input gradient's reduction runs under the weight gradient's product
     for c in work.comms:
         if tp and c.role in TP_ROLES:  # a product's own tensor-parallel collective, pipelined under it: the
             # partial sums under the forward product, the input gradient's reduction under the weight gradient's
             window = t_fwd if c.role == "partial sums" else t_bwd / 2.0
-            blocking = blocking + _pipelined(c.count * collective_cost(c, C, net), window, _pieces(C, c.letters, net))
+            pieces = _pieces(C, c.letters, net)
+            blocking = blocking + _pipelined(c.count * collective_cost(c, C, net), window, pieces)
+            if c.role == "input gradients":
+                piped = piped | (np.asarray(pieces) > 1)
         elif c.role in OVERLAPPED:
             c = _in_grad_precision(c, net)
             if fp8_gathers and c.role == "weights":
@@ -331,8 +335,9 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
                 overlapped_bwd = overlapped_bwd + x
         else:
             blocking = blocking + c.count * collective_cost(c, C, net)
-    if tp and inputs is not None:  # the input gathered again under the input gradient's product alone (the
-        blocking = blocking + np.maximum(inputs - t_bwd / 2.0, 0.0)  # weight gradient's hides its reduction)
+    if tp and inputs is not None:  # the input gathered again under the input gradient's product alone where the
+        # weight gradient's hides its reduction, else under the whole backward pass
+        blocking = blocking + np.maximum(inputs - np.where(piped, t_bwd / 2.0, t_bwd), 0.0)
         inputs = None
     step = None
     if fw is not None:

@@ -555,6 +555,10 @@ def test_tp_overlap_hides_the_tensor_parallel_collectives():
     # without sequence parallelism the all-reduces stay whole: nothing the frameworks split
     no_sp, no_sp_over = planned(*args, "--plan", "tp=8"), planned(*args, "--plan", "tp=8", "--tp-overlap")
     assert no_sp_over.total_cost == no_sp.total_cost
+    # a tensor-parallel group over two nodes of 8: nothing overlaps (the frameworks' overlap joins a node's devices)
+    wide = ("-g", ROOT / "tests" / "data" / "configs" / "gpt-22b", "-p", 16, "-b", 16, "--seq", 2048, "--device",
+            "h100", "--framework", "megatron", "--plan", "tp=16,sp=1")
+    assert planned(*wide, "--tp-overlap").total_cost == planned(*wide).total_cost
     out = run_cli(*args, "--plan", "tp=8,sp=1", "--tp-overlap", "-q").stdout
     assert "Framework: Megatron-LM (sequence parallel, tensor-parallel collectives overlapped)" in out
 
