@@ -354,31 +354,27 @@ TP_ROLES = ("partial sums", "input gradients")
 
 
 def tp_overlapped(work: Work, model: CostModel) -> bool:
-    """Whether the run overlaps a matrix product's tensor-parallel
-    collectives with it (``--tp-overlap``) and ``work`` is such a product:
-    under sequence parallelism, where its all-reduces stand for the
-    all-gathers and reduce-scatters the frameworks split (without it they
-    block)."""
+    """Whether ``work`` is a matrix product whose tensor-parallel collectives
+    the run overlaps with it (``--tp-overlap``), under sequence parallelism:
+    its all-reduces stand for the all-gathers and reduce-scatters split."""
     fw = model.framework
     return bool(fw is not None and fw.tp_overlap and fw.sp and model.cluster.realistic and work.kernel == "matmul"
                 and np.any(work.macs))
 
 
 def _pieces(C: Extents, letters: str, net: Cluster):
-    """The pieces a tensor-parallel collective over ``letters`` runs in
-    under overlapped tensor parallelism: its group's size inside a node,
-    one (no overlap) where the group spans nodes (Transformer Engine's
-    userbuffers and symmetric memory join the devices of a node)."""
+    """The pieces an overlapped tensor-parallel collective over ``letters``
+    runs in: its group's size in a node, one (no overlap) where the group
+    spans nodes (Transformer Engine's userbuffers join a node's devices)."""
     return np.where(np.asarray(net.across(C, letters)) > 1, 1.0, C[letters])
 
 
 def _pipelined(comm, window, pieces):
-    """What a collective of ``comm`` leaves exposed when it runs in
-    ``pieces`` (its group's size) under a matrix product of ``window``
-    (FLOP-equivalents), piece by piece, each piece's collective beside the
-    next piece's product (Megatron-LM's ``--tp-comm-overlap``, torchtitan's
-    asynchronous tensor parallelism): one piece's collective, or what the
-    collective takes beyond the other pieces' products."""
+    """What a collective of ``comm`` leaves exposed run in ``pieces`` under
+    a matrix product of ``window`` (FLOP-equivalents), each piece's beside
+    the next piece's product (Megatron-LM's ``--tp-comm-overlap``,
+    torchtitan's asynchronous tensor parallelism): one piece's collective,
+    or what the collective takes beyond the other pieces' products."""
     q = np.maximum(np.asarray(pieces, dtype=float), 1.0)
     return np.maximum(comm / q, comm - np.maximum(window, 0.0) * (q - 1.0) / q)
 
