@@ -13,10 +13,16 @@ GB/s); nodes are joined at ``inter_bw``.  Devices are numbered node-major:
 node 0 holds devices 0..G-1, the last node holds what remains when G does not
 divide p.  A configuration that uses ``P`` devices runs on devices
 ``0..P-1``; its *layout* numbers them by the coordinates of its splits in a
-fixed order (mixed radix, slowest first): the sample letter ``b`` first, then
-the other letters in the order of the iteration space.  So the batch, split
-for data parallelism, spreads across nodes, and the model dimensions, whose
-reductions are the most frequent, stay inside a node.  A split letter with
+fixed order (mixed radix, slowest first): the sample letter ``b`` first, the
+experts ``x`` and the sequence ``s`` next, then the other letters in the
+order of the iteration space.  So the batch, split for data parallelism,
+spreads across nodes, then the experts and the sequence (context
+parallelism), and the model dimensions, whose reductions are the most
+frequent, stay inside a node, in every operator alike: as the frameworks'
+device meshes order them (Megatron-LM's ranks: tensor, context, expert,
+data parallelism from the fastest), with tensor parallelism inside a node
+(an attention's heads come before its sequence in its iteration space,
+``bgusd``).  A split letter with
 stride ``s`` (the product of the splits after it) and split ``c`` keeps
 ``min(c, max(1, G/s))`` of its ways inside a node and the rest across nodes;
 this is exact when G and the splits are powers of two (more generally, when
@@ -343,7 +349,8 @@ class Cluster:
 
         cache = C.cache
         if "inter" not in cache:
-            order = [C.dims.index("b")] + [i for i, c in enumerate(C.dims) if c != "b"]
+            first = [c for c in "bxs" if c in C.dims]  # the batch, the experts, the sequence: outermost
+            order = [C.dims.index(c) for c in first] + [i for i, c in enumerate(C.dims) if c not in first]
             splits = C.array[..., order]  # (K, n) slowest first
             after = np.cumprod(splits[..., ::-1], axis=-1)[..., ::-1]  # product from j on
             stride = np.concatenate([after[..., 1:], np.ones(after.shape[:-1] + (1,))], axis=-1)

@@ -38,6 +38,18 @@ class TestHierarchicalAllReduce:
         # inside one node: the ring at the intra-node bandwidth
         assert TWO.allreduce(w, C, "k")[0] == pytest.approx(W_IN * w / 2 * 2 * 1, rel=1e-12)
 
+    def test_the_sequence_is_laid_out_outside_the_heads(self):
+        """An attention's iteration space names its heads before its
+        sequence (bgusd); the layout still puts the sequence's split (context
+        parallelism) outside and the heads' (tensor parallelism) inside a
+        node, as in every other operator of the block and the frameworks'
+        meshes."""
+        nodes = Cluster(10, 16, inter_bw=4, gpus_per_node=8)
+        qkv = splits("bgusd", (2, 8, 1, 2, 1))  # data 2 x context 2 x tensor 8 on 32 devices, 8 per node
+        assert nodes.across(qkv, "g")[0] == 1 and nodes.across(qkv, "s")[0] == 2 and nodes.across(qkv, "b")[0] == 2
+        mlp = splits("bsf", (2, 2, 8))
+        assert nodes.across(mlp, "f")[0] == 1 and nodes.across(mlp, "s")[0] == 2
+
     def test_every_member_on_its_own_node(self):
         C = splits("bn", (4, 4))  # n fills each node; the 4 b-groups sit on 4 nodes
         w = 64.0
