@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cluster.presets import ATTENTION_KERNELS, attention_share
+from cluster.presets import ATTENTION_KERNELS, DEVICES, attention_share
 from errors import SettingError, shown
 
 __all__ = ["States", "Framework", "FRAMEWORKS", "register", "known", "KERNELS", "SELECTIVE", "SEQUENCE_PARALLEL",
@@ -88,7 +88,9 @@ class Framework:
     seconds of computation lost per second of collective running under it
     (the collectives' multiprocessors and memory traffic); ``overhead``:
     seconds lost per second of computation to what the model does not
-    price otherwise (a framework's hooks, copies and synchronisation).
+    price otherwise (a framework's hooks, copies and synchronisation), and
+    ``overhead_by_arch`` the same on the device architectures that lose a
+    different share (``(arch, overhead)`` pairs; :meth:`on_device`).
 
     Context parallelism: ``ring`` how attention runs over a split sequence
     (ring attention, :func:`cost.time.ring_parts`): ``""`` the tool's own
@@ -165,6 +167,7 @@ class Framework:
     attention_kernel: str = ""
     compiled_loss: tuple[float, float] | None = None
     compiled_loss_passes: tuple[float, float] | None = None
+    overhead_by_arch: tuple[tuple[str, float], ...] = ()
     fitted: tuple[str, ...] = ()  # the published rows its fitted constants come from
     compiled: bool = False
     float8: bool = False
@@ -190,6 +193,16 @@ class Framework:
             tp_overlap: bool = False) -> "Framework":
         """The profile with what a run turns on."""
         return replace(self, compiled=bool(compiled), float8=bool(float8), sp=bool(sp), tp_overlap=bool(tp_overlap))
+
+    def on_device(self, device: str | None) -> "Framework":
+        """The profile on the device preset ``device``: its ``overhead`` the
+        figure for the device's architecture where ``overhead_by_arch``
+        gives one (else, and on a device that is no preset, its own)."""
+        d = DEVICES.get(str(device).lower()) if device else None
+        by_arch = dict(self.overhead_by_arch)
+        if d is None or d.arch not in by_arch:
+            return self
+        return replace(self, overhead=by_arch[d.arch], overhead_by_arch=())
 
     @property
     def eager(self) -> bool:

@@ -64,7 +64,7 @@ def framework_for(s, recorded: dict, cluster, file: dict):
     if fw is not None and fw.float8 and not (cluster.realistic and cluster.fp8_flops):
         raise SettingError("float8", "needs a device with an FP8 peak (--device h100, h100-96gb, h100-nvl, h800, "
                                      "h200, b200, or --fp8-flops)")
-    return fw
+    return None if fw is None else fw.on_device(cluster.device)
 
 
 #: the cluster fields a framework sets by default (:func:`framework_cluster`)
