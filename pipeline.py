@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 
 from errors import InputError
 
-__all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "stage_ranges", "stage_blocks", "chunk_ranges",
+__all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "split_counts", "stage_ranges", "stage_blocks", "chunk_ranges",
            "chunk_sizes", "chunk_share", "chunking_error", "node_in_flight", "order", "evaluate", "SCHEDULES"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -330,6 +330,25 @@ def chunk_ranges(chain, lo: int, hi: int, v: int) -> list[tuple[int, int]]:
 
 def _even(N: int, pp: int) -> list[int]:
     return [N // pp + (1 if i < N % pp else 0) for i in range(pp)]
+
+
+def split_counts(blocks: int, pp: int, v: int = 1, framework=None) -> list[int]:
+    """Blocks per stage of a standard configuration's ``pp`` stages of
+    ``v`` model chunks each: as evenly as they divide, the first stages
+    taking one more; or, under a framework whose ``pipeline_split`` is
+    ``embedding_loss`` and where the blocks do not divide over the
+    ``pp v`` chunks, with the embedding and the loss each counted as a
+    block (Megatron-LM's ``--account-for-embedding-in-pipeline-split`` and
+    ``--account-for-loss-in-pipeline-split``, which its recipes set for
+    such models: Llama 3.1 405B's 126 layers over 8 stages are 15, 16, ...,
+    16, 15), where ``blocks + 2`` divides into chunks of at least two."""
+    if (framework is not None and framework.pipeline_split == "embedding_loss" and pp > 1
+            and blocks % (pp * v) and (blocks + 2) % (pp * v) == 0 and (blocks + 2) // (pp * v) >= 2):
+        counts = [(blocks + 2) // pp] * pp
+        counts[0] -= 1
+        counts[-1] -= 1
+        return counts
+    return _even(blocks, pp)
 
 
 def partitions(N: int, pp: int) -> list[tuple[int, ...]]:

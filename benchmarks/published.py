@@ -1,7 +1,7 @@
 """Every published figure the model is checked against, beside the
 prediction and the error: one table, fitted rows marked.
 
-    python benchmarks/published.py [--markdown] [--only megatron,korthikanti,torchtitan,zero]
+    python benchmarks/published.py [--markdown] [--only megatron,korthikanti,bridge,torchtitan,zero]
 
 Each row is costed as the command line costs it (``--plan`` with the
 framework that ran it):
@@ -14,6 +14,12 @@ framework that ran it):
   selective recomputation and sequence parallelism, and the peak memory
   against the A100's 80 GB; their Table 2 (activation bytes of a layer,
   per ``s b h``) for each setting, term by term;
+- **Megatron Bridge's performance summary** (25.11; ``bridge``): tokens/s
+  per GPU of its FP8 pre-training runs of Llama 3 8B and 70B and Llama
+  3.1 405B on DGX H100 and of Llama 3 8B and Llama 3.1 405B on DGX B200
+  (``--framework megatron``, the tensor-parallel collectives overlapped
+  where the recipes overlap them), and each run's peak against the
+  device it fitted on;
 - **torchtitan's December 2024 benchmark** (``torchtitan``): tokens/s per
   GPU and the allocator's peak (GiB) of Llama 3.1 8B, 70B and 405B on
   H100 96 GB (``--device h100-96gb --framework torchtitan@2024-12``: its
@@ -60,7 +66,7 @@ from table import render  # noqa: E402
 DATA = ROOT / "tests" / "data" / "published"
 LLAMA8B = ROOT / "tests" / "data" / "configs" / "llama3-8b" / "config.json"
 GPT2 = ROOT / "tests" / "data" / "configs" / "gpt2" / "config.json"
-GROUPS = ("megatron", "korthikanti", "torchtitan", "zero")
+GROUPS = ("megatron", "korthikanti", "bridge", "torchtitan", "zero")
 
 
 def run(*argv):
@@ -175,6 +181,23 @@ def torchtitan_runs(tmp: Path, data: dict, source: str, device: str, framework: 
         yield row(source, label, "tokens/s per GPU", r["tokens_per_s"], tps, "{:,.0f}", fit)
         if r["memory_gib"] is not None:
             yield row(source, label, "memory GiB", r["memory_gib"], res.reserved_bytes / 2**30, "{:.1f}", fit)
+
+
+def bridge(tmp: Path):
+    """Megatron Bridge's performance summary: tokens/s per GPU, and the
+    peak (tensors and what the process holds beyond them) within the
+    device each run fitted on."""
+    data = json.loads((DATA / "megatron_bridge_2511.json").read_text())
+    for values in data["rows"]:
+        r = dict(zip(data["columns"], values))
+        flags = ["--float8"] * r["float8"] + ["--tp-overlap"] * r["tp_overlap"]
+        res = run("-g", ROOT / "tests" / "data" / "configs" / r["model"], "-p", r["gpus"], "-b", r["batch"],
+                  "--seq", r["seq"], "--device", r["device"], "--framework", "megatron", "--plan", r["plan"], *flags)
+        yield row("Megatron Bridge 25.11", r["label"], "tokens/s per GPU", r["tokens_per_s"],
+                  r["batch"] * r["seq"] / res.step_seconds / r["gpus"], "{:,.0f}")
+        cap = res.cost_model.cluster.device_memory
+        yield row("Megatron Bridge 25.11", r["label"], f"peak GB ({cap:g} GB)", cap,
+                  (res.memory_bytes + sum(res.beyond_tensors)) / 1e9, "{:.1f}", bound=True)
 
 
 def zero(tmp: Path):

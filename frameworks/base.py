@@ -10,13 +10,14 @@ from cluster.presets import ATTENTION_KERNELS, DEVICES, attention_share
 from errors import SettingError, shown
 
 __all__ = ["States", "Framework", "FRAMEWORKS", "register", "known", "KERNELS", "SELECTIVE", "SEQUENCE_PARALLEL",
-           "RINGS", "FLOAT8_GATHERS"]
+           "RINGS", "FLOAT8_GATHERS", "PIPELINE_SPLITS"]
 
 FRAMEWORKS: dict[str, "Framework"] = {}
 KERNELS = ("fused", "eager")
 SELECTIVE = ("attention", "ops")
 SEQUENCE_PARALLEL = ("gathered", "shard")
 RINGS = ("", "allgather", "p2p")
+PIPELINE_SPLITS = ("", "embedding_loss")
 FLOAT8_GATHERS = ("weights", "inputs")
 
 
@@ -124,6 +125,13 @@ class Framework:
     (``""``: none; ``--tp-overlap`` turns it on, :func:`cost.tables.tp_room`),
     and ``tp_overlap_compiled`` whether that needs ``torch.compile``.
 
+    Pipelines: ``pipeline_split`` how a standard configuration's stages
+    share blocks that do not divide evenly over their model chunks (``""``:
+    as evenly as they divide, the first stages taking one more;
+    ``embedding_loss``: the embedding and the loss each counted as a block,
+    the first and the last stage one block short, where that divides;
+    :func:`pipeline.split_counts`).
+
     Memory beyond tensors: ``reserve`` what the caching allocator holds
     beyond the tensors' peak, as a share of it; ``outside_gb`` what the
     process holds outside the allocator (CUDA context, NCCL's buffers).
@@ -168,6 +176,7 @@ class Framework:
     compiled_loss: tuple[float, float] | None = None
     compiled_loss_passes: tuple[float, float] | None = None
     overhead_by_arch: tuple[tuple[str, float], ...] = ()
+    pipeline_split: str = ""
     fitted: tuple[str, ...] = ()  # the published rows its fitted constants come from
     compiled: bool = False
     float8: bool = False
@@ -179,7 +188,8 @@ class Framework:
         if len(self.states) != 4 or not all(isinstance(s, States) for s in self.states):
             raise ValueError(f"{self.name}: states must give ZeRO stages 0 to 3")
         for field, allowed in (("kernels", KERNELS), ("selective", SELECTIVE),
-                               ("sequence_parallel", SEQUENCE_PARALLEL), ("ring", RINGS)):
+                               ("sequence_parallel", SEQUENCE_PARALLEL), ("ring", RINGS),
+                               ("pipeline_split", PIPELINE_SPLITS)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"{self.name}: {field} must be one of {', '.join(map(repr, allowed))}")
         if self.attention_kernel and self.attention_kernel not in ATTENTION_KERNELS:

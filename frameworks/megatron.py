@@ -70,6 +70,10 @@ MEGATRON = register(Framework(
     # its collectives do not run under computation by default (overlap 0), but for the inputs gathered again
     # under sequence parallelism, which Korthikanti et al. report hidden
     contention=0.0,
+    # layers that do not divide over the pipeline's model chunks: the embedding and the loss counted as a layer each
+    # (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split; Megatron Bridge's Llama 3.1
+    # 405B recipes set both: its 126 layers and the two make 8 stages of 16)
+    pipeline_split="embedding_loss",
     overhead=0.0,  # nothing fitted: Korthikanti et al.'s and Narayanan et al.'s step times are checks
     # Float8 (--fp8-format, Transformer Engine's linear layers): a layer keeps the FP8 cast of its input for the
     # weight-gradient product, not the bf16 input (transformer_engine/pytorch/module/linear.py and

@@ -86,8 +86,9 @@ def standard_costing(job: Job, batch: int):
 def _standard_pipeline(job: Job, std, model):
     """A standard configuration with pipeline stages, costed on ``model``
     (the job's, with the configuration's sequence parallelism):
-    Megatron-LM's layout (the blocks split evenly, the embedding in the
-    first stage, the head in the last)."""
+    Megatron-LM's layout (the blocks split evenly, or as the framework
+    splits them, :func:`pipeline.split_counts`; the embedding in the first
+    stage, the head in the last)."""
     import pipeline
     from standard import strategy
 
@@ -95,7 +96,8 @@ def _standard_pipeline(job: Job, std, model):
     micro = std.microbatch * std.dp  # the samples of a micro-batch over the data-parallel groups
     g, chain = job.graph(micro), job.chain(micro)
     if chain is not None:
-        counts = pipeline._even(chain.count, std.pp)
+        counts = pipeline.split_counts(chain.count, std.pp, pipeline.Schedule(std.schedule, std.chunks).v,
+                                       model.framework)
         if min(counts) < 1:
             raise InputError(f"--plan: pp={std.pp} is more stages than the {chain.count} blocks")
         ranges = pipeline.stage_ranges(g.number_of_nodes(), chain, counts)

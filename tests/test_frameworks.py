@@ -280,11 +280,50 @@ def test_megatron_bridge_405b_fp8_speed_with_context_parallelism():
     (TP 8, PP 8 of 8 virtual stages, CP 2, micro-batch 1, 512 sequences of
     8,192 tokens; 292 to 311 tokens/s per GPU in its 25.09 to 26.02
     summaries) within 10%: its context-parallel groups span nodes, each
-    attention's tensor-parallel group stays inside one."""
+    attention's tensor-parallel group stays inside one.  It fits the 84.9
+    GB it ran in, with the CUDA context and NCCL's buffers: Megatron-LM
+    counts the embedding and the loss as a layer each in the pipeline's
+    split (126 layers: 15 on the first stage, beside the embedding)."""
     r = planned("-g", ROOT / "tests" / "data" / "configs" / "llama3-405b", "-p", 1024, "-b", 512, "--seq", 8192,
                 "--device", "h100", "--framework", "megatron", "--float8", "--tp-overlap", "--plan",
                 "tp=8,pp=8,cp=2,sp=1,microbatch=1,schedule=interleaved:8,zero=1")
     assert abs(512 * 8192 / r.step_seconds / 1024 / 302 - 1) < 0.10
+    assert r.fits is True and r.memory_bytes + sum(r.beyond_tensors) <= 84.9e9
+
+
+def test_megatron_counts_the_embedding_and_the_loss_in_the_pipeline_split():
+    """Layers that do not divide over a pipeline's model chunks: Megatron-LM
+    (--account-for-embedding-in-pipeline-split and ...-loss-...) counts
+    the embedding and the loss as a layer each, where that divides into
+    chunks of two or more; otherwise, and under other frameworks, the
+    first stages take one more."""
+    from frameworks import FRAMEWORKS
+    from pipeline import split_counts
+
+    mg, tt = FRAMEWORKS["megatron"], FRAMEWORKS["torchtitan"]
+    assert split_counts(126, 8, 1, mg) == split_counts(126, 8, 8, mg) == [15] + [16] * 6 + [15]
+    assert split_counts(126, 8, 1, tt) == split_counts(126, 8, 1) == [16] * 6 + [15] * 2
+    assert split_counts(30, 4, 1, mg) == [7, 8, 8, 7]
+    assert split_counts(80, 8, 5, mg) == [10] * 8  # divides: as it is
+    assert split_counts(125, 8, 1, mg) == [16] * 5 + [15] * 3  # 127 does not divide either
+    assert split_counts(6, 4, 2, mg) == [2, 2, 1, 1]  # chunks of one: the embedding's would hold no layer
+
+
+MEGATRON_BRIDGE = json.loads((ROOT / "tests" / "data" / "published" / "megatron_bridge_2511.json").read_text())
+
+
+@pytest.mark.parametrize("label, within", [(r[0], 0.15 if "8B" in r[0] else 0.10)
+                                           for r in MEGATRON_BRIDGE["rows"] if r[2] == "b200"])
+def test_megatron_bridge_on_b200(label, within):
+    """Held out: Megatron Bridge 25.11's FP8 runs on DGX B200 (Llama 3 8B
+    on 8, data parallel; Llama 3.1 405B on 128, TP 4 x PP 8 of 8 virtual
+    stages x CP 2) against the b200 preset's data-sheet figures: within
+    15% and 10% in tokens/s per GPU."""
+    r = dict(zip(MEGATRON_BRIDGE["columns"], next(v for v in MEGATRON_BRIDGE["rows"] if v[0] == label)))
+    flags = ["--float8"] * r["float8"] + ["--tp-overlap"] * r["tp_overlap"]
+    res = planned("-g", ROOT / "tests" / "data" / "configs" / r["model"], "-p", r["gpus"], "-b", r["batch"],
+                  "--seq", r["seq"], "--device", r["device"], "--framework", "megatron", "--plan", r["plan"], *flags)
+    assert abs(r["batch"] * r["seq"] / res.step_seconds / r["gpus"] / r["tokens_per_s"] - 1) < within
 
 
 @pytest.mark.parametrize("label, flags, tps, gib", [
