@@ -57,7 +57,8 @@ from dataclasses import dataclass, replace
 from errors import InputError
 
 __all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "split_counts", "stage_ranges", "stage_blocks",
-           "chunk_ranges", "chunk_sizes", "chunk_share", "chunking_error", "node_in_flight", "order", "evaluate", "SCHEDULES"]
+           "chunk_ranges", "chunk_sizes", "chunk_share", "chunking_error", "node_in_flight", "order", "evaluate",
+           "SCHEDULES"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
