@@ -56,9 +56,9 @@ from dataclasses import dataclass, replace
 
 from errors import InputError
 
-__all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "split_counts", "stage_ranges", "stage_blocks",
-           "chunk_ranges", "chunk_sizes", "chunk_share", "chunking_error", "node_in_flight", "order", "evaluate",
-           "SCHEDULES"]
+__all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "split_counts", "block_layers", "stage_ranges",
+           "stage_blocks", "chunk_ranges", "chunk_sizes", "chunk_share", "chunking_error", "node_in_flight", "order",
+           "evaluate", "SCHEDULES"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
@@ -333,17 +333,28 @@ def _even(N: int, pp: int) -> list[int]:
     return [N // pp + (1 if i < N % pp else 0) for i in range(pp)]
 
 
-def split_counts(blocks: int, pp: int, v: int = 1, framework=None) -> list[int]:
+def block_layers(g, chain) -> int:
+    """How many of the model's layers one block of ``chain`` holds: the
+    distinct first parts of its operators' names (``layer3/attn/qkv``:
+    ``layer3``); a block of layers that alternate kinds holds two."""
+    from graph import operators
+
+    ops = operators(g)
+    return len({ops[i].name.split("/", 1)[0] for i in chain.block(0)})
+
+
+def split_counts(blocks: int, pp: int, v: int = 1, framework=None, layers: int = 1) -> list[int]:
     """Blocks per stage of a standard configuration's ``pp`` stages of
     ``v`` model chunks each: as evenly as they divide, the first stages
     taking one more; or, under a framework whose ``pipeline_split`` is
-    ``embedding_loss`` and where the blocks do not divide over the
-    ``pp v`` chunks, with the embedding and the loss each counted as a
-    block (Megatron-LM's ``--account-for-embedding-in-pipeline-split`` and
+    ``embedding_loss``, where each block is one layer (``layers``:
+    :func:`block_layers`) and the layers do not divide over the ``pp v``
+    chunks, with the embedding and the loss each counted as a layer
+    (Megatron-LM's ``--account-for-embedding-in-pipeline-split`` and
     ``--account-for-loss-in-pipeline-split``, which its recipes set for
     such models: Llama 3.1 405B's 126 layers over 8 stages are 15, 16, ...,
     16, 15), where ``blocks + 2`` divides into chunks of at least two."""
-    if (framework is not None and framework.pipeline_split == "embedding_loss" and pp > 1
+    if (framework is not None and framework.pipeline_split == "embedding_loss" and pp > 1 and layers == 1
             and blocks % (pp * v) and (blocks + 2) % (pp * v) == 0 and (blocks + 2) // (pp * v) >= 2):
         counts = [(blocks + 2) // pp] * pp
         counts[0] -= 1

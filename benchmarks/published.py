@@ -14,10 +14,12 @@ framework that ran it):
   selective recomputation and sequence parallelism, and the peak memory
   against the A100's 80 GB; their Table 2 (activation bytes of a layer,
   per ``s b h``) for each setting, term by term;
-- **Megatron Bridge's performance summary** (25.11; ``bridge``): tokens/s
-  per GPU of its FP8 pre-training runs of Llama 3 8B and 70B and Llama
-  3.1 405B on DGX H100 and of Llama 3 8B and Llama 3.1 405B on DGX B200
-  (``--framework megatron``, the tensor-parallel collectives overlapped
+- **Megatron Bridge's performance summaries** (25.11 and 26.02;
+  ``bridge``): tokens/s per GPU of its FP8 pre-training runs of Llama 3
+  8B and 70B and Llama 3.1 405B on DGX H100 and of Llama 3 8B and Llama
+  3.1 405B on DGX B200, and of its mixture-of-experts runs on DGX H100
+  that ``--plan`` can state (Qwen3-30B-A3B, GPT-OSS 120B), with
+  ``--framework megatron`` (the tensor-parallel collectives overlapped
   where the recipes overlap them), and each run's peak against the
   device it fitted on;
 - **torchtitan's December 2024 benchmark** (``torchtitan``): tokens/s per
@@ -176,7 +178,7 @@ def torchtitan_runs(tmp: Path, data: dict, source: str, device: str, framework: 
         res = run("-g", paths[r["model"]], "-p", r["gpus"], "-b", r["batch"], "--seq", r["seq"], "--device",
                   device, "--framework", framework, "--plan", r["plan"], *flags)
         label = f"{_model_name(r['model'])}, {r['gpus']} GPUs, {r['label']}"
-        fit = label in fitted
+        fit = f"{source}: {label}" in fitted
         tps = r["batch"] * r["seq"] / res.step_seconds / r["gpus"]
         yield row(source, label, "tokens/s per GPU", r["tokens_per_s"], tps, "{:,.0f}", fit)
         if r["memory_gib"] is not None:
@@ -187,17 +189,30 @@ def bridge(tmp: Path):
     """Megatron Bridge's performance summary: tokens/s per GPU, and the
     peak (tensors and what the process holds beyond them) within the
     device each run fitted on."""
-    data = json.loads((DATA / "megatron_bridge_2511.json").read_text())
+    data = json.loads((DATA / "megatron_bridge.json").read_text())
     for values in data["rows"]:
         r = dict(zip(data["columns"], values))
         flags = ["--float8"] * r["float8"] + ["--tp-overlap"] * r["tp_overlap"]
-        res = run("-g", ROOT / "tests" / "data" / "configs" / r["model"], "-p", r["gpus"], "-b", r["batch"],
-                  "--seq", r["seq"], "--device", r["device"], "--framework", "megatron", "--plan", r["plan"], *flags)
-        yield row("Megatron Bridge 25.11", r["label"], "tokens/s per GPU", r["tokens_per_s"],
+        res = run("-g", bridge_model(tmp, data, r["model"]), "-p", r["gpus"], "-b", r["batch"], "--seq", r["seq"],
+                  "--device", r["device"], "--framework", "megatron", "--plan", r["plan"], *flags)
+        yield row("Megatron Bridge", r["label"], "tokens/s per GPU", r["tokens_per_s"],
                   r["batch"] * r["seq"] / res.step_seconds / r["gpus"], "{:,.0f}")
         cap = res.cost_model.cluster.device_memory
-        yield row("Megatron Bridge 25.11", r["label"], f"peak GB ({cap:g} GB)", cap,
+        yield row("Megatron Bridge", r["label"], f"peak GB ({cap:g} GB)", cap,
                   (res.memory_bytes + sum(res.beyond_tensors)) / 1e9, "{:.1f}", bound=True)
+
+
+def bridge_model(tmp: Path, data: dict, key: str) -> Path:
+    """The config a Megatron Bridge row names: one of tests/data/configs, or
+    a family's released config with the published model's changes."""
+    spec = data.get("models", {}).get(key)
+    if spec is None:
+        return ROOT / "tests" / "data" / "configs" / key
+    cfg = json.loads((ROOT / "tests" / "data" / spec["base"] / "config.json").read_text())
+    d = tmp / key
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps({**cfg, **spec["changes"]}))
+    return d
 
 
 def zero(tmp: Path):

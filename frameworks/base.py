@@ -18,6 +18,7 @@ SELECTIVE = ("attention", "ops")
 SEQUENCE_PARALLEL = ("gathered", "shard")
 RINGS = ("", "allgather", "p2p")
 PIPELINE_SPLITS = ("", "embedding_loss")
+ARCHITECTURES = ("volta", "ampere", "hopper", "blackwell")  # the device presets' (cluster.presets.Device.arch)
 FLOAT8_GATHERS = ("weights", "inputs")
 
 
@@ -177,7 +178,7 @@ class Framework:
     compiled_loss_passes: tuple[float, float] | None = None
     overhead_by_arch: tuple[tuple[str, float], ...] = ()
     pipeline_split: str = ""
-    fitted: tuple[str, ...] = ()  # the published rows its fitted constants come from
+    fitted: tuple[str, ...] = ()  # the published rows its fitted constants come from ("source: row")
     compiled: bool = False
     float8: bool = False
     sp: bool = False
@@ -196,6 +197,8 @@ class Framework:
             raise ValueError(f"{self.name}: attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}")
         if any(g not in FLOAT8_GATHERS for g in self.float8_gathers):
             raise ValueError(f"{self.name}: float8_gathers must name some of {', '.join(FLOAT8_GATHERS)}")
+        if any(arch not in ARCHITECTURES for arch, _ in self.overhead_by_arch):
+            raise ValueError(f"{self.name}: overhead_by_arch must name some of {', '.join(ARCHITECTURES)}")
         if (self.compiled_loss is None) != (self.compiled_loss_passes is None):
             raise ValueError(f"{self.name}: compiled_loss and compiled_loss_passes go together")
 

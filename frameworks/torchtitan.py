@@ -159,7 +159,8 @@ TORCHTITAN = register(Framework(
     # attention: scaled_dot_product_attention under sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, MATH],
     # set_priority=True) (torchtitan/models/common/attention.py): cuDNN's fused kernel, the device's own figure
     attention_kernel="",
-    fitted=("8B, 8 GPUs, FSDP + torch.compile", "Llama 3 8B, 64 GPUs, FSDP, local batch 1, selective op"),
+    fitted=("torchtitan 2024-12: 8B, 8 GPUs, FSDP + torch.compile",
+            "torchtitan 2024 A100: Llama 3 8B, 64 GPUs, FSDP, local batch 1, selective op"),
 ))
 
 # June 2025 (the published H200 runs' torchtitan, e7c0cae): today's record, but its attention asked PyTorch for the

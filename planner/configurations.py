@@ -97,7 +97,7 @@ def _standard_pipeline(job: Job, std, model):
     g, chain = job.graph(micro), job.chain(micro)
     if chain is not None:
         counts = pipeline.split_counts(chain.count, std.pp, pipeline.Schedule(std.schedule, std.chunks).v,
-                                       model.framework)
+                                       model.framework, pipeline.block_layers(g, chain))
         if min(counts) < 1:
             raise InputError(f"--plan: pp={std.pp} is more stages than the {chain.count} blocks")
         ranges = pipeline.stage_ranges(g.number_of_nodes(), chain, counts)

@@ -82,12 +82,15 @@ def _searched(s, g, model, blocks, p):
 
 
 @pytest.mark.parametrize("memory, layers, framework", [(80, 2, None), (1.2, 2, None), (0.3, 2, None), (1.2, 5, None),
-                                                       (1.2, 2, "megatron"), (1.2, 5, "torchtitan")])
+                                                       (1.2, 2, "megatron"), (1.2, 5, "torchtitan"),
+                                                       (1.2, 6, "megatron")])
 def test_the_best_point_of_the_grid(tmp_path, memory, layers, framework):
     """Against every point of the grid costed by the plan's own evaluation:
     the same best, and every estimate the plan's figures up to rounding
     (five layers: estimated from the first three, the blocks counted; under
-    a framework, whose sequence parallelism follows each point's sp)."""
+    a framework, whose sequence parallelism follows each point's sp; six
+    layers under Megatron-LM: over 4 stages, 1, 2, 2, 1 with the embedding
+    and the loss counted as layers)."""
     s, g, model, blocks = _setup(tiny_llama(tmp_path, layers), 8, 16, 2048, memory, framework)
     found, costing = _searched(s, g, model, blocks, 8)
     assert all(L.short == (layers > 3) for L in costing._layouts.values())
