@@ -139,16 +139,17 @@ def _layers_built(cfg) -> list[list[int]]:
 
 
 def test_an_interleaved_pipeline_of_unequal_chunks(tmp_path):
-    """30 layers over 4 stages of 2 chunks (8, 8, 7 and 7 layers: the
+    """30 layers over 4 stages of 2 chunks (7, 8, 8 and 7 layers: the
+    embedding and the loss counted as layers, Megatron-LM's way; a stage's
     later chunk takes the extra one): Megatron Core reads the layout's
     eight virtual stages as two chunks per rank, as the plan was costed."""
     gpt = _gpt(tmp_path / "g30", 30)
     text = _render(gpt, 32, batch=64, device="a100-80gb", framework="megatron",
                    plan="tp=2,pp=4,sp=1,recompute=selective,schedule=interleaved:2,microbatch=1,zero=1")
-    assert "--pipeline-model-parallel-layout 'Etttt|tttt|ttt|ttt|tttt|tttt|tttt|ttttL'" in text
+    assert "--pipeline-model-parallel-layout 'Ettt|tttt|tttt|ttt|tttt|tttt|tttt|ttttL'" in text
     cfg, ddp, _ = _megatron(text, 30)
     assert cfg.virtual_pipeline_model_parallel_size == 2
-    assert _layers_built(cfg) == [[4, 4], [4, 4], [3, 4], [3, 4]]
+    assert _layers_built(cfg) == [[3, 4], [4, 4], [4, 4], [3, 4]]
     assert (cfg.tensor_model_parallel_size, cfg.sequence_parallel, cfg.recompute_granularity) == (2, True, "selective")
     assert ddp.use_distributed_optimizer is True and cfg.bf16 is True
 
@@ -159,10 +160,36 @@ def test_an_uneven_pipeline(tmp_path):
                    plan="tp=2,pp=4,sp=1,recompute=full,microbatch=2")
     cfg, ddp, flags = _megatron(text, 30)
     assert cfg.virtual_pipeline_model_parallel_size is None
-    assert _layers_built(cfg) == [[8], [8], [7], [7]]
+    assert _layers_built(cfg) == [[7], [8], [8], [7]]
     assert (cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers) == ("full", "uniform", 1)
     assert ddp.use_distributed_optimizer is False
     assert (flags["micro_batch_size"], flags["global_batch_size"], flags["seq_length"]) == ("2", "64", "2048")
+
+
+@pytest.mark.parametrize("layers, pp, vpp", [(30, 4, None), (30, 4, 2), (126, 8, None), (126, 8, 8), (94, 8, 4)])
+def test_megatron_core_splits_the_layers_as_the_plan_does(layers, pp, vpp):
+    """Megatron Core's own split with the embedding and the loss counted
+    as layers (account_for_embedding_in_pipeline_split and
+    account_for_loss_in_pipeline_split, as Megatron Bridge's recipes set
+    them for layers that do not divide) gives each rank the layers the
+    Megatron profile's split puts on each stage; interleaved, the first
+    rank's chunks are the plan's too (its short chunk first), and the
+    last rank's short chunk is its last where the plan's is its first."""
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from frameworks import FRAMEWORKS
+    from pipeline import chunk_sizes, split_counts
+
+    cfg = TransformerConfig(num_layers=layers, hidden_size=1024, num_attention_heads=16,
+                            pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
+                            pipeline_dtype=torch.bfloat16, account_for_embedding_in_pipeline_split=True,
+                            account_for_loss_in_pipeline_split=True)
+    built = _layers_built(cfg)
+    counts = split_counts(layers, pp, vpp or 1, FRAMEWORKS["megatron"])
+    assert [sum(rank) for rank in built] == counts
+    assert built[0] == chunk_sizes(counts[0], vpp or 1)
+    assert built[-1] == chunk_sizes(counts[-1], vpp or 1)[::-1]
 
 
 def test_an_interleaved_pipeline_of_equal_chunks(tmp_path):
