@@ -23,7 +23,10 @@ different ones)::
 
 ``v = 1`` (GPipe, 1F1B) is Alpa's ``sum_i t_i + (m - 1) max_i t_i``; the
 interleaved schedule with ``v`` chunks per device divides the bubble by
-``v`` and sends ``v`` times as much point to point.  The synchronisation is
+``v`` and sends ``v`` times as much point to point, where the
+micro-batches fill the stages (``m max_i t_i`` at least ``sum_i t_i``;
+with fewer, each micro-batch still runs through every stage in turn:
+``T`` is at least ``sum_i t_i + (m - 1) max_i t_i / v``).  The synchronisation is
 the gradients' (the stages' own collectives of ``gradients``), once per
 step: the slowest stage's, after the last micro-batch; on a real device it
 overlaps that micro-batch's backward pass (two thirds of ``t_i``), and the
@@ -135,8 +138,10 @@ class Schedule:
         ``times`` each (without the synchronisation); ``share``: with model
         chunks of unequal blocks, the largest chunk's share of its stage
         (the fill and the drain wait on it), else ``1 / v``."""
-        longest = max(times)
-        return m * longest + (math.fsum(times) - longest) * (1.0 / self.chunks if share is None else share)
+        longest, total = max(times), math.fsum(times)
+        share = 1.0 / self.chunks if share is None else share
+        # fewer micro-batches than fill the stages: each still runs every stage in turn (one alone takes the sum)
+        return max(m * longest + (total - longest) * share, total + (m - 1) * longest * share)
 
     def bubble(self, times, m: int, share: float | None = None) -> float:
         """Idle time over the busy time of the slowest stage."""

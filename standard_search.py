@@ -13,10 +13,13 @@ The grid, for ``p`` devices and a model's roles (:mod:`standard`):
   divide the experts;
 * ``pp``: 1 and the divisors of ``p`` up to the model's repeated blocks;
   with stages, micro-batches of 1, 2 and 4 samples (per data-parallel
-  group) and the schedules 1f1b and interleaved:2 (where every stage
-  holds two blocks or more);
+  group) and the schedules 1f1b and, where the micro-batches come in
+  groups of ``pp`` (as Megatron-LM runs them), interleaved:2 (where
+  every stage holds two blocks or more) and interleaved:3 to 8 (where
+  every stage's blocks divide into that many equal chunks);
 * ``zero`` 0 to 3 without stages, 0 and 1 with them (Megatron-LM shards
-  only the optimizer state across a pipeline's micro-batches);
+  only the optimizer state across a pipeline's micro-batches), or the
+  stages the framework runs (torchtitan: 0 and 3, with stages too);
   ``recompute`` none, selective, full;
 * without stages, gradient accumulation (micro-batches of half, a quarter
   ... of a data-parallel group's samples) where no option fits the whole
@@ -72,11 +75,26 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+CHUNKS = (2, 3, 4, 5, 6, 8)  # the interleaved schedule's model chunks per device the grid tries
+
+
+def _chunkings(counts) -> list[int]:
+    """The interleaved schedule's chunks per device the grid tries for
+    stages of ``counts`` blocks: 2 wherever every stage holds two blocks
+    or more, and 3 to 8 where every stage's blocks divide into that many
+    equal chunks (Megatron-LM's ``--num-layers-per-virtual-pipeline-stage``:
+    Llama 3 70B's 80 layers over 8 stages in 5 chunks of 2)."""
+    from pipeline import Schedule, chunking_error
+
+    return [v for v in CHUNKS if (chunking_error(counts, Schedule("interleaved", v)) is None
+                                  and (v == 2 or all(c % v == 0 for c in counts)))]
+
+
 def structures(g, p: int, batch: int, node: int, blocks: int):
     """Every degree but the options (see the module docstring), as
     :class:`standard.Standard` values with ``dp`` filled."""
     from graph import operators
-    from pipeline import Schedule, _even, chunking_error
+    from pipeline import _even
     from standard import Standard
 
     roles = dict(g.graph.get("roles", {}))
@@ -107,14 +125,20 @@ def structures(g, p: int, batch: int, node: int, blocks: int):
                             if (batch // dp) % micro:
                                 continue
                             yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, sp=sp, pp=pp, microbatch=micro)
-                            if chunking_error(_even(blocks, pp), Schedule("interleaved", 2)) is None:
+                            for v in _chunkings(_even(blocks, pp)) if (batch // (dp * micro)) % pp == 0 else ():
                                 yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, sp=sp, pp=pp, microbatch=micro,
-                                               schedule="interleaved", chunks=2)
+                                               schedule="interleaved", chunks=v)
 
 
-def grid(std) -> list[tuple[int, str]]:
-    """The (zero, recompute) pairs of a structure, in the order costed."""
-    zeros = (0, 1, 2, 3) if std.pp == 1 else (0, 1)
+def grid(std, framework=None) -> list[tuple[int, str]]:
+    """The (zero, recompute) pairs of a structure, in the order costed: the
+    ZeRO stages the framework runs (its ``zero_stages``, with pipeline
+    stages its ``pipeline_zero_stages``; without one, 0 to 3, and 0 and 1
+    with stages)."""
+    if framework is not None:
+        zeros = framework.zero_stages if std.pp == 1 else framework.pipeline_zero_stages
+    else:
+        zeros = (0, 1, 2, 3) if std.pp == 1 else (0, 1)
     return [(z, r) for r in RECOMPUTE for z in zeros]
 
 
@@ -138,6 +162,11 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
     import heapq
 
     shapes = list(structures(g, p, batch, node, blocks))
+    fw = costing.model.framework
+
+    def grid_of(shape):
+        return grid(shape, fw)
+
     tally = {"costed": 0, "skipped": 0, "unfit": 0, "invalid": 0}
     least = [math.inf, False]  # the least memory seen, and whether it is a bound (nothing costed needed less)
     queue = []
@@ -145,7 +174,7 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
 
     def admit(shape, index: int, depth: int) -> None:
         """Bound the structure ``shape`` (at its micro-batch) and queue it."""
-        pairs = grid(shape)
+        pairs = grid_of(shape)
         if capacity is not None:
             states = costing.least_states(shape, max(z for z, _ in pairs))
             if states > capacity:  # no option makes it fit
@@ -165,7 +194,7 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
     heap = []
     for shape, i, depth in queue:
         try:
-            heapq.heappush(heap, (costing.floor(shape, _zeros(shape)), i, depth, shape))
+            heapq.heappush(heap, (costing.floor(shape, _zeros(shape, fw)), i, depth, shape))
         except InputError:
             tally["invalid"] += 1
     fitted = []  # (estimate, zero, recompute index, structure, depth, std, signature)
@@ -173,7 +202,7 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
 
     def cost_all(shape, i: int, depth: int) -> bool:
         """Cost every option pair of ``shape``; whether one fits."""
-        pairs = grid(shape)
+        pairs = grid_of(shape)
         if capacity is not None:  # first the pairs that need the least memory: if they do not fit, none does
             least_of = min(costing.estimate(replace(shape, zero=z, recompute="full")).memory for z in _leanest(pairs))
             tally["costed"] += len(_leanest(pairs))
@@ -210,7 +239,7 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
         shape = replace(shape, microbatch=shape.microbatch // 2)
         try:
             costing.register(shape)
-            return costing.floor(shape, _zeros(shape)), i, depth + 1, shape
+            return costing.floor(shape, _zeros(shape, fw)), i, depth + 1, shape
         except InputError:
             tally["invalid"] += 1
             return None
@@ -229,12 +258,12 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
                         heapq.heappush(heap, nxt)
                 continue
             # it cannot win; its halves are tried only if it fits nothing, and may win
-            tally["skipped"] += len(grid(shape))
+            tally["skipped"] += len(grid_of(shape))
             nxt = half(shape, i, depth)
             while nxt is not None and nxt[0] > best[0] * (1 + _TIE):
-                tally["skipped"] += len(grid(nxt[3]))
+                tally["skipped"] += len(grid_of(nxt[3]))
                 nxt = half(nxt[3], i, nxt[2])
-            if nxt is not None and not _fits_somewhere(cost_all, shape, i, depth, nxt, tally):
+            if nxt is not None and not _fits_somewhere(cost_all, shape, i, depth, nxt, tally, fw):
                 heapq.heappush(heap, nxt)
     finally:
         if bar is not None and hasattr(bar, "close"):
@@ -251,8 +280,8 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
                  least[1])
 
 
-def _zeros(shape) -> set:
-    return {z for z, _ in grid(shape)}
+def _zeros(shape, framework=None) -> set:
+    return {z for z, _ in grid(shape, framework)}
 
 
 def _leanest(pairs) -> tuple[int, ...]:
@@ -268,13 +297,13 @@ def _leanest(pairs) -> tuple[int, ...]:
     return tuple(([lower[-1]] if lower else []) + ([3] if 3 in zeros else []))
 
 
-def _fits_somewhere(cost_all, shape, i, depth, nxt, tally) -> bool:
+def _fits_somewhere(cost_all, shape, i, depth, nxt, tally, framework=None) -> bool:
     """Whether a point between ``shape`` (bounded out) and its half ``nxt``
     (which could win) fits: those are costed (not skipped) to know."""
     import dataclasses
 
     while True:
-        tally["skipped"] -= len(grid(shape))
+        tally["skipped"] -= len(grid(shape, framework))
         if cost_all(shape, i, depth):
             return True
         shape = dataclasses.replace(shape, microbatch=shape.microbatch // 2)

@@ -1,7 +1,8 @@
 """A plan's step as a timeline: which stage runs which micro-batch when.
 
 The tool prices a pipeline in closed form (``pipeline.py``: ``m * max t +
-(sum t - max t) / v`` and the gradients' reduction), not by placing
+(sum t - max t) / v``, at least ``sum t + (m - 1) max t / v``, and the
+gradients' reduction), not by placing
 operations; this module places them, with the times the tool predicts, in
 the order each schedule runs them, so that the picture is a schedule that
 takes exactly the predicted time:
@@ -29,9 +30,11 @@ of a schedule is ``max_k (k * interval + L_k)``, ``L_k`` the longest path
 of operations from micro-batch ``k``'s first forward pass (a max-plus
 system), so the interval is read off the ``L_k`` of one placement.  Where
 no placement in the schedule's order can end in time (an interleaved
-pipeline with fewer micro-batches than stages, or not a multiple of them,
-which the formula prices as if it were), the operations are placed as
-soon as they can run and the timeline says by how much it is longer.
+pipeline whose micro-batches are more than its stages but no multiple of
+them, which the formula prices as if they were), the operations are
+placed as soon as they can run and the timeline says by how much it is
+longer; with fewer micro-batches than stages the formula's bound is the
+schedule's end.
 
 The gradients' reduction follows the last backward pass as the tool
 prices it: on a real device its overlapped share (``--overlap`` of it, at
@@ -149,7 +152,7 @@ def _schedule_run(name: str, t, m: int, v: int, target: float):
     if end > target * (1 + 1e-9):
         how = "chunk by chunk: the interleaved order cannot run them" if fallback else f"in the {name} order"
         note = (f"{m} micro-batches on {pp} stages, drawn {how}, take {100 * (end / target - 1):.1f}% longer than "
-                "predicted (the prediction assumes as many micro-batches as stages, or a multiple)")
+                "predicted (the prediction assumes the micro-batches come in groups of the stages)")
     return times, interval, note
 
 

@@ -126,6 +126,10 @@ class Framework:
     (``""``: none; ``--tp-overlap`` turns it on, :func:`cost.tables.tp_room`),
     and ``tp_overlap_compiled`` whether that needs ``torch.compile``.
 
+    ZeRO: ``zero_stages`` the stages the framework runs (what ``--search
+    standard`` tries), ``pipeline_zero_stages`` those it runs beside
+    pipeline stages.
+
     Pipelines: ``pipeline_split`` how a standard configuration's stages
     share blocks that do not divide evenly over their model chunks (``""``:
     as evenly as they divide, the first stages taking one more;
@@ -178,6 +182,8 @@ class Framework:
     compiled_loss_passes: tuple[float, float] | None = None
     overhead_by_arch: tuple[tuple[str, float], ...] = ()
     pipeline_split: str = ""
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    pipeline_zero_stages: tuple[int, ...] = (0, 1)
     fitted: tuple[str, ...] = ()  # the published rows its fitted constants come from ("source: row")
     compiled: bool = False
     float8: bool = False
@@ -197,6 +203,9 @@ class Framework:
             raise ValueError(f"{self.name}: attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}")
         if any(g not in FLOAT8_GATHERS for g in self.float8_gathers):
             raise ValueError(f"{self.name}: float8_gathers must name some of {', '.join(FLOAT8_GATHERS)}")
+        if not set(self.zero_stages) | set(self.pipeline_zero_stages) <= {0, 1, 2, 3} or not self.zero_stages \
+                or not self.pipeline_zero_stages:
+            raise ValueError(f"{self.name}: zero_stages and pipeline_zero_stages name some of 0, 1, 2, 3")
         if any(arch not in ARCHITECTURES for arch, _ in self.overhead_by_arch):
             raise ValueError(f"{self.name}: overhead_by_arch must name some of {', '.join(ARCHITECTURES)}")
         if (self.compiled_loss is None) != (self.compiled_loss_passes is None):

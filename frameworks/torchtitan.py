@@ -128,6 +128,11 @@ TORCHTITAN = register(Framework(
     # docs/performance.md of spring 2024; 3,092 priced without it, 2,553 with Hopper's 0.230: 0.044). The same
     # framework loses a fifth of Hopper's share on the slower Ampere parts; other architectures take Hopper's
     overhead_by_arch=(("ampere", 0.044),),
+    # data parallelism is DDP (replicate, zero 0) or FSDP2 (fully_shard: weights, gradients and optimizer state,
+    # zero 3), beside pipeline stages too (torchtitan's 405B runs: FSDP 8 x TP 8 x PP 8); nothing shards the
+    # optimizer state alone (zero 1) or with the gradients (zero 2)
+    zero_stages=(0, 3),
+    pipeline_zero_stages=(0, 3),
     # fitted: FSDP + torch.compile, 8 GPUs (77.0 GiB, torch.cuda.max_memory_reserved, against the 74.9 GB
     # of tensors priced: 0.104): the caching allocator's blocks held beyond the live tensors
     reserve=0.104,

@@ -153,13 +153,25 @@ def test_the_order_keeps_the_micro_batches_the_memory_model_counts(pp, m, name):
         assert most / v == sched.in_flight(i, pp, m)
 
 
-def test_an_interleaved_pipeline_with_fewer_micro_batches_than_stages_says_it_runs_longer():
+@pytest.mark.parametrize("pp, m, v", [(4, 1, 2), (4, 2, 2), (4, 3, 2), (4, 2, 4), (8, 4, 2), (4, 4, 2), (4, 8, 3)])
+def test_an_interleaved_pipeline_drawn_ends_when_predicted(pp, m, v):
+    """Placed in Megatron-LM's interleaved order, the schedule ends when the
+    closed form says: with the micro-batches in groups of the stages, and
+    with fewer micro-batches than stages (each runs through every stage in
+    turn: the formula's bound)."""
+    t = [1.0] * pp
+    priced = Schedule("interleaved", v).time(t, m)
+    times, _, note = _schedule_run("interleaved", t, m, v, priced)
+    assert max(e for _, e in times.values()) == pytest.approx(priced, rel=1e-9) and note == ""
+
+
+def test_an_interleaved_pipeline_of_micro_batches_not_in_groups_of_the_stages_says_it_runs_longer():
     t = [1.0] * 4
-    priced = Schedule("interleaved", 2).time(t, 2)
-    times, _, note = _schedule_run("interleaved", t, 2, 2, priced)
+    priced = Schedule("interleaved", 2).time(t, 6)
+    times, _, note = _schedule_run("interleaved", t, 6, 2, priced)
     end = max(e for _, e in times.values())
     assert end > priced
-    assert note.startswith("2 micro-batches on 4 stages") and f"{100 * (end / priced - 1):.1f}% longer" in note
+    assert note.startswith("6 micro-batches on 4 stages") and f"{100 * (end / priced - 1):.1f}% longer" in note
 
 
 def test_orders_that_wait_on_each_other_are_found():

@@ -42,6 +42,17 @@ class TestSchedules:
         assert plain.bubble(t, m) == pytest.approx((pp - 1) / m)
         assert inter.bubble(t, m) == pytest.approx((pp - 1) / (v * m))
 
+    def test_too_few_micro_batches_to_fill_an_interleaved_pipeline(self):
+        """With fewer micro-batches than stages, each still runs through
+        every stage in turn: one alone takes the stages' sum, chunks or
+        not; with enough, interleaving divides the bubble as before."""
+        t = [2.0] * 4
+        for v in (2, 4, 8):
+            inter = Schedule("interleaved", v)
+            assert inter.time(t, 1) == sum(t) == Schedule("1f1b").time(t, 1)
+            assert inter.time(t, 2) == pytest.approx(sum(t) + 2.0 / v)
+            assert inter.time(t, 4) == pytest.approx(4 * 2.0 + 3 * 2.0 / v)
+
     def test_unequal_chunks_wait_on_the_largest(self):
         """With chunks of unequal blocks the fill and the drain wait on the
         largest chunk: the bubble is its share of the stage, not 1 / V."""
