@@ -125,7 +125,9 @@ def structures(g, p: int, batch: int, node: int, blocks: int):
                             if (batch // dp) % micro:
                                 continue
                             yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, sp=sp, pp=pp, microbatch=micro)
-                            for v in _chunkings(_even(blocks, pp)) if (batch // (dp * micro)) % pp == 0 else ():
+                            if (batch // (dp * micro)) % pp:  # interleaved: micro-batches in groups of the stages
+                                continue
+                            for v in _chunkings(_even(blocks, pp)):
                                 yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, sp=sp, pp=pp, microbatch=micro,
                                                schedule="interleaved", chunks=v)
 
