@@ -32,7 +32,8 @@ step: the slowest stage's, after the last micro-batch; on a real device it
 overlaps that micro-batch's backward pass (two thirds of ``t_i``), and the
 sends overlap computation (``t_i`` is then the larger of the two, not their
 sum).  The *bubble fraction* is Narayanan et al.'s: idle time over ``m *
-max t``, ``(pp - 1) / (v m)`` for equal stages.
+max t``, ``(pp - 1) / (v m)`` for equal stages and at least ``pp``
+micro-batches (with fewer, ``(pp - m + (m - 1) / v) / m``).
 
 **Memory** of stage ``i``: its weights, gradients and optimizer state (with
 ZeRO over its own data-parallel replicas), the activations of the

@@ -166,7 +166,9 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         scheds = [Schedule("1f1b")] if schedules is None else list(schedules)
         # interleaved where every stage's blocks divide into its chunks: stages of unequal chunks, asked for, run
         # too, but searched beside the others they crowd out better settings the bounded search then never tries
-        if schedules is None and chain is not None and pp > 1 and all(c % 2 == 0 for c in _even(N, pp)):
+        # (and micro-batches in groups of the stages, as Megatron-LM runs them)
+        if schedules is None and chain is not None and pp > 1 and all(c % 2 == 0 for c in _even(N, pp)) \
+                and m % pp == 0:
             scheds = scheds + [Schedule("interleaved", 2)]
         # the settings whose stages can fit, before anything else is costed (edges, the stages' optima)
         runnable = []

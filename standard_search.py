@@ -16,7 +16,8 @@ The grid, for ``p`` devices and a model's roles (:mod:`standard`):
   group) and the schedules 1f1b and, where the micro-batches come in
   groups of ``pp`` (as Megatron-LM runs them), interleaved:2 (where
   every stage holds two blocks or more) and interleaved:3 to 8 (where
-  every stage's blocks divide into that many equal chunks);
+  every stage's blocks divide into that many equal chunks, the embedding
+  and the loss counted as blocks where the framework counts them);
 * ``zero`` 0 to 3 without stages, 0 and 1 with them (Megatron-LM shards
   only the optimizer state across a pipeline's micro-batches), or the
   stages the framework runs (torchtitan: 0 and 3, with stages too);
@@ -75,27 +76,41 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-CHUNKS = (2, 3, 4, 5, 6, 8)  # the interleaved schedule's model chunks per device the grid tries
+CHUNKS = (2, 3, 4, 5, 6, 7, 8)  # the interleaved schedule's model chunks per device the grid tries
 
 
-def _chunkings(counts) -> list[int]:
+def _chunkings(blocks: int, pp: int, framework=None, layers: int = 1) -> list[int]:
     """The interleaved schedule's chunks per device the grid tries for
-    stages of ``counts`` blocks: 2 wherever every stage holds two blocks
-    or more, and 3 to 8 where every stage's blocks divide into that many
-    equal chunks (Megatron-LM's ``--num-layers-per-virtual-pipeline-stage``:
-    Llama 3 70B's 80 layers over 8 stages in 5 chunks of 2)."""
-    from pipeline import Schedule, chunking_error
+    ``blocks`` blocks (of ``layers`` layers each) over ``pp`` stages, split
+    as the framework splits them (:func:`pipeline.split_counts`): 2
+    wherever every stage holds two blocks or more, and 3 to 8 where the
+    blocks divide into that many equal chunks per stage (Megatron-LM's
+    ``--num-layers-per-virtual-pipeline-stage``: Llama 3 70B's 80 layers
+    over 8 stages in 5 chunks of 2), the embedding and the loss counted as
+    blocks where the framework counts them (Llama 3.1 405B's 126 layers
+    over 8 stages of 8 chunks of 2)."""
+    from pipeline import Schedule, _even, chunking_error, split_counts
 
-    return [v for v in CHUNKS if (chunking_error(counts, Schedule("interleaved", v)) is None
-                                  and (v == 2 or all(c % v == 0 for c in counts)))]
+    out = []
+    for v in CHUNKS:
+        counts = split_counts(blocks, pp, v, framework, layers)
+        extra = 2 if counts != _even(blocks, pp) else 0  # the embedding and the loss, counted
+        if chunking_error(counts, Schedule("interleaved", v)) is None and (v == 2 or (blocks + extra) % (pp * v) == 0):
+            out.append(v)
+    return out
 
 
-def structures(g, p: int, batch: int, node: int, blocks: int):
+def structures(g, p: int, batch: int, node: int, blocks: int, framework=None):
     """Every degree but the options (see the module docstring), as
-    :class:`standard.Standard` values with ``dp`` filled."""
+    :class:`standard.Standard` values with ``dp`` filled; ``framework``
+    splits the stages' blocks (:func:`_chunkings`)."""
+    from blocks import find_chains
     from graph import operators
-    from pipeline import _even
+    from pipeline import block_layers
     from standard import Standard
+
+    chains = find_chains(g) if framework is not None and framework.pipeline_split else []
+    layers = block_layers(g, max(chains, key=lambda c: c.count * c.size)) if chains else 1
 
     roles = dict(g.graph.get("roles", {}))
     seq_letter, expert = roles.get("seq", ""), roles.get("expert", "")
@@ -127,7 +142,7 @@ def structures(g, p: int, batch: int, node: int, blocks: int):
                             yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, sp=sp, pp=pp, microbatch=micro)
                             if (batch // (dp * micro)) % pp:  # interleaved: micro-batches in groups of the stages
                                 continue
-                            for v in _chunkings(_even(blocks, pp)):
+                            for v in _chunkings(blocks, pp, framework, layers):
                                 yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, sp=sp, pp=pp, microbatch=micro,
                                                schedule="interleaved", chunks=v)
 
@@ -163,8 +178,8 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
     ``exact``."""
     import heapq
 
-    shapes = list(structures(g, p, batch, node, blocks))
     fw = costing.model.framework
+    shapes = list(structures(g, p, batch, node, blocks, fw))
 
     def grid_of(shape):
         return grid(shape, fw)

@@ -46,7 +46,7 @@ def _brute_force(s, g, model, blocks, p):
     batch, job = g.graph["batch"], _job(s, g, model)
     every, costs = [], {}
     node = model.cluster.gpus_per_node or 8
-    for shape in standard_search.structures(g, p, batch, node, blocks):
+    for shape in standard_search.structures(g, p, batch, node, blocks, model.framework):
         micro = shape.microbatch
         while True:
             fit = []
@@ -212,9 +212,15 @@ def test_interleaved_chunks_beyond_two(tmp_path):
     most it was 0.2% slower)."""
     import standard_search
 
-    assert standard_search._chunkings([10] * 8) == [2, 5]
-    assert standard_search._chunkings([16] * 6 + [15] * 2) == [2]
-    assert standard_search._chunkings([1] * 4) == []
+    from frameworks import FRAMEWORKS
+
+    mg = FRAMEWORKS["megatron"]
+    assert standard_search._chunkings(80, 8) == standard_search._chunkings(80, 8, mg) == [2, 5]
+    assert standard_search._chunkings(126, 8) == [2]
+    assert standard_search._chunkings(126, 8, mg) == [2, 4, 8]  # 128 over 8 stages: 4 chunks of 4, 8 of 2
+    assert standard_search._chunkings(126, 8, mg, layers=2) == [2]
+    assert standard_search._chunkings(56, 4) == [2, 7]
+    assert standard_search._chunkings(4, 4) == []
     args = ("-g", ROOT / "tests" / "data" / "configs" / "llama3-70b", "-p", 64, "-b", 128, "--seq", 8192,
             "--device", "h100", "--framework", "megatron", "--float8", "--tp-overlap")
     from cli.args import parse_args
