@@ -218,12 +218,19 @@ def known(name: str) -> Device:
     return d
 
 
+def device_arch(device: str | None) -> str:
+    """The architecture of the device preset ``device`` (any case; ``""``
+    for a device that is no preset, or none)."""
+    d = DEVICES.get(str(device).lower()) if device else None
+    return d.arch if d is not None else ""
+
+
 def attention_share(kernel: str, device: str) -> float | None:
     """The share of ``device``'s peak the attention kernel ``kernel`` (a
     name in :data:`ATTENTION_KERNELS`) reaches, or ``None`` where no
     figure is known (another architecture, a device that is no preset)."""
-    d = DEVICES.get(str(device).lower())
-    return ATTENTION_KERNELS[kernel].shares.get(d.arch) if d is not None and d.arch else None
+    arch = device_arch(device)
+    return ATTENTION_KERNELS[kernel].shares.get(arch) if arch else None
 
 
 def default_precision(name: str) -> str:

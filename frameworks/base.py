@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cluster.presets import ATTENTION_KERNELS, DEVICES, attention_share
+from cluster.presets import ATTENTION_KERNELS, attention_share, device_arch
 from errors import SettingError, shown
 
 __all__ = ["States", "Framework", "FRAMEWORKS", "register", "known", "KERNELS", "SELECTIVE", "SEQUENCE_PARALLEL",
@@ -220,11 +220,11 @@ class Framework:
         """The profile on the device preset ``device``: its ``overhead`` the
         figure for the device's architecture where ``overhead_by_arch``
         gives one (else, and on a device that is no preset, its own)."""
-        d = DEVICES.get(str(device).lower()) if device else None
+        arch = device_arch(device)
         by_arch = dict(self.overhead_by_arch)
-        if d is None or d.arch not in by_arch:
+        if arch not in by_arch:
             return self
-        return replace(self, overhead=by_arch[d.arch], overhead_by_arch=())
+        return replace(self, overhead=by_arch[arch], overhead_by_arch=())
 
     @property
     def eager(self) -> bool:

@@ -547,18 +547,25 @@ def test_bad_framework_in_a_cluster_file(tmp_path, text, message):
 TORCHTITAN = json.loads((ROOT / "tests" / "data" / "published" / "torchtitan_h100_202412.json").read_text())
 
 
-def _torchtitan_row(tmp_path, table: int, label: str):
-    row = next(dict(zip(TORCHTITAN["columns"], r)) for r in TORCHTITAN["rows"] if r[0] == table and r[1] == label)
-    cfg = {**json.loads((LLAMA8B / "config.json").read_text()), **TORCHTITAN["models"][row["model"]],
+def _published_run(tmp_path, data: dict, row: dict, device: str, framework: str):
+    """A row of a published torchtitan table (``data``), run as
+    benchmarks/published.py runs it: its result, and its predicted over
+    published tokens/s per GPU, less one."""
+    cfg = {**json.loads((LLAMA8B / "config.json").read_text()), **data["models"][row["model"]],
            "max_position_embeddings": 262144}
     d = tmp_path / f"llama-{row['model']}"
     d.mkdir(exist_ok=True)
     (d / "config.json").write_text(json.dumps(cfg))
     flags = ["--compile"] * row["compile"] + ["--float8"] * row["float8"] + ["--tp-overlap"] * row["tp_overlap"]
-    r = planned("-g", d, "-p", row["gpus"], "-b", row["batch"], "--seq", row["seq"], "--device", "h100-96gb",
-                "--framework", "torchtitan@2024-12", "--plan", row["plan"], *flags)
-    tps = row["batch"] * row["seq"] / r.step_seconds / row["gpus"]
-    return tps / row["tokens_per_s"] - 1, r.reserved_bytes / 2**30 / row["memory_gib"] - 1
+    r = planned("-g", d, "-p", row["gpus"], "-b", row["batch"], "--seq", row["seq"], "--device", device,
+                "--framework", framework, "--plan", row["plan"], *flags)
+    return r, row["batch"] * row["seq"] / r.step_seconds / row["gpus"] / row["tokens_per_s"] - 1
+
+
+def _torchtitan_row(tmp_path, table: int, label: str):
+    row = next(dict(zip(TORCHTITAN["columns"], r)) for r in TORCHTITAN["rows"] if r[0] == table and r[1] == label)
+    r, speed = _published_run(tmp_path, TORCHTITAN, row, "h100-96gb", "torchtitan@2024-12")
+    return speed, r.reserved_bytes / 2**30 / row["memory_gib"] - 1
 
 
 @pytest.mark.parametrize("label", ["FSDP", "FSDP + torch.compile", "FSDP + torch.compile + Float8"])
@@ -864,20 +871,6 @@ def test_torchtitan_h200_rows_speed(label):
     assert abs(r.reserved_bytes / 2**30 / row["memory_gib"] - 1) < 0.10, r.reserved_bytes / 2**30
 
 
-def _published_speed(tmp_path, data: dict, row: dict, device: str, framework: str) -> float:
-    """Predicted over published tokens/s per GPU, less one, of a row of a
-    published torchtitan table (``data``), run as benchmarks/published.py
-    runs it."""
-    cfg = {**json.loads((LLAMA8B / "config.json").read_text()), **data["models"][row["model"]]}
-    d = tmp_path / row["model"]
-    d.mkdir(exist_ok=True)
-    (d / "config.json").write_text(json.dumps(cfg))
-    flags = ["--compile"] * row["compile"] + ["--float8"] * row["float8"] + ["--tp-overlap"] * row["tp_overlap"]
-    r = planned("-g", d, "-p", row["gpus"], "-b", row["batch"], "--seq", row["seq"], "--device", device,
-                "--framework", framework, "--plan", row["plan"], *flags)
-    return row["batch"] * row["seq"] / r.step_seconds / row["gpus"] / row["tokens_per_s"] - 1
-
-
 ASYNC_TP = json.loads((ROOT / "tests" / "data" / "published" / "torchtitan_asynctp_h100_202506.json").read_text())
 
 
@@ -892,7 +885,7 @@ def test_torchtitan_async_tp_rows(tmp_path, model, float8):
     rows = [dict(zip(ASYNC_TP["columns"], r)) for r in ASYNC_TP["rows"]]
     pair = [r for r in rows if r["model"] == model and r["float8"] == float8]
     assert [r["tp_overlap"] for r in pair] == [False, True]
-    vanilla, overlapped = (_published_speed(tmp_path, ASYNC_TP, r, "h100-96gb", "torchtitan@2025-06") for r in pair)
+    vanilla, overlapped = (_published_run(tmp_path, ASYNC_TP, r, "h100-96gb", "torchtitan@2025-06")[1] for r in pair)
     assert abs(vanilla) < 0.15 and abs(overlapped) < 0.15, (vanilla, overlapped)
     assert (1 + overlapped) * pair[1]["tokens_per_s"] > (1 + vanilla) * pair[0]["tokens_per_s"]
 
@@ -910,7 +903,7 @@ def test_torchtitan_a100_rows(tmp_path, label):
     from frameworks import FRAMEWORKS
 
     row = next(dict(zip(A100_2024["columns"], r)) for r in A100_2024["rows"] if r[1] + " " + r[2] == label)
-    err = _published_speed(tmp_path, A100_2024, row, "a100-80gb", "torchtitan@2024-12")
+    _, err = _published_run(tmp_path, A100_2024, row, "a100-80gb", "torchtitan@2024-12")
     fitted = [f for f in FRAMEWORKS["torchtitan@2024-12"].fitted if f.startswith("torchtitan 2024 A100: ")]
     assert len(fitted) == 1 and fitted[0].endswith(", 64 GPUs, FSDP, local batch 1, selective op")
     is_fitted = row["model"] == "llama3-8b"  # the table's "Llama 3 8B, 64 GPUs, FSDP, local batch 1, selective op"
