@@ -98,21 +98,28 @@ class Schedule:
         v = self.chunks
         return min(2 * (pp - i - 1) + (v - 1) * pp + 1, m * v) / v
 
-    def chunk_in_flight(self, i: int, pp: int, m: int, weights=None) -> tuple[float, ...]:
+    def chunk_in_flight(self, i: int, pp: int, m: int, weights=None, moments=None) -> tuple[float, ...]:
         """Micro-batches of each of stage ``i``'s ``v`` model chunks kept at
         its peak: the first moment, in the schedule's order (:func:`order`),
         when the chunks it holds, ``weights[j]`` each of chunk ``j`` (the
         bytes of a micro-batch's activations; default: alike), add up to
         the most.  Their sum over ``v`` is :meth:`in_flight`'s count when
-        the weights are alike."""
+        the weights are alike.  ``moments``: :meth:`forward_moments` of the
+        same stage, when known."""
         w = tuple(weights) if weights is not None else (1.0,) * self.chunks
         best, at = -1.0, (0,) * self.chunks
-        for forward, held in self._held(i, pp, m):
-            if forward:
-                total = math.fsum(h * x for h, x in zip(held, w))
-                if total > best:
-                    best, at = total, held
+        for held in moments if moments is not None else self.forward_moments(i, pp, m):
+            total = math.fsum(h * x for h, x in zip(held, w))
+            if total > best:
+                best, at = total, held
         return tuple(float(h) for h in at)
+
+    def forward_moments(self, i: int, pp: int, m: int) -> tuple[tuple[int, ...], ...]:
+        """The micro-batches of each chunk stage ``i`` holds after each
+        forward pass, in the schedule's order, each distinct one once (at
+        its first moment): where :meth:`chunk_in_flight` looks for the
+        peak."""
+        return tuple(dict.fromkeys(held for forward, held in self._held(i, pp, m) if forward))
 
     def chunk_peaks(self, i: int, pp: int, m: int) -> tuple[float, ...]:
         """The most micro-batches of each of stage ``i``'s model chunks ever
@@ -413,7 +420,7 @@ def _between_nodes(cluster, q: int, i: int) -> bool:
 
 
 def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, ranges, results,
-             bound: str = "", crossing=None, chunks=None, share=None) -> Pipeline:
+             bound: str = "", crossing=None, chunks=None, share=None, moments=None) -> Pipeline:
     """The :class:`Pipeline` of stages over ``ranges`` whose plans cost
     ``results`` (a :class:`result.Result` per stage, with its ``sync``);
     ``crossing``: the elements each stage sends on, when known;
@@ -421,7 +428,9 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
     micro-batch's activations of each stage's chunks (``v`` per stage), its
     peak counted chunk by chunk (:meth:`Schedule.chunk_in_flight`); without
     them, ``v`` equal chunks; ``share``: the largest chunk's share of its
-    stage where chunks hold unequal blocks (:func:`chunk_share`)."""
+    stage where chunks hold unequal blocks (:func:`chunk_share`); ``moments``:
+    a dict kept by the caller across calls, of each stage's
+    :meth:`Schedule.forward_moments` (filled here)."""
     q = p // pp
     cluster = model.cluster
     stages, times = [], []
@@ -437,7 +446,11 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
         f = schedule.in_flight(i, pp, m)
         if chunks is not None and schedule.v > 1:  # each chunk's activations for the micro-batches it holds
             acts = chunks[i]
-            kept = math.fsum(c * a for c, a in zip(schedule.chunk_in_flight(i, pp, m, acts), acts))
+            key = (schedule, i, pp, m)
+            if moments is not None and key not in moments:
+                moments[key] = schedule.forward_moments(i, pp, m)
+            held = schedule.chunk_in_flight(i, pp, m, acts, None if moments is None else moments[key])
+            kept = math.fsum(c * a for c, a in zip(held, acts))
             f = kept / r.memory[3] if r.memory[3] > 0 else f
             memory = math.fsum(r.memory[:3]) + kept + r.transient
         else:

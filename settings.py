@@ -159,12 +159,12 @@ _RUN = (
     Setting("evaluate", ("--evaluate",), "path", "cost the strategy in PATH (a JSON file with 'layers': "
             "[{'id', 'config'}]) instead of searching", metavar="PATH"),
     Setting("search", ("--search",), "name", "what to search: plan (one configuration per operator, the default) or "
-            "standard (the best standard configuration --plan can give: tp, dp, cp, ep, sp, pp, micro-batch, "
+            "standard (the best standard configuration --plan can give: tp, dp, cp, ep, etp, sp, pp, micro-batch, "
             "schedule, zero, recompute, within the device memory; compared with the per-operator optimum by the "
             "compare flag)",
             choices=("plan", "standard"), metavar="WHAT"),
     Setting("plan", ("--plan",), "spec", "cost the standard configuration SPEC instead of searching: "
-            "comma-separated key=value of tp, dp, cp, ep, sp, pp, microbatch, schedule, recompute, zero, "
+            "comma-separated key=value of tp, dp, cp, ep, etp, sp, pp, microbatch, schedule, recompute, zero, "
             "framework (Megatron-LM's rules; dp defaults to what is left of p), e.g. tp=8,recompute=full",
             metavar="SPEC"),
     Setting("mem_limit_gb", ("--mem-limit",), "positive", "memory the cost arrays and the search may use, in GB "

@@ -3,15 +3,24 @@ degree of each kind for every layer.
 
 A :class:`Standard` configuration names the degrees of tensor (``tp``),
 data (``dp``), context (``cp``) and expert (``ep``) parallelism, sequence
-parallelism (``sp``, 0 or 1), the activation recomputation and ZeRO stage
+parallelism (``sp``, 0 or 1), the experts' tensor parallelism
+(``etp``), the activation recomputation and ZeRO stage
 of every layer, and for a pipeline its degree (``pp``), micro-batch size
 and schedule.  :func:`strategy` turns one into a decision per operator, by
 the rules Megatron-LM follows for transformers (Shoeybi et al. 2019,
 Narayanan et al. 2021, Korthikanti et al. 2022):
 
-* every operator splits its sample dimension ``b`` by ``dp`` (an expert
-  operator by ``dp / ep``: expert parallelism is carved out of data
-  parallelism);
+* every operator splits its sample dimension ``b`` by ``dp``;
+* an expert operator runs on the devices of the other layers' tensor,
+  context and data parallelism (``tp x cp x dp``), regrouped (Megatron-LM's
+  parallel folding, Liu et al. 2025): its experts split ``ep`` ways, each
+  expert's hidden units ``etp`` ways (the experts' tensor parallelism:
+  ``tp`` unless given), and the tokens over the rest: ``ep`` is carved out
+  of the sequence the context-parallel and the freed tensor-parallel
+  devices hold first (``cp x tp / etp`` ways), then out of the samples
+  (``dp``), as Megatron-LM's ranks order the experts' groups (the
+  experts' tensor, then expert, then data parallelism, from the fastest):
+  an expert group holds the nearest devices;
 * tensor parallelism splits, in each operator, the first of the model's
   tensor letters it has: the attention heads (the query-key-value
   projection column-parallel, the attention itself, the output projection
@@ -41,7 +50,7 @@ from dataclasses import dataclass, fields
 
 from errors import InputError
 
-__all__ = ["Standard", "parse", "complete", "strategy", "decide", "check_roles", "KEYS", "SCHEDULES"]
+__all__ = ["Standard", "parse", "complete", "strategy", "decide", "check_roles", "expert_tokens", "KEYS", "SCHEDULES"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 #: the keys of a specification, what each takes, and what it means
@@ -49,7 +58,9 @@ KEYS = {
     "tp": "tensor-parallel degree",
     "dp": "data-parallel degree (default: what is left of p)",
     "cp": "context-parallel degree (the sequence split)",
-    "ep": "expert-parallel degree (dividing dp)",
+    "ep": "expert-parallel degree (ep x etp divides tp x cp x dp)",
+    "etp": "the experts' tensor-parallel degree (default: tp; 1 spreads the experts over the tensor-parallel "
+           "devices too)",
     "sp": "sequence parallelism of the norms and residuals, 0 or 1",
     "pp": "pipeline-parallel degree",
     "microbatch": "samples per micro-batch",
@@ -70,6 +81,7 @@ class Standard:
     dp: int | None = None
     cp: int = 1
     ep: int = 1
+    etp: int | None = None  # the experts' tensor-parallel degree; None: tp
     sp: int = 0
     pp: int = 1
     microbatch: int | None = None
@@ -87,8 +99,8 @@ class Standard:
 
     def describe(self) -> str:
         """``tp=8, dp=4, pp=2 (1f1b, micro-batch 1), recompute=full``."""
-        parts = [f"{k}={getattr(self, k)}" for k in ("tp", "dp", "cp", "ep", "pp") if getattr(self, k) not in (1, None)
-                 or k in ("tp", "dp")]
+        parts = [f"{k}={getattr(self, k)}" for k in ("tp", "dp", "cp", "ep", "etp", "pp")
+                 if k in ("tp", "dp") or (self.folded if k == "etp" else getattr(self, k) not in (1, None))]
         if self.sp:
             parts.append("sp")
         if self.pp > 1:
@@ -102,14 +114,25 @@ class Standard:
         """The ``--plan`` specification of this configuration (complete:
         every degree, the micro-batch and the schedule)."""
         sched = self.schedule + (f":{self.chunks}" if self.schedule == "interleaved" else "")
-        parts = [f"tp={self.tp}", f"dp={self.dp}", f"cp={self.cp}", f"ep={self.ep}", f"sp={self.sp}",
-                 f"pp={self.pp}"]
+        parts = [f"tp={self.tp}", f"dp={self.dp}", f"cp={self.cp}", f"ep={self.ep}"] + \
+            ([f"etp={self.etp}"] if self.folded else []) + [f"sp={self.sp}", f"pp={self.pp}"]
         if self.microbatch is not None:
             parts.append(f"microbatch={self.microbatch}")
         if self.pp > 1:
             parts.append(f"schedule={sched}")
         parts += [f"recompute={self.recompute}", f"zero={self.zero}"]
         return ",".join(parts + ([f"framework={self.framework}"] if self.framework else []))
+
+    @property
+    def expert_tp(self) -> int:
+        """The experts' tensor-parallel degree."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def folded(self) -> bool:
+        """Whether the experts' tensor-parallel degree differs from the
+        other layers'."""
+        return self.etp is not None and self.etp != self.tp
 
     @property
     def devices(self) -> int:
@@ -175,8 +198,14 @@ def complete(std: Standard, p: int, batch: int) -> Standard:
     dp = p // other if std.dp is None else std.dp
     if dp * other != p:
         raise InputError(f"--plan: tp x dp x cp x pp = {dp * other}, not the {p} devices")
-    if dp % std.ep:
-        raise InputError(f"--plan: ep={std.ep} does not divide dp={dp} (experts are spread over data-parallel devices)")
+    group, experts = std.tp * std.cp * dp, std.ep * std.expert_tp
+    if group % experts and std.etp is None:
+        hint = "; etp=1 spreads them over the tensor-parallel devices too" if std.tp > 1 else ""
+        raise InputError(f"--plan: ep={std.ep} does not divide cp x dp = {std.cp * dp} (the experts are spread over "
+                         f"the data- and context-parallel devices{hint})")
+    if group % experts:
+        raise InputError(f"--plan: ep x etp = {experts} does not divide tp x cp x dp = {group} (the experts run on "
+                         "the other layers' devices)")
     if batch % dp:
         raise InputError(f"--plan: dp={dp} does not divide the batch of {batch}")
     micro = std.microbatch if std.microbatch is not None else 1
@@ -187,7 +216,9 @@ def complete(std: Standard, p: int, batch: int) -> Standard:
                          f"data-parallel group")
     if std.schedule == "interleaved" and std.pp == 1:
         raise InputError("--plan: an interleaved schedule needs pp > 1")
-    return replace(std, dp=dp, microbatch=micro)
+    done = replace(std, dp=dp, microbatch=micro)
+    expert_tokens(done)  # the experts' tokens split whole
+    return done
 
 
 def _tensor_letter(op, letters: str) -> str | None:
@@ -232,9 +263,26 @@ def check_roles(g, std: Standard) -> dict:
                 raise InputError(f"--plan: {key} does not apply to {name}: it names no sequence or experts "
                                  "(only tp, dp, pp, recompute, zero do)")
     expert = roles.get("expert", "")
-    if std.ep > 1 and not any(expert and expert in op.dims for op in operators(g)):
-        raise InputError(f"--plan: ep={std.ep} does not apply to {name}: it has no experts")
+    if (std.ep > 1 or std.etp is not None) and not any(expert and expert in op.dims for op in operators(g)):
+        key = f"ep={std.ep}" if std.ep > 1 else f"etp={std.etp}"
+        raise InputError(f"--plan: {key} does not apply to {name}: it has no experts")
     return roles
+
+
+def expert_tokens(std: Standard) -> tuple[int, int]:
+    """``(samples, sequence)``: the ways an expert operator of the
+    complete ``std`` splits its tokens (see the module docstring): ``ep``
+    carved out of the ``cp x tp / etp`` ways of the sequence first, then
+    out of ``dp``."""
+    import math
+
+    held = std.tp * std.cp  # the devices that share a sample
+    if held % std.expert_tp:
+        raise InputError(f"--plan: etp={std.expert_tp} does not divide tp x cp = {held}: an expert's tensor-parallel "
+                         "devices share its tokens, those of one sample (give an etp that divides tp)")
+    seq = held // std.expert_tp
+    first = math.gcd(std.ep, seq)
+    return std.dp // (std.ep // first), seq // first
 
 
 def decide(op, std: Standard, roles: dict, ctx=None):
@@ -246,24 +294,26 @@ def decide(op, std: Standard, roles: dict, ctx=None):
 
     seq, tensor, expert = roles.get("seq", ""), roles.get("tensor", ""), roles.get("expert", "")
     want = {}
-    if expert and expert in op.dims:
-        want[expert] = std.ep
-        want["b"] = std.dp // std.ep
-    else:
-        want["b"] = std.dp
     t = _tensor_letter(op, tensor) if roles else next((c for c in op.kind.model_dims(op) if c not in
                                                       op.never_split), None)
+    if expert and expert in op.dims:
+        want[expert] = std.ep
+        want["b"], seq_split = expert_tokens(std)
+        width = std.expert_tp
+    else:
+        want["b"], seq_split, width = std.dp, std.cp, std.tp
     if t is not None:
-        want[t] = std.tp
-    seq_split = std.cp * (std.tp if t is None and std.sp else 1)
+        want[t] = width
+    elif std.sp:
+        seq_split *= width
     if seq and seq in op.dims and seq not in op.never_split:
         want[seq] = want.get(seq, 1) * seq_split
     cfg = []
     for letter, size in zip(op.dims, op.space):
         c = want.get(letter, 1)
         if size % c:
-            key = {"b": "dp", t: "tp", seq: "cp" if std.cp > 1 and not (t is None and std.sp) else "sp",
-                   expert: "ep"}.get(letter, "tp")
+            key = {"b": "dp", t: "etp" if std.folded and expert and expert in op.dims else "tp",
+                   seq: "cp" if std.cp > 1 and not (t is None and std.sp) else "sp", expert: "ep"}.get(letter, "tp")
             hint = ""
             if letter == "v" and key == "tp":  # the vocabulary
                 pad = -(-size // (128 * c)) * 128 * c

@@ -70,6 +70,27 @@ class Estimate:
     floor: float
 
 
+class _EdgeTable:
+    """The costs of one edge class: a matrix of source configurations
+    (rows) by target configurations (columns), grown as more are asked."""
+
+    def __init__(self):
+        self.src: dict = {}  # configuration -> row
+        self.tgt: dict = {}  # configuration -> column
+        self.m = np.empty((0, 0))
+
+    def get(self, a, b):
+        i, j = self.src.get(a), self.tgt.get(b)
+        return None if i is None or j is None else float(self.m[i, j])
+
+    def extend(self, sources, targets, m) -> None:
+        for a in sources:
+            self.src[a] = len(self.src)
+        for b in targets:
+            self.tgt[b] = len(self.tgt)
+        self.m = m
+
+
 class _Layout:
     """One graph (the model at a micro-batch): its operators' classes, its
     edges' classes, and the sums of ranges of operators (stages).
@@ -117,6 +138,8 @@ class _Layout:
         group = [("block", c.block) if c.block is not None else ("op", v) for v, c in enumerate(ctx)]
         edges = [(u, v, o, e, z) for (u, v, o, _), e, z in zip(edges, edge_class, sizes)]
         self.chain = chain
+        # layers per block (pipeline.block_layers), read once: the stages' split asks it at every point
+        self.layers = len({ops[i].name.split("/", 1)[0] for i in chain.block(0)}) if chain is not None else 1
         if blocks is not None and (chain is None or chain.count != 3 or blocks < 3):
             raise ValueError("the model's first layers are not three blocks")
         if blocks is not None:  # the blocks beyond the second and before the last, added
@@ -231,8 +254,10 @@ class Costing:
         self._first, self._chain = first_layers, chain
         self._layouts: dict = {}
         self._decided: dict = {}
+        self._roles: dict = {}  # (layout, the degrees check_roles reads) -> the roles
+        self._moments: dict = {}  # (schedule, stage, pp, micro-batches) -> pipeline.Schedule.forward_moments
         self._ops: dict = {}  # (micro, variant, class, options) -> {config: figures}
-        self._edges: dict = {}  # (micro, variant, edge class) -> {(source config, target config): cost}
+        self._edges: dict = {}  # (micro, variant, edge class) -> _EdgeTable
         self._wanted: dict = {}  # (micro, variant) -> per class, the configurations registered
         self._models = {}  # variant (see shape) -> its cost model
         self.calls = 0  # batched calls of the cost model's functions
@@ -289,20 +314,23 @@ class Costing:
     def decisions(self, L: _Layout, micro: int, std) -> tuple:
         """One decision per class of ``L`` (:func:`standard.decide`); an
         :class:`InputError` when the model cannot take ``std``."""
-        key = (micro, std.tp, std.dp, std.cp, std.ep, std.sp, std.recompute, std.zero)
+        key = (micro, std.tp, std.dp, std.cp, std.ep, std.expert_tp, std.sp, std.recompute, std.zero)
         out = self._decided.get(key)
         if out is None:
-            splits = self._decided.get(key[:6])  # the splits, decided without options
+            splits = self._decided.get(key[:7])  # the splits, decided without options
             if splits is None:
                 from standard import check_roles, decide
 
                 bare = replace(std, recompute="none", zero=0)
                 try:
-                    roles = check_roles(L.g, bare)
+                    which = (L, bare.cp > 1, bare.ep > 1, bare.etp is not None, bare.sp)  # what check_roles reads
+                    roles = self._roles.get(which)
+                    if roles is None:
+                        roles = self._roles[which] = check_roles(L.g, bare)
                     splits = tuple(decide(op, bare, roles, ctx) for op, ctx in L.reps)
                 except InputError as e:
                     splits = e
-                self._decided[key[:6]] = splits
+                self._decided[key[:7]] = splits
             if isinstance(splits, InputError):
                 out = splits
             else:
@@ -331,14 +359,14 @@ class Costing:
         """``(counts, ranges)`` of the stages of ``std`` on ``L`` (as
         ``planner._standard_pipeline`` cuts them); an :class:`InputError`
         when they cannot be cut so."""
-        from pipeline import Schedule, block_layers, chunking_error, split_counts, stage_ranges
+        from pipeline import Schedule, chunking_error, split_counts, stage_ranges
 
         if L.chain is None:
             if std.pp > 1 or std.schedule == "interleaved":
                 raise InputError(f"--plan: pp={std.pp} needs repeated blocks")
             return [L.n], [(0, L.n)]
         counts = split_counts(L.chain.count, std.pp, Schedule(std.schedule, std.chunks).v, self.model.framework,
-                              block_layers(L.g, L.chain))
+                              L.layers)
         if min(counts) < 1:
             raise InputError(f"--plan: pp={std.pp} is more stages than the {L.chain.count} blocks")
         why = chunking_error(counts, Schedule(std.schedule, std.chunks))
@@ -388,27 +416,36 @@ class Costing:
             table[cfg] = row
         return table
 
-    def _fill_edges(self, micro, variant, e, pairs) -> dict:
+    def _fill_edges(self, micro, variant, e, sources, targets) -> "_EdgeTable":
+        """The table of edge class ``e``, with every pair of ``sources`` and
+        ``targets`` (and of those costed before) costed."""
         from cost.rules import float8_input
         from cost.tables import tp_room
         from cost.time import edge_costs
 
-        table = self._edges.setdefault((micro, variant, e), {})
-        todo = [x for x in pairs if x not in table]
-        if not todo:
+        table = self._edges.setdefault((micro, variant, e), _EdgeTable())
+        new_src = sorted({a for a in sources if a not in table.src})
+        new_tgt = sorted({b for b in targets if b not in table.tgt})
+        if not new_src and not new_tgt:
             return table
         L = self.layout(micro)
         cu, out, cv, inp = L.edge_reps[e]
-        src = sorted({a for a, _ in todo})
-        tgt = sorted({b for _, b in todo})
-        self.calls += 1
         model = self._models[variant]
         fp8 = float8_input(L.reps[cv][0], inp, L.reps[cv][1], model)
-        room = tp_room(L.reps[cv][0], tgt, model, L.reps[cv][1])
-        m = edge_costs(L.reps[cu][0], out, L.reps[cv][0], inp, src, tgt, model, fp8, room=room)
-        si, ti = {a: i for i, a in enumerate(src)}, {b: j for j, b in enumerate(tgt)}
-        for a, b in todo:
-            table[(a, b)] = float(m[si[a], ti[b]])
+
+        def costs(src, tgt):
+            self.calls += 1
+            room = tp_room(L.reps[cv][0], tgt, model, L.reps[cv][1])
+            return edge_costs(L.reps[cu][0], out, L.reps[cv][0], inp, src, tgt, model, fp8, room=room)
+
+        old_src, old_tgt = list(table.src), list(table.tgt)
+        m = np.empty((len(old_src) + len(new_src), len(old_tgt) + len(new_tgt)))
+        m[:len(old_src), :len(old_tgt)] = table.m
+        if new_tgt:  # every source against the new targets
+            m[:, len(old_tgt):] = costs(old_src + new_src, new_tgt)
+        if new_src and old_tgt:  # the new sources against the old targets
+            m[len(old_src):, :len(old_tgt)] = costs(new_src, old_tgt)
+        table.extend(new_src, new_tgt, m)
         return table
 
     def _figures(self, micro, variant, decs) -> np.ndarray:
@@ -433,12 +470,13 @@ class Costing:
         for e, (cu, _, cv, _) in enumerate(L.edge_reps):
             pair = (decs[cu].config, decs[cv].config)
             table = self._edges.get((micro, variant, e))
-            x = None if table is None else table.get(pair)
-            if x is None:
-                pairs = [pair]
-                if wanted is not None:  # every pair the registered configurations make
-                    pairs += [(a, b) for a in wanted[cu] for b in wanted[cv]]
-                x = self._fill_edges(micro, variant, e, pairs)[pair]
+            x = None if table is None else table.get(*pair)
+            if x is None:  # with every pair the registered configurations make
+                sources, targets = [pair[0]], [pair[1]]
+                if wanted is not None:
+                    sources += wanted[cu]
+                    targets += wanted[cv]
+                x = self._fill_edges(micro, variant, e, sources, targets).get(*pair)
             out[e] = x
         return out
 
@@ -463,7 +501,7 @@ class Costing:
             self._params = parameter_count(self.build(self.batch))
         params = self._params
         wb, gb, ob = self.model.parameter_bytes()
-        split = std.tp * std.pp * std.ep  # the most ways a stage's weights are split without ZeRO
+        split = max(std.tp, std.expert_tp) * std.pp * std.ep  # the most ways a stage's weights split without ZeRO
         # ZeRO's stage 1 shards the optimizer state, 2 the gradients too, 3 the weights too
         return sum(b * params / (self.p if zero >= stage else split) for b, stage in ((wb, 3), (gb, 2), (ob, 1)))
 
@@ -510,6 +548,6 @@ class Costing:
                             for a, b in pipeline.chunk_ranges(L.chain, lo, hi, sched.v)) for lo, hi in ranges]
             share = pipeline.chunk_share(counts, sched.v)
         pipe = pipeline.assemble(L.g, self._models[variant], self.p, pp, m, micro, sched, ranges, parts,
-                                 crossing=sends, chunks=chunks, share=share)
+                                 crossing=sends, chunks=chunks, share=share, moments=self._moments)
         return Estimate(pipe.step, pipe.peak_memory, (F.tobytes(), E.tobytes(), micro, pp, str(sched)),
                         pipe.step - pipe.sync)

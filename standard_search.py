@@ -10,7 +10,9 @@ The grid, for ``p`` devices and a model's roles (:mod:`standard`):
 * ``cp``: the divisors of ``p`` that leave at least 2048 tokens of the
   sequence on a device (1 without a sequence);
 * ``ep``: 1 and, for a mixture of experts, the divisors of ``dp`` that
-  divide the experts;
+  divide the experts; where ``tp > 1``, also the experts unsplit by
+  tensor parallelism (``etp = 1``) with ``ep`` any divisor of ``tp x cp x
+  dp`` that divides the experts (Megatron-LM's parallel folding);
 * ``pp``: 1 and the divisors of ``p`` up to the model's repeated blocks;
   with stages, micro-batches of 1, 2 and 4 samples (per data-parallel
   group) and the schedules 1f1b and, where the micro-batches come in
@@ -131,19 +133,21 @@ def structures(g, p: int, batch: int, node: int, blocks: int, framework=None):
                     dp = p // (tp * cp * pp)
                     if batch % dp:
                         continue
-                    eps = [1] + ([e for e in _divisors(dp) if e > 1 and experts % e == 0] if experts else [])
-                    for ep in eps:
+                    eps = [(e, None) for e in _divisors(dp) if e == 1 or experts % e == 0] if experts else [(1, None)]
+                    if experts and tp > 1:  # parallel folding: the experts over the tensor-parallel devices too
+                        eps += [(e, 1) for e in _divisors(tp * cp * dp) if experts % e == 0]
+                    for ep, etp in eps:
                         if pp == 1:
-                            yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, sp=sp, microbatch=batch // dp)
+                            yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, etp=etp, sp=sp, microbatch=batch // dp)
                             continue
                         for micro in (1, 2, 4):
                             if (batch // dp) % micro:
                                 continue
-                            yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, sp=sp, pp=pp, microbatch=micro)
+                            yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, etp=etp, sp=sp, pp=pp, microbatch=micro)
                             if (batch // (dp * micro)) % pp:  # interleaved: micro-batches in groups of the stages
                                 continue
                             for v in _chunkings(blocks, pp, framework, layers):
-                                yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, sp=sp, pp=pp, microbatch=micro,
+                                yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, etp=etp, sp=sp, pp=pp, microbatch=micro,
                                                schedule="interleaved", chunks=v)
 
 

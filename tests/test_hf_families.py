@@ -219,4 +219,4 @@ def test_the_report_gives_active_parameters_and_a_standard_plan_with_ep():
     assert "15,350,731,776 parameters (1,761,186,816 active)" in proc.stdout
     assert "MFU" in proc.stdout and "on the active parameters" in proc.stdout
     bad = run("-g", DATA / "qwen3_moe", "-p", 16, "-b", 16, "--plan", "ep=3")
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "ep=3 does not divide dp=16" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "ep=3 does not divide cp x dp = 16" in bad.stderr

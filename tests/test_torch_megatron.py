@@ -244,3 +244,53 @@ def test_megatron_fsdp(tmp_path):
     assert ddp.use_megatron_fsdp is True and ddp.data_parallel_sharding_strategy == "optim_grads_params"
     assert ddp.use_distributed_optimizer is True and cfg.gradient_accumulation_fusion is False
     assert flags["ckpt_format"] == "fsdp_dtensor"
+
+
+QWEN3_MOE = str(ROOT / "tests" / "data" / "families" / "qwen3_moe" / "config.json")
+
+
+@pytest.mark.parametrize("plan", ["tp=2,ep=8,etp=1,sp=1,zero=1", "tp=2,ep=16,etp=1,sp=1,zero=1",
+                                  "tp=4,ep=4,etp=1,sp=1,zero=1", "tp=2,ep=4,sp=1,zero=1", "tp=4,ep=2,etp=2,sp=1,zero=1",
+                                  "cp=2,ep=4,zero=1"])
+def test_megatron_cores_expert_groups_are_the_plans(plan):
+    """Megatron Core's process groups (``initialize_model_parallel`` on a
+    fake process group of 16 ranks, nodes of 8) from the exported flags:
+    its expert-parallel, expert tensor-parallel and expert data-parallel
+    sizes are the plan's splits of an expert operator (its experts, its
+    hidden units, its tokens), and its expert group of rank 0 spans as
+    many nodes as the cost model's layout puts the experts' split over."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from megatron.core import parallel_state as ps
+
+    from cost.rules import extents
+    from exports.frameworks import FRAMEWORKS as EXPORTS
+    from exports.frameworks.plans import PlanView
+    from graph import operators
+    from planner import plan as make
+    from settings import Settings
+
+    p = make(Settings(graph=QWEN3_MOE, procs=16, batch=16, seq=4096, device="h100", framework="megatron",
+                      plan=plan))
+    flags = _flags(_words(EXPORTS["megatron"].render(PlanView(p.settings, p.graph, p.result))))
+    ops = operators(p.graph)
+    v = next(i for i, op in enumerate(ops) if op.name == "layer0/mlp/gate_up")
+    split = dict(zip(ops[v].dims, p.result.strategy[v].config))
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=16)
+    try:
+        ps.initialize_model_parallel(
+            tensor_model_parallel_size=int(flags["tensor_model_parallel_size"]),
+            pipeline_model_parallel_size=int(flags["pipeline_model_parallel_size"]),
+            context_parallel_size=int(flags["context_parallel_size"]),
+            expert_model_parallel_size=int(flags["expert_model_parallel_size"]),
+            expert_tensor_parallel_size=int(flags.get("expert_tensor_parallel_size", flags["tensor_model_parallel_size"])),
+            create_gloo_process_groups=False)
+        sizes = (ps.get_expert_model_parallel_world_size(), ps.get_expert_tensor_parallel_world_size(),
+                 ps.get_expert_data_parallel_world_size())
+        nodes = len({r // 8 for r in dist.get_process_group_ranks(ps.get_expert_model_parallel_group())})
+    finally:
+        ps.destroy_model_parallel()
+        dist.destroy_process_group()
+    assert sizes == (split["x"], split["f"], split["b"] * split["s"])
+    _, C = extents(ops[v], [p.result.strategy[v].config])
+    assert p.result.cost_model.cluster.across(C, "x")[0] == nodes

@@ -130,6 +130,16 @@ def test_experts_borrow_the_fsdp_ranks():
     assert _mesh_sizes(cfg.parallelism, 64) == {"dp_shard": 64, "ep": 8, "efsdp": 8}
 
 
+def test_folded_experts_borrow_the_tensor_parallel_ranks_too():
+    """``etp=1``: torchtitan 0.3's experts run without tensor parallelism,
+    over ``dp_shard x cp x tp`` ranks; its mesh is the plan's: 8 expert
+    groups of 8, each expert's weights sharded (efsdp) over the 8
+    devices that hold its tokens (the cost model's expert data
+    parallelism: 64 / 8)."""
+    cfg = _parsed(_words(_render(MIXTRAL, 64, plan="tp=2,ep=8,etp=1,sp=1,zero=3", batch=256)))
+    assert _mesh_sizes(cfg.parallelism, 64) == {"dp_shard": 32, "tp": 2, "ep": 8, "efsdp": 8}
+
+
 def test_a_searched_pipeline(small_llama):
     cfg = _parsed(_words(_render(small_llama, 8, batch=64, seq=16, pp="2", bw=1000.0)))
     par = cfg.parallelism

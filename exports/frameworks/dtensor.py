@@ -22,7 +22,8 @@ it) and holds:
   over the sequence (``Shard(1)``), the attention and the feed-forward
   block gathering it (``PrepareModuleInput``).  Mixtral's stacked experts
   (``mlp.experts``) take ``ExpertsTensorParallel``: each expert's hidden
-  units split (:mod:`exports.torch_apply`).
+  units split ``tp`` ways (:mod:`exports.torch_apply`; no other experts'
+  tensor-parallel degree, ``etp``).
 * ``data_parallel``: ``fully_shard`` of each decoder layer
   (``model.layers.{i}``) and then of the whole model, on the ``dp_shard``
   (ZeRO stage 3: FSDP) or ``dp_replicate`` (stage 0: replicated, the
@@ -154,6 +155,9 @@ def _checks(cfg, std, plan):
     if std.ep > 1:
         raise InputError(FAIL + f"ep={std.ep}: no PyTorch parallel style sends tokens to experts on other devices "
                          "(give ep=1: the experts split by tensor parallelism, or export to torchtitan)")
+    if std.folded:
+        raise InputError(FAIL + f"etp={std.etp}: ExpertsTensorParallel splits the experts by the tensor-parallel "
+                         f"degree ({std.tp}): give etp={std.tp}, or export to torchtitan or megatron")
     if cfg.gpt2 and (std.tp > 1 or std.pp > 1):
         raise InputError(FAIL + "GPT-2's attention is one Conv1D fusing q, k and v (c_attn), which tensor "
                          "parallelism and these pipeline stages do not split: give tp=1 and pp=1")

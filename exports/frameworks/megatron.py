@@ -9,7 +9,9 @@ file is meant to be sourced before the launch it names in a comment.
 The argument names follow Megatron-LM's ``megatron/training/arguments.py``
 of Megatron Core r0.15: ``--tensor-model-parallel-size``,
 ``--pipeline-model-parallel-size``, ``--context-parallel-size``,
-``--expert-model-parallel-size``, ``--sequence-parallel``,
+``--expert-model-parallel-size``, ``--expert-tensor-parallel-size`` (where
+the experts' tensor-parallel degree is not ``tp``: parallel folding),
+``--sequence-parallel``,
 ``--micro-batch-size``, ``--global-batch-size``, ``--seq-length``,
 ``--recompute-granularity full|selective`` (full with ``--recompute-method
 uniform --recompute-num-layers 1``: every layer recomputed),
@@ -71,6 +73,8 @@ def arguments(plan) -> tuple[list[str], list[str]]:
                          f"a batch that is a multiple of {unit} (pp x dp x micro-batch)")
     args = [f"--tensor-model-parallel-size {std.tp}", f"--pipeline-model-parallel-size {std.pp}",
             f"--context-parallel-size {std.cp}", f"--expert-model-parallel-size {std.ep}"]
+    if std.folded:  # parallel folding: Megatron-LM's default is the tensor-parallel size
+        args.append(f"--expert-tensor-parallel-size {std.expert_tp}")
     if std.sp:
         args.append("--sequence-parallel")
     args += [f"--micro-batch-size {std.microbatch}", f"--global-batch-size {plan.batch}"]

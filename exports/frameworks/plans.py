@@ -47,7 +47,7 @@ def recognise(g, decisions, p: int, batch: int, nodes=None):
     The degrees are read from the operators that show them (``dp`` from
     the sample split of an operator without experts, ``tp`` from the first
     operator with a tensor letter, ``cp`` from its sequence split, ``ep``
-    from an expert operator, ``sp`` from an operator without a tensor
+    and ``etp`` (its tensor letter's split) from an expert operator, ``sp`` from an operator without a tensor
     letter whose sequence is split ``cp x tp`` ways, the options from the
     first operator that sets them); then :func:`standard.strategy` of
     those degrees must give every decision."""
@@ -59,11 +59,14 @@ def recognise(g, decisions, p: int, batch: int, nodes=None):
     every = operators(g)
     nodes = range(len(every)) if nodes is None else nodes
     ops = [every[v] for v in nodes]
-    dp = tp = cp = ep = None
+    dp = tp = cp = ep = etp = None
     shown = {}  # where each degree was read
     for op, d in zip(ops, decisions):
         if expert and expert in op.dims:
             ep = ep or d[expert]
+            t = _tensor_letter(op, roles)
+            if t is not None and etp is None:
+                etp = d[t]
             continue
         if dp is None:
             dp, shown["dp"] = d["b"], _splits(op.name, "its samples", d["b"])
@@ -80,7 +83,8 @@ def recognise(g, decisions, p: int, batch: int, nodes=None):
     options = {}
     for name in ("recompute", "zero"):
         options[name] = next((d.option(name) for d in decisions if dict(d.options).get(name) is not None), None)
-    std = Standard(tp=tp, dp=dp, cp=cp, ep=ep, sp=sp, **{k: v for k, v in options.items() if v is not None})
+    std = Standard(tp=tp, dp=dp, cp=cp, ep=ep, etp=None if etp in (None, tp) else etp, sp=sp,
+                   **{k: v for k, v in options.items() if v is not None})
     used = max((d.devices for d in decisions), default=1)
     if used < p:
         raise NotStandard(f"the plan is no standard configuration: it runs on at most {used} of the {p} devices")

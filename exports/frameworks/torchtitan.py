@@ -34,9 +34,10 @@ names:
 Refused, in one line: a model that is no Hugging Face config (torchtitan
 names no built-in graph of this tool: ``--export torchtitan@0.2`` writes
 the parallelism sections alone); ZeRO stages 1 and 2; expert parallelism
-without FSDP (``zero=3``: torchtitan's experts borrow the FSDP ranks), with
-context or tensor parallelism (torchtitan 0.3 runs experts without tensor
-parallelism, over ranks borrowed from ``dp_shard x cp x tp``); fp16; plans
+without FSDP (``zero=3``: torchtitan's experts borrow the FSDP ranks), or
+with the experts split by tensor parallelism (torchtitan 0.3 runs the
+experts without, over ranks borrowed from ``dp_shard x cp x tp``: the
+plan's ``etp=1``, under sequence parallelism); fp16; plans
 that are no standard configuration; families whose projections the
 transformers backend cannot shard (``common.UNSHARDED``: Phi-3's fused q/k/v
 and gate/up, GLM's fused gate/up, GPT-NeoX's fused q/k/v, StarCoder 2's
@@ -130,11 +131,11 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     if std.ep > 1 and std.zero != 3:
         raise InputError(FAIL + f"ep={std.ep}: torchtitan's experts borrow the FSDP ranks "
                          "(data_parallel_shard_degree): give zero=3")
-    if std.ep > 1 and (std.cp > 1 or std.tp > 1):
-        raise InputError(FAIL + f"ep={std.ep} with {'cp' if std.cp > 1 else 'tp'}: torchtitan 0.3 runs the experts "
-                         "without tensor parallelism, over ranks borrowed from dp_shard x cp x tp, which the cost "
-                         "model's experts (split over data-parallel ranks, tensor-parallel within) are not: give "
-                         "tp=1 and cp=1")
+    if std.ep > 1 and std.tp > 1 and (std.expert_tp != 1 or not std.sp):
+        why = f"etp={std.expert_tp}" if std.expert_tp != 1 else "sp=0"
+        raise InputError(FAIL + f"ep={std.ep} with tp={std.tp} and {why}: torchtitan 0.3 runs the experts without "
+                         "tensor parallelism, over ranks borrowed from dp_shard x cp x tp, the tokens split over the "
+                         "tensor-parallel ranks as sequence parallelism splits them: give etp=1 and sp=1")
     if plan.precision == "fp16":
         raise InputError(FAIL + "fp16: torchtitan's mixed precision is bfloat16 or float32")
     fw = plan.framework

@@ -16,15 +16,19 @@ data-parallel rank), ``global_batch_size``, ``seq_len``,
 
 The mapping: ZeRO stage 3 is FSDP (``data_parallel_shard_degree = dp``),
 ZeRO 0 is replication (``data_parallel_replicate_degree = dp``); expert
-parallelism is torchtitan's "dp2ep" (carved out of the FSDP degree, with
-the experts' tensor-parallel degree that of the other layers); the
+parallelism is torchtitan's "dp2ep" (carved out of the FSDP degree and
+the context-parallel ranks, and with ``etp=1`` the tensor-parallel ranks
+too); the
 pipeline's stages are written as the model parts of torchtitan's decoders
 (``tok_embeddings``, ``layers.i``, ``norm``, ``output``), the first holding
 the embedding and the last the head, as the cost model lays them out.
 
 Refused, in one line: ZeRO stages 1 and 2 (torchtitan shards the
 optimizer state only together with the weights, by FSDP); expert
-parallelism without FSDP or with context parallelism; fp16 training
+parallelism without FSDP, with an experts' tensor-parallel degree other
+than ``tp`` or 1, or an ``ep`` that does not take every context-parallel
+(and with ``etp=1`` tensor-parallel) rank, as torchtitan's
+``ParallelDims`` requires; fp16 training
 (torchtitan's mixed precision is bfloat16 or float32); plans that are no
 standard configuration.  torchtitan runs tensor parallelism with the
 norms sequence-parallel: a plan costed with ``sp=0`` says so in a comment.
@@ -60,9 +64,13 @@ def sections(plan) -> tuple[dict, list[str]]:
     if std.ep > 1 and std.zero != 3:
         raise InputError(fail + f"ep={std.ep}: torchtitan carves expert parallelism out of the FSDP degree "
                          "(data_parallel_shard_degree): give zero=3")
-    if std.ep > 1 and std.cp > 1:
-        raise InputError(fail + f"ep={std.ep} with cp={std.cp}: torchtitan's expert parallelism spans the "
-                         "context-parallel ranks, the cost model's does not")
+    if std.ep > 1 and std.expert_tp not in (1, std.tp):
+        raise InputError(fail + f"etp={std.expert_tp}: torchtitan's experts take the tensor-parallel degree or 1")
+    borrowed = std.cp * (std.tp if std.expert_tp == 1 else 1)
+    if std.ep > 1 and std.ep % borrowed:
+        raise InputError(fail + f"ep={std.ep}: torchtitan's expert parallelism takes every context-parallel"
+                         f"{' and tensor-parallel' if std.expert_tp == 1 < std.tp else ''} rank ({borrowed}), "
+                         "then some of the FSDP degree: give an ep that they divide")
     if plan.precision == "fp16":
         raise InputError(fail + "fp16: torchtitan's mixed precision is bfloat16 or float32")
     notes = []
@@ -78,7 +86,7 @@ def sections(plan) -> tuple[dict, list[str]]:
            "enable_async_tensor_parallel": async_tp(plan, std, notes),
            "context_parallel_degree": std.cp, "expert_parallel_degree": std.ep}
     if std.ep > 1:
-        par["expert_tensor_parallel_degree"] = std.tp
+        par["expert_tensor_parallel_degree"] = std.expert_tp
     par["pipeline_parallel_degree"] = std.pp
     if std.pp > 1:
         par["pipeline_parallel_schedule"] = SCHEDULES[std.schedule]
