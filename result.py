@@ -246,6 +246,13 @@ class Result:
         return self.cost_model.cluster.capacity
 
     @property
+    def sharded_gradients(self) -> bool:
+        """Whether every operator with weights shards its gradients (ZeRO
+        stage 2 or 3)."""
+        weighted = [x for x in self.layers if x.weights > 0]
+        return bool(weighted) and all((x.decision.option("zero") or 0) >= 2 for x in weighted)
+
+    @property
     def fits(self) -> bool | None:
         cap = self.capacity
         return None if cap is None else self.memory_bytes <= cap * (1 + 1e-12)  # sums in another order

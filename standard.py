@@ -198,6 +198,9 @@ def complete(std: Standard, p: int, batch: int) -> Standard:
     dp = p // other if std.dp is None else std.dp
     if dp * other != p:
         raise InputError(f"--plan: tp x dp x cp x pp = {dp * other}, not the {p} devices")
+    if std.etp is not None and std.tp % std.etp:
+        raise InputError(f"--plan: etp={std.etp} does not divide tp={std.tp} (an expert's tensor-parallel devices "
+                         "are some of one tensor-parallel group's)")
     group, experts = std.tp * std.cp * dp, std.ep * std.expert_tp
     if group % experts and std.etp is None:
         hint = "; etp=1 spreads them over the tensor-parallel devices too" if std.tp > 1 else ""
@@ -216,9 +219,7 @@ def complete(std: Standard, p: int, batch: int) -> Standard:
                          f"data-parallel group")
     if std.schedule == "interleaved" and std.pp == 1:
         raise InputError("--plan: an interleaved schedule needs pp > 1")
-    done = replace(std, dp=dp, microbatch=micro)
-    expert_tokens(done)  # the experts' tokens split whole
-    return done
+    return replace(std, dp=dp, microbatch=micro)
 
 
 def _tensor_letter(op, letters: str) -> str | None:
@@ -276,11 +277,9 @@ def expert_tokens(std: Standard) -> tuple[int, int]:
     out of ``dp``."""
     import math
 
-    held = std.tp * std.cp  # the devices that share a sample
-    if held % std.expert_tp:
-        raise InputError(f"--plan: etp={std.expert_tp} does not divide tp x cp = {held}: an expert's tensor-parallel "
-                         "devices share its tokens, those of one sample (give an etp that divides tp)")
-    seq = held // std.expert_tp
+    seq = std.tp * std.cp // std.expert_tp  # the devices that share a sample, over an expert's (etp divides tp)
+    # where neither ep nor seq divides the other (a cp of 3, 6, ...), the frameworks' consecutive expert groups
+    # straddle samples: the split is then the nearest whole one
     first = math.gcd(std.ep, seq)
     return std.dp // (std.ep // first), seq // first
 
@@ -312,8 +311,10 @@ def decide(op, std: Standard, roles: dict, ctx=None):
     for letter, size in zip(op.dims, op.space):
         c = want.get(letter, 1)
         if size % c:
-            key = {"b": "dp", t: "etp" if std.folded and expert and expert in op.dims else "tp",
-                   seq: "cp" if std.cp > 1 and not (t is None and std.sp) else "sp", expert: "ep"}.get(letter, "tp")
+            moe = bool(expert) and expert in op.dims
+            key = {"b": "dp", t: "etp" if std.folded and moe else "tp",
+                   seq: "etp" if std.folded and moe else "cp" if std.cp > 1 and not (t is None and std.sp) else "sp",
+                   expert: "ep"}.get(letter, "tp")
             hint = ""
             if letter == "v" and key == "tp":  # the vocabulary
                 pad = -(-size // (128 * c)) * 128 * c

@@ -237,11 +237,11 @@ def _stretch(chain, blocks: int, node_class, edges, group):
 class _Part:
     """What :func:`pipeline.assemble` reads of a stage's result."""
 
-    __slots__ = ("compute", "communication", "sync", "memory", "transient")
+    __slots__ = ("compute", "communication", "sync", "memory", "transient", "sharded_gradients")
 
-    def __init__(self, compute, communication, sync, memory, transient):
+    def __init__(self, compute, communication, sync, memory, transient, sharded_gradients):
         self.compute, self.communication, self.sync = compute, communication, sync
-        self.memory, self.transient = memory, transient
+        self.memory, self.transient, self.sharded_gradients = memory, transient, sharded_gradients
 
 
 class Costing:
@@ -314,7 +314,7 @@ class Costing:
     def decisions(self, L: _Layout, micro: int, std) -> tuple:
         """One decision per class of ``L`` (:func:`standard.decide`); an
         :class:`InputError` when the model cannot take ``std``."""
-        key = (micro, std.tp, std.dp, std.cp, std.ep, std.expert_tp, std.sp, std.recompute, std.zero)
+        key = (micro, std.tp, std.dp, std.cp, std.ep, std.etp, std.sp, std.recompute, std.zero)
         out = self._decided.get(key)
         if out is None:
             splits = self._decided.get(key[:7])  # the splits, decided without options
@@ -538,7 +538,7 @@ class Costing:
             if key not in done:
                 trans = float((kinds @ F[:, 7]).max()) if len(kinds) else 0.0
                 done[key] = _Part(float(cc @ F[:, 0]), float(cc @ comm + ec @ E), float(cc @ F[:, 2]),
-                                  tuple(float(cc @ F[:, 3 + k]) for k in range(4)), trans)
+                                  tuple(float(cc @ F[:, 3 + k]) for k in range(4)), trans, std.zero >= 2)
             parts.append(done[key])
             sends.append(crossing)
         sched = pipeline.Schedule(std.schedule, std.chunks)

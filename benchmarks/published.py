@@ -1,7 +1,7 @@
 """Every published figure the model is checked against, beside the
 prediction and the error: one table, fitted rows marked.
 
-    python benchmarks/published.py [--markdown] [--only megatron,korthikanti,bridge,torchtitan,zero]
+    python benchmarks/published.py [--markdown] [--only megatron,korthikanti,bridge,modelzoo,torchtitan,zero]
 
 Each row is costed as the command line costs it (``--plan`` with the
 framework that ran it):
@@ -22,6 +22,11 @@ framework that ran it):
   ``--framework megatron`` (the tensor-parallel collectives overlapped
   where the recipes overlap them), and each run's peak against the
   device it fitted on;
+- **the Megatron-MoE Model Zoo** (``modelzoo``): step seconds of
+  Qwen3-235B-A22B on 256 H100s under Megatron-LM with parallel folding
+  (``etp=1``: expert parallelism 8 or 32 over the tensor- and
+  data-parallel devices), ``--framework megatron``, and each run's peak
+  against the 80 GB it ran in;
 - **torchtitan's December 2024 benchmark** (``torchtitan``): tokens/s per
   GPU and the allocator's peak (GiB) of Llama 3.1 8B, 70B and 405B on
   H100 96 GB (``--device h100-96gb --framework torchtitan@2024-12``: its
@@ -68,7 +73,7 @@ from table import render  # noqa: E402
 DATA = ROOT / "tests" / "data" / "published"
 LLAMA8B = ROOT / "tests" / "data" / "configs" / "llama3-8b" / "config.json"
 GPT2 = ROOT / "tests" / "data" / "configs" / "gpt2" / "config.json"
-GROUPS = ("megatron", "korthikanti", "bridge", "torchtitan", "zero")
+GROUPS = ("megatron", "korthikanti", "bridge", "modelzoo", "torchtitan", "zero")
 
 
 def run(*argv):
@@ -200,6 +205,23 @@ def bridge(tmp: Path):
         cap = res.cost_model.cluster.device_memory
         yield row("Megatron Bridge", r["label"], f"peak GB ({cap:g} GB)", cap,
                   (res.memory_bytes + sum(res.beyond_tensors)) / 1e9, "{:.1f}", bound=True)
+
+
+def modelzoo(tmp: Path):
+    """The Megatron-MoE Model Zoo's Qwen3-235B-A22B runs: tokens/s per GPU
+    from their step seconds, and the peak within the device."""
+    data = json.loads((DATA / "megatron_moe_modelzoo.json").read_text())
+    source = "Megatron-MoE Model Zoo"
+    for values in data["rows"]:
+        r = dict(zip(data["columns"], values))
+        res = run("-g", bridge_model(tmp, data, r["model"]), "-p", r["gpus"], "-b", r["batch"], "--seq", r["seq"],
+                  "--device", r["device"], "--framework", "megatron", "--plan", r["plan"])
+        label = f"{data['models'][r['model']]['name']}, {r['gpus']} GPUs, {r['label']}"
+        tokens = r["batch"] * r["seq"] / r["gpus"]
+        yield row(source, label, "tokens/s per GPU", tokens / r["step_seconds"], tokens / res.step_seconds, "{:,.0f}")
+        cap = res.cost_model.cluster.device_memory
+        yield row(source, label, f"peak GB ({cap:g} GB)", cap, (res.memory_bytes + sum(res.beyond_tensors)) / 1e9,
+                  "{:.1f}", bound=True)
 
 
 def bridge_model(tmp: Path, data: dict, key: str) -> Path:

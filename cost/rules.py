@@ -185,12 +185,16 @@ class CostModel:
     def describe(self) -> str:
         """The rules in force, in a few words, for the report's header."""
         if self.realistic:
-            c = self.cluster
+            c, fw = self.cluster, self.framework
+            sharded = fw is not None and fw.sharded_overlap is not None and fw.sharded_overlap != c.overlap
             return (f"realistic ({c.device or 'a measured device'}): vendor FLOP at {100 * c.matmul_eff:.0f}% of peak "
                     f"for matrix products, {100 * c.attention_eff:.0f}% for fused attention, memory-bound work at "
                     f"{100 * c.memory_eff:.0f}% of {c.mem_bw:g} GB/s (roofline); gradients and gathered weights "
                     + ("overlap computation" if c.overlap == 1.0 else "do not overlap computation" if c.overlap == 0.0
-                       else f"overlap computation ({100 * c.overlap:.0f}% of them)"))
+                       else f"overlap computation ({100 * c.overlap:.0f}% of them)")
+                    + (f" (under ZeRO 2 and 3, sharded as {fw.title} runs them, "
+                       f"{'they do' if fw.sharded_overlap == 1.0 else f'{100 * fw.sharded_overlap:.0f}% of them'})"
+                       if sharded else ""))
         if self.original:
             return "original PaSE (embedding = one-hot GEMM, dense gradients)"
         compute = "row lookup" if self.embedding_lookup else "one-hot GEMM"
@@ -198,6 +202,19 @@ class CostModel:
                 "best": "cheaper of dense/sparse"}[self.embedding_sync]
         rows = "" if self.distinct_rows is None else f", {self.distinct_rows} distinct rows"
         return f"embedding = {compute}, gradient = {sync}{rows}"
+
+
+def overlap_share(work, model: CostModel) -> float:
+    """The share of ``work``'s gradient collectives and weight gathers that
+    may run under computation: the cluster's ``overlap``, or, where the
+    framework overlaps sharded states whatever it is told (its
+    ``sharded_overlap``: Megatron-FSDP), that share for an operator whose
+    gradients are reduce-scattered or weights gathered (ZeRO 2 and 3)."""
+    fw = model.framework
+    if fw is None or fw.sharded_overlap is None:
+        return model.cluster.overlap
+    return fw.overlap_of(model.cluster.overlap, any(
+        c.role == "weights" or (c.role == "gradients" and c.pattern == "reducescatter") for c in work.comms))
 
 
 def check_procs(p) -> int:

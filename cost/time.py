@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from cluster import Cluster
-from cost.rules import CostModel, extents, gathered_in_fp8, regathered
+from cost.rules import CostModel, extents, gathered_in_fp8, overlap_share, regathered
 from graph import Operator
 from kinds import Extents, need, shard, tensor_splits
 from kinds.base import OVERLAPPED, Comm, Work
@@ -231,7 +231,8 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
         compute = work.compute if not work.replays else work.compute + work.replays * work.forward
         return compute, np.zeros(len(C)) if comm is None else comm
     t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step = _real_parts(work, C, model, op)
-    exposed = _exposed(overlapped_bwd, t_bwd, net.overlap) + _exposed(gathers, t_fwd, net.overlap)
+    o = overlap_share(work, model)
+    exposed = _exposed(overlapped_bwd, t_bwd, o) + _exposed(gathers, t_fwd, o)
     if inputs is not None:  # inputs gathered again, under the backward pass
         exposed = exposed + _exposed(inputs, t_bwd, 1.0)
     exposed = exposed + _contention(model, overlapped_bwd, t_bwd) + _contention(model, gathers, t_fwd)
@@ -505,7 +506,8 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator):
         compute = work.compute if not work.replays else work.compute + work.replays * work.forward
         return np.broadcast_to(compute, (K,)), np.broadcast_to(comm, (K,)), np.broadcast_to(sync, (K,))
     t_fwd, t_bwd, blocking, gathers, sync, _, inputs, step = _real_parts(work, C, model, op)
-    exposed = _exposed(gathers, t_bwd, net.overlap) + _exposed(gathers, t_fwd, net.overlap)
+    o = overlap_share(work, model)
+    exposed = _exposed(gathers, t_bwd, o) + _exposed(gathers, t_fwd, o)
     if inputs is not None:  # inputs gathered again, under the backward pass
         exposed = exposed + _exposed(inputs, t_bwd, 1.0)
     exposed = exposed + _contention(model, gathers, t_bwd) + _contention(model, gathers, t_fwd)

@@ -77,7 +77,10 @@ class Framework:
     an fp32 gradient's.
 
     Time: ``grad_precision``, ``bucket_mb`` and ``overlap`` as the cluster's
-    fields of those names (the framework's defaults); ``kernels``: ``fused``
+    fields of those names (the framework's defaults); ``sharded_overlap``:
+    the share of the gathers and gradient reduce-scatters of ZeRO stages 2
+    and 3 that runs under computation whatever ``overlap`` says, where the
+    framework always overlaps them (``None``: ``overlap``); ``kernels``: ``fused``
     (one kernel per operator) or ``eager`` (each element-wise operation its
     own kernel and pass over memory, unless compiled); ``loss_passes``
     bytes per logit the loss moves (forward, backward), and
@@ -182,6 +185,7 @@ class Framework:
     compiled_loss_passes: tuple[float, float] | None = None
     overhead_by_arch: tuple[tuple[str, float], ...] = ()
     pipeline_split: str = ""
+    sharded_overlap: float | None = None
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     pipeline_zero_stages: tuple[int, ...] = (0, 1)
     fitted: tuple[str, ...] = ()  # the published rows its fitted constants come from ("source: row")
@@ -190,6 +194,13 @@ class Framework:
     sp: bool = False
     tp_overlap: bool = False
     supplied: tuple[str, ...] = ()  # the cluster fields left to defaults in the run (planning.framework_cluster)
+
+    def overlap_of(self, overlap: float, sharded: bool) -> float:
+        """The share of gradient collectives and weight gathers that runs
+        under computation, the cluster's being ``overlap``: its
+        ``sharded_overlap`` where the operators shard their gradients
+        (``sharded``: ZeRO 2 and 3)."""
+        return self.sharded_overlap if sharded and self.sharded_overlap is not None else overlap
 
     def __post_init__(self):
         if len(self.states) != 4 or not all(isinstance(s, States) for s in self.states):

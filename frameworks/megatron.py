@@ -53,6 +53,10 @@ MEGATRON = register(Framework(
     # DistributedDataParallelConfig.bucket_size: max(40,000,000, 1,000,000 x dp) parameters; 40 M fp32 gradients
     bucket_mb=160.0,
     overlap=0.0,  # DistributedDataParallelConfig.overlap_grad_reduce is off unless --overlap-grad-reduce
+    # but Megatron-FSDP (ZeRO 2 and 3) turns both overlaps on: its weights' all-gathers under the passes and its
+    # gradients' reduce-scatters under the backward pass (megatron_fsdp.py: optim_grads_params sets
+    # overlap_param_gather, and sharded gradients require overlap_grad_reduce)
+    sharded_overlap=1.0,
     # fused kernels: apex/Transformer Engine layer norm, bias-GeLU, scaled masked softmax, bias-dropout-add
     # (megatron/core/fusions): one kernel per operator
     kernels="fused",

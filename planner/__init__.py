@@ -257,9 +257,11 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
     elif s.plan is not None:
         if s.evaluate is not None:
             raise InputError("--plan and --evaluate each give the plan to cost: give one")
-        from standard import complete, parse
+        from standard import check_roles, complete, parse
 
-        result = _standard_result(job, complete(parse(s.plan), s.procs, g.graph["batch"]))
+        spec = parse(s.plan)
+        check_roles(g, spec)  # a degree the model cannot take, said before the devices' arithmetic
+        result = _standard_result(job, complete(spec, s.procs, g.graph["batch"]))
     elif pipelined and file is not None:
         result = _recorded_pipeline(job, file, s.evaluate)
     elif pipelined:

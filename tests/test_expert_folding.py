@@ -91,8 +91,10 @@ def test_an_expert_group_across_nodes_pays_the_network():
                    "context-parallel devices; etp=1 spreads them over the tensor-parallel devices too)"),
     ("tp=2,ep=16,etp=2", "--plan: ep x etp = 32 does not divide tp x cp x dp = 16 (the experts run on the other "
                          "layers' devices)"),
-    ("tp=2,ep=4,etp=4", "--plan: etp=4 does not divide tp x cp = 2: an expert's tensor-parallel devices share its "
-                        "tokens, those of one sample (give an etp that divides tp)"),
+    ("tp=2,ep=4,etp=4", "--plan: etp=4 does not divide tp=2 (an expert's tensor-parallel devices are some of one "
+                        "tensor-parallel group's)"),
+    ("tp=4,etp=3", "--plan: etp=3 does not divide tp=4 (an expert's tensor-parallel devices are some of one "
+                   "tensor-parallel group's)"),
     ("etp=0", "--plan: etp must be an integer from 1 to 1,000,000, got '0'"),
 ])
 def test_refusals(plan, message):
@@ -100,10 +102,19 @@ def test_refusals(plan, message):
     assert proc.returncode == 2 and one_line_error(proc) == message
 
 
-def test_a_model_without_experts_takes_no_etp():
-    proc = run_cli("-g", LLAMA, "-p", 16, "-b", 16, "--seq", 1024, "--plan", "tp=2,etp=1", ok=False)
-    assert proc.returncode == 2 and one_line_error(proc) == "--plan: etp=1 does not apply to llama3-8b: it has no " \
-        "experts"
+@pytest.mark.parametrize("plan", ["tp=2,etp=1", "tp=2,etp=4"])
+def test_a_model_without_experts_takes_no_etp(plan):
+    proc = run_cli("-g", LLAMA, "-p", 16, "-b", 16, "--seq", 1024, "--plan", plan, ok=False)
+    etp = plan.rpartition("=")[2]
+    assert one_line_error(proc) == f"--plan: etp={etp} does not apply to llama3-8b: it has no experts"
+
+
+def test_a_split_the_experts_cannot_take_names_etp():
+    """Qwen2-MoE's shipped config is 137 positions long: the experts whole
+    on each of tp=2's devices split its sequence 2 ways, which etp asks."""
+    proc = run_cli("-g", ROOT / "tests" / "data" / "families" / "qwen2_moe", "-p", 16, "-b", 16, "--plan",
+                   "tp=2,etp=1", ok=False)
+    assert one_line_error(proc) == "--plan: etp: layer0/mlp/gate_up cannot split s (137) 2 ways"
 
 
 def test_the_report_and_the_plan_file_name_it(tmp_path):
@@ -120,6 +131,26 @@ def test_the_report_and_the_plan_file_name_it(tmp_path):
     words = bash_array(args.read_text(), "PASE_PARALLEL_ARGS")
     i = words.index("--expert-tensor-parallel-size")
     assert words[i + 1] == "1" and words[words.index("--expert-model-parallel-size") + 1] == "16"
+
+
+@pytest.mark.parametrize("plan", ["tp=2,cp=2,ep=8,etp=1,sp=1,zero=1", "tp=4,ep=2,etp=2,sp=1,zero=1",
+                                  "tp=2,ep=1,etp=1,sp=1,zero=1", "cp=2,ep=4,zero=1"])
+def test_a_plans_decisions_give_its_configuration_back(plan):
+    """recognise: the standard configuration whose decisions a plan's are
+    (as a saved plan, evaluated again, is exported): etp read from an
+    expert operator's hidden units."""
+    from exports.frameworks.plans import recognise
+    from standard import complete, parse
+
+    p = make(plan)
+    assert recognise(p.graph, p.result.strategy, 16, 16) == complete(parse(plan), 16, 16)
+
+
+def make(plan: str):
+    from planner import plan as planned_
+    from settings import Settings
+
+    return planned_(Settings(graph=QWEN3_MOE, procs=16, batch=16, seq=4096, plan=plan))
 
 
 def test_the_standard_search_tries_folded_experts():
@@ -163,6 +194,10 @@ class TestExports:
                           ("tp=2,ep=8,etp=1,zero=3", "ep=8 with tp=2 and sp=0")):
             with pytest.raises(InputError, match=why + ": torchtitan 0.3 runs the experts without tensor parallelism"):
                 export_text("torchtitan", MIXTRAL, 64, batch=256, plan=plan)
+        # without expert parallelism torchtitan splits the experts tp ways: a plan of whole experts is not its run
+        with pytest.raises(InputError, match="etp=1 with ep=1: torchtitan 0.3 splits the experts by the "
+                                             "tensor-parallel degree"):
+            export_text("torchtitan", MIXTRAL, 64, batch=256, plan="tp=2,etp=1,sp=1,zero=3")
 
     def test_torchtitan_0_2_takes_etp_1_or_tp(self):
         from errors import InputError
@@ -173,6 +208,21 @@ class TestExports:
         with pytest.raises(InputError, match=r"ep=2: torchtitan's expert parallelism takes every context-parallel "
                                              r"and tensor-parallel rank \(4\)"):
             export_text("torchtitan@0.2", MIXTRAL, 64, batch=256, seq=4096, plan="tp=2,cp=2,ep=2,etp=1,sp=1,zero=3")
+        with pytest.raises(InputError, match="etp=1 with ep=1: without expert parallelism torchtitan splits the "
+                                             "experts by the tensor-parallel degree"):
+            export_text("torchtitan@0.2", MIXTRAL, 64, batch=256, plan="tp=2,etp=1,sp=1,zero=3")
+
+    def test_megatron_needs_sequence_parallelism_beside_tensor_parallelism_in_a_mixture_of_experts(self):
+        """Megatron Core's MoE layer refuses tensor parallelism without
+        sequence parallelism, with expert parallelism or without."""
+        from errors import InputError
+
+        for plan in ("tp=2,ep=8", "tp=2", "tp=2,etp=1"):
+            with pytest.raises(InputError, match="Megatron-LM requires sequence parallelism with tensor parallelism in "
+                                                 "a mixture of experts"):
+                export_text("megatron", QWEN3_MOE, 16, batch=16, seq=1024, plan=plan)
+        assert "--sequence-parallel" not in bash_array(export_text("megatron", LLAMA, 16, batch=16, seq=1024,
+                                                                   plan="tp=2"), "PASE_PARALLEL_ARGS")
 
     def test_dtensor_refuses_folded_experts(self):
         from errors import InputError

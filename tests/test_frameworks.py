@@ -275,6 +275,27 @@ def test_megatron_bridge_70b_fp8_speed_with_its_tensor_parallel_overlap():
     assert abs(over / 1602 - 1) < 0.10 and blocking < over
 
 
+def test_megatron_fsdp_overlaps_its_gathers_and_reduce_scatters():
+    """Megatron-FSDP (ZeRO 2 and 3 under --framework megatron) overlaps its
+    weights' all-gathers and its gradients' reduce-scatters whatever
+    --overlap-grad-reduce says (megatron_fsdp.py turns both on for
+    optim_grads_params); the distributed optimizer (ZeRO 1) does not
+    without the flag.  Held out: Megatron Bridge 25.11's Llama 3 8B FP8
+    run on 8 H100s under Megatron-FSDP (micro-batch 1, 128 sequences of
+    8,192 tokens), 14,451 tokens/s per GPU, within 5% (it was 11.5% slow
+    with the gathers blocking)."""
+    def run(plan, *flags):
+        return planned("-g", LLAMA8B, "-p", 8, "-b", 128, "--seq", 8192, "--device", "h100", "--framework",
+                       "megatron", "--float8", "--plan", plan, *flags)
+    fsdp = run("dp=8,zero=3,microbatch=1")
+    assert abs(128 * 8192 / fsdp.step_seconds / 8 / 14451 - 1) < 0.05
+    assert fsdp.step_seconds == pytest.approx(run("dp=8,zero=3,microbatch=1", "--overlap", "1").step_seconds,
+                                              rel=1e-12)
+    assert "(under ZeRO 2 and 3, sharded as Megatron-LM runs them, they do)" in fsdp.cost_model.describe()
+    distributed = run("dp=8,zero=1,microbatch=1")
+    assert distributed.step_seconds > run("dp=8,zero=1,microbatch=1", "--overlap", "1").step_seconds
+
+
 def test_megatron_bridge_405b_fp8_speed_with_context_parallelism():
     """Held out: Megatron Bridge's Llama 3.1 405B FP8 run on 1,024 H100s
     (TP 8, PP 8 of 8 virtual stages, CP 2, micro-batch 1, 512 sequences of

@@ -136,8 +136,16 @@ def test_folded_experts_borrow_the_tensor_parallel_ranks_too():
     groups of 8, each expert's weights sharded (efsdp) over the 8
     devices that hold its tokens (the cost model's expert data
     parallelism: 64 / 8)."""
+    from planner import plan
+    from settings import Settings
+
     cfg = _parsed(_words(_render(MIXTRAL, 64, plan="tp=2,ep=8,etp=1,sp=1,zero=3", batch=256)))
-    assert _mesh_sizes(cfg.parallelism, 64) == {"dp_shard": 32, "tp": 2, "ep": 8, "efsdp": 8}
+    sizes = _mesh_sizes(cfg.parallelism, 64)
+    assert sizes == {"dp_shard": 32, "tp": 2, "ep": 8, "efsdp": 8}
+    p = plan(Settings(graph=MIXTRAL, procs=64, batch=256, plan="tp=2,ep=8,etp=1,sp=1,zero=3"))
+    gate_up = next(x for x in p.result.layers if x.name == "layer0/mlp/gate_up").decision
+    split = dict(zip(gate_up.dims, gate_up.config))
+    assert (sizes["ep"], sizes["efsdp"]) == (split["x"], split["b"] * split["s"]) and split["f"] == 1
 
 
 def test_a_searched_pipeline(small_llama):

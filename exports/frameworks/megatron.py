@@ -35,9 +35,10 @@ pp``, from which Megatron-LM takes the virtual pipeline's size).
 Refused, in one line: the GPipe schedule (Megatron-LM's pipelines are
 1F1B, interleaved or not); an interleaved schedule whose micro-batches
 are no multiple of ``pp`` (Megatron Core runs them in groups of ``pp``);
-Megatron-FSDP (zero 2 and 3) with pipeline stages; tensor and expert
-parallelism without sequence parallelism (which Megatron-LM requires
-together); plans that are no standard configuration.
+Megatron-FSDP (zero 2 and 3) with pipeline stages; tensor parallelism in
+a mixture of experts without sequence parallelism (which Megatron-LM
+requires together, expert parallelism or not); plans that are no standard
+configuration.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ from errors import InputError
 
 FOLLOWS = ("Megatron-LM, Megatron Core r0.15 (megatron/training/arguments.py); checked with Megatron Core 0.16.1's "
            "configs")
+
+
+def _has_experts(g) -> bool:
+    from graph import operators
+
+    expert = g.graph.get("roles", {}).get("expert", "")
+    return bool(expert) and any(expert in op.dims for op in operators(g))
 
 
 def arguments(plan) -> tuple[list[str], list[str]]:
@@ -62,9 +70,9 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     if std.zero in (2, 3) and std.pp > 1:
         raise InputError(fail + f"zero={std.zero} is Megatron-FSDP, which does not run with pipeline stages "
                          f"(pp={std.pp})")
-    if std.ep > 1 and std.tp > 1 and not std.sp:
-        raise InputError(fail + "Megatron-LM requires sequence parallelism with tensor and expert parallelism: "
-                         "give sp=1")
+    if std.tp > 1 and not std.sp and _has_experts(plan.graph):
+        raise InputError(fail + "Megatron-LM requires sequence parallelism with tensor parallelism in a mixture of "
+                         "experts (megatron/core/transformer/moe/moe_layer.py): give sp=1")
     m = plan.batch // (std.dp * std.microbatch)  # micro-batches a step
     if std.pp > 1 and std.schedule == "interleaved" and m % std.pp:
         unit = std.pp * std.dp * std.microbatch

@@ -37,7 +37,9 @@ the parallelism sections alone); ZeRO stages 1 and 2; expert parallelism
 without FSDP (``zero=3``: torchtitan's experts borrow the FSDP ranks), or
 with the experts split by tensor parallelism (torchtitan 0.3 runs the
 experts without, over ranks borrowed from ``dp_shard x cp x tp``: the
-plan's ``etp=1``, under sequence parallelism); fp16; plans
+plan's ``etp=1``, under sequence parallelism), and experts of their own
+tensor-parallel degree without expert parallelism (torchtitan then splits
+them ``tp`` ways); fp16; plans
 that are no standard configuration; families whose projections the
 transformers backend cannot shard (``common.UNSHARDED``: Phi-3's fused q/k/v
 and gate/up, GLM's fused gate/up, GPT-NeoX's fused q/k/v, StarCoder 2's
@@ -136,6 +138,9 @@ def arguments(plan) -> tuple[list[str], list[str]]:
         raise InputError(FAIL + f"ep={std.ep} with tp={std.tp} and {why}: torchtitan 0.3 runs the experts without "
                          "tensor parallelism, over ranks borrowed from dp_shard x cp x tp, the tokens split over the "
                          "tensor-parallel ranks as sequence parallelism splits them: give etp=1 and sp=1")
+    if std.ep == 1 and std.folded:
+        raise InputError(FAIL + f"etp={std.etp} with ep=1: torchtitan 0.3 splits the experts by the tensor-parallel "
+                         f"degree without expert parallelism: give etp={std.tp}, or ep > 1")
     if plan.precision == "fp16":
         raise InputError(FAIL + "fp16: torchtitan's mixed precision is bfloat16 or float32")
     fw = plan.framework

@@ -28,7 +28,8 @@ optimizer state only together with the weights, by FSDP); expert
 parallelism without FSDP, with an experts' tensor-parallel degree other
 than ``tp`` or 1, or an ``ep`` that does not take every context-parallel
 (and with ``etp=1`` tensor-parallel) rank, as torchtitan's
-``ParallelDims`` requires; fp16 training
+``ParallelDims`` requires, or without expert parallelism (torchtitan
+then splits the experts ``tp`` ways); fp16 training
 (torchtitan's mixed precision is bfloat16 or float32); plans that are no
 standard configuration.  torchtitan runs tensor parallelism with the
 norms sequence-parallel: a plan costed with ``sp=0`` says so in a comment.
@@ -66,6 +67,9 @@ def sections(plan) -> tuple[dict, list[str]]:
                          "(data_parallel_shard_degree): give zero=3")
     if std.ep > 1 and std.expert_tp not in (1, std.tp):
         raise InputError(fail + f"etp={std.expert_tp}: torchtitan's experts take the tensor-parallel degree or 1")
+    if std.ep == 1 and std.folded:
+        raise InputError(fail + f"etp={std.etp} with ep=1: without expert parallelism torchtitan splits the experts "
+                         f"by the tensor-parallel degree: give etp={std.tp}, or ep > 1")
     borrowed = std.cp * (std.tp if std.expert_tp == 1 else 1)
     if std.ep > 1 and std.ep % borrowed:
         raise InputError(fail + f"ep={std.ep}: torchtitan's expert parallelism takes every context-parallel"
