@@ -230,3 +230,40 @@ class TestExports:
         with pytest.raises(InputError, match="etp=1: ExpertsTensorParallel splits the experts by the tensor-parallel "
                                              "degree"):
             export_text("dtensor", MIXTRAL, 16, batch=16, seq=1024, plan="tp=2,etp=1,sp=1")
+
+
+@pytest.mark.parametrize("row, published", [(0, dict(tp=2, ep=32, etp=1, pp=8, vp=4, edp=1)),
+                                            (1, dict(tp=2, ep=8, etp=1, pp=1, vp=None, edp=32)),
+                                            (2, dict(tp=4, ep=8, etp=1, pp=8, vp=4, edp=4))])
+def test_the_model_zoos_qwen3_235b_runs_export_as_they_ran(tmp_path, row, published):
+    """The Megatron-MoE Model Zoo's Qwen3-235B-A22B runs on 256 H100s
+    (tests/data/published/megatron_moe_modelzoo.json, the held-out rows of
+    benchmarks/published.py): their --plan exports Megatron-LM's flags of
+    the published TP, EP, ETP, PP and VP, and the expert data parallelism
+    Megatron Core derives from them is the published EDP; the model has
+    the published 235,093,634,560 parameters."""
+    from graph import parameter_count
+
+    data = json.loads((ROOT / "tests" / "data" / "published" / "megatron_moe_modelzoo.json").read_text())
+    r = dict(zip(data["columns"], data["rows"][row]))
+    spec = data["models"][r["model"]]
+    cfg = {**json.loads((ROOT / "tests" / "data" / spec["base"] / "config.json").read_text()), **spec["changes"]}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    from exports.frameworks import FRAMEWORKS
+    from exports.frameworks.plans import PlanView
+    from planner import plan as make
+    from settings import Settings
+
+    p = make(Settings(graph=str(tmp_path / "config.json"), procs=r["gpus"], batch=r["batch"], seq=r["seq"],
+                      device=r["device"], framework="megatron", plan=r["plan"]))
+    assert parameter_count(p.graph) == spec["parameters"] == 235093634560
+    words = bash_array(FRAMEWORKS["megatron"].render(PlanView(p.settings, p.graph, p.result)), "PASE_PARALLEL_ARGS")
+
+    def flag(name):
+        return int(words[words.index(name) + 1]) if name in words else None
+    tp, ep, pp = (flag(f"--{k}-model-parallel-size") for k in ("tensor", "expert", "pipeline"))
+    etp = flag("--expert-tensor-parallel-size")
+    assert (tp, ep, etp, pp) == (published["tp"], published["ep"], published["etp"], published["pp"])
+    assert r["gpus"] // (etp * ep * pp) == published["edp"]
+    chunks = p.result.pipeline.schedule.v if p.result.pipeline is not None else None
+    assert chunks == published["vp"] or (chunks == 1 and published["vp"] is None)

@@ -283,7 +283,8 @@ def test_megatron_cores_expert_groups_are_the_plans(plan):
             pipeline_model_parallel_size=int(flags["pipeline_model_parallel_size"]),
             context_parallel_size=int(flags["context_parallel_size"]),
             expert_model_parallel_size=int(flags["expert_model_parallel_size"]),
-            expert_tensor_parallel_size=int(flags.get("expert_tensor_parallel_size", flags["tensor_model_parallel_size"])),
+            expert_tensor_parallel_size=int(flags.get("expert_tensor_parallel_size",
+                                                      flags["tensor_model_parallel_size"])),
             create_gloo_process_groups=False)
         sizes = (ps.get_expert_model_parallel_world_size(), ps.get_expert_tensor_parallel_world_size(),
                  ps.get_expert_data_parallel_world_size())
