@@ -22,7 +22,12 @@ The grid, for ``p`` devices and a model's roles (:mod:`standard`):
   and the loss counted as blocks where the framework counts them);
 * ``zero`` 0 to 3 without stages, 0 and 1 with them (Megatron-LM shards
   only the optimizer state across a pipeline's micro-batches), or the
-  stages the framework runs (torchtitan: 0 and 3, with stages too);
+  stages the framework runs (torchtitan: 0 and 3, with stages too; its
+  expert parallelism 3 alone);
+* under a framework, only the experts' parallelism it runs
+  (``Framework.runs_experts``: Megatron-LM's tensor parallelism in a
+  mixture of experts with sequence parallelism; torchtitan's experts
+  split by tensor parallelism exactly when without expert parallelism);
   ``recompute`` none, selective, full;
 * without stages, gradient accumulation (micro-batches of half, a quarter
   ... of a data-parallel group's samples) where no option fits the whole
@@ -137,6 +142,9 @@ def structures(g, p: int, batch: int, node: int, blocks: int, framework=None):
                     if experts and tp > 1:  # parallel folding: the experts over the tensor-parallel devices too
                         eps += [(e, 1) for e in _divisors(tp * cp * dp) if experts % e == 0]
                     for ep, etp in eps:
+                        if experts and framework is not None and not framework.runs_experts(
+                                Standard(tp=tp, cp=cp, ep=ep, etp=etp, sp=sp)):
+                            continue
                         if pp == 1:
                             yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, etp=etp, sp=sp, microbatch=batch // dp)
                             continue
@@ -158,6 +166,8 @@ def grid(std, framework=None) -> list[tuple[int, str]]:
     with stages)."""
     if framework is not None:
         zeros = framework.zero_stages if std.pp == 1 else framework.pipeline_zero_stages
+        if std.ep > 1:  # the stages the framework runs its experts with
+            zeros = tuple(z for z in zeros if framework.runs_experts(std, z))
     else:
         zeros = (0, 1, 2, 3) if std.pp == 1 else (0, 1)
     return [(z, r) for r in RECOMPUTE for z in zeros]

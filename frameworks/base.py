@@ -18,6 +18,7 @@ SELECTIVE = ("attention", "ops")
 SEQUENCE_PARALLEL = ("gathered", "shard")
 RINGS = ("", "allgather", "p2p")
 PIPELINE_SPLITS = ("", "embedding_loss")
+EXPERT_RULES = ("", "megatron", "torchtitan")
 ARCHITECTURES = ("volta", "ampere", "hopper", "blackwell")  # the device presets' (cluster.presets.Device.arch)
 FLOAT8_GATHERS = ("weights", "inputs")
 
@@ -133,6 +134,15 @@ class Framework:
     standard`` tries), ``pipeline_zero_stages`` those it runs beside
     pipeline stages.
 
+    Experts: ``experts`` the rule by which the framework parallelises a
+    mixture of experts (:meth:`runs_experts`): ``""`` any standard
+    configuration; ``megatron``: tensor parallelism only with sequence
+    parallelism (Megatron Core's MoE layer refuses it without);
+    ``torchtitan``: the experts split by tensor parallelism exactly when
+    without expert parallelism (with it, over ranks borrowed from ``dp_shard
+    x cp x tp``, under sequence parallelism), and expert parallelism only
+    over FSDP (ZeRO 3).
+
     Pipelines: ``pipeline_split`` how a standard configuration's stages
     share blocks that do not divide evenly over their model chunks (``""``:
     as evenly as they divide, the first stages taking one more;
@@ -185,6 +195,7 @@ class Framework:
     compiled_loss_passes: tuple[float, float] | None = None
     overhead_by_arch: tuple[tuple[str, float], ...] = ()
     pipeline_split: str = ""
+    experts: str = ""
     sharded_overlap: float | None = None
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     pipeline_zero_stages: tuple[int, ...] = (0, 1)
@@ -194,6 +205,18 @@ class Framework:
     sp: bool = False
     tp_overlap: bool = False
     supplied: tuple[str, ...] = ()  # the cluster fields left to defaults in the run (planning.framework_cluster)
+
+    def runs_experts(self, std, zero: int | None = None) -> bool:
+        """Whether the framework runs the experts of the standard
+        configuration ``std`` (a model with experts) as it is costed, at the
+        ZeRO stage ``zero`` when given (see ``experts`` above)."""
+        if self.experts == "megatron":
+            return std.tp == 1 or bool(std.sp)
+        if self.experts == "torchtitan":
+            if std.ep == 1:
+                return not std.folded
+            return (std.tp == 1 or (std.expert_tp == 1 and bool(std.sp))) and zero in (None, 3)
+        return True
 
     def overlap_of(self, overlap: float, sharded: bool) -> float:
         """The share of gradient collectives and weight gathers that runs
@@ -207,7 +230,7 @@ class Framework:
             raise ValueError(f"{self.name}: states must give ZeRO stages 0 to 3")
         for field, allowed in (("kernels", KERNELS), ("selective", SELECTIVE),
                                ("sequence_parallel", SEQUENCE_PARALLEL), ("ring", RINGS),
-                               ("pipeline_split", PIPELINE_SPLITS)):
+                               ("pipeline_split", PIPELINE_SPLITS), ("experts", EXPERT_RULES)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"{self.name}: {field} must be one of {', '.join(map(repr, allowed))}")
         if self.attention_kernel and self.attention_kernel not in ATTENTION_KERNELS:

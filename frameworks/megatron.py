@@ -78,6 +78,9 @@ MEGATRON = register(Framework(
     # (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split; Megatron Bridge's Llama 3.1
     # 405B recipes set both: its 126 layers and the two make 8 stages of 16)
     pipeline_split="embedding_loss",
+    # a mixture of experts with tensor parallelism needs sequence parallelism (megatron/core/transformer/moe/
+    # moe_layer.py refuses it without); the experts' own tensor-parallel degree is free (parallel folding)
+    experts="megatron",
     overhead=0.0,  # nothing fitted: Korthikanti et al.'s and Narayanan et al.'s step times are checks
     # Float8 (--fp8-format, Transformer Engine's linear layers): a layer keeps the FP8 cast of its input for the
     # weight-gradient product, not the bf16 input (transformer_engine/pytorch/module/linear.py and

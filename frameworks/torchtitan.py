@@ -133,6 +133,9 @@ TORCHTITAN = register(Framework(
     # optimizer state alone (zero 1) or with the gradients (zero 2)
     zero_stages=(0, 3),
     pipeline_zero_stages=(0, 3),
+    # experts split by tensor parallelism without expert parallelism; with it, unsplit over ranks borrowed from
+    # dp_shard x cp x tp (torchtitan/distributed/parallel_dims.py: efsdp = dp_shard x cp x tp / ep), the FSDP ranks
+    experts="torchtitan",
     # fitted: FSDP + torch.compile, 8 GPUs (77.0 GiB, torch.cuda.max_memory_reserved, against the 74.9 GB
     # of tensors priced: 0.104): the caching allocator's blocks held beyond the live tensors
     reserve=0.104,

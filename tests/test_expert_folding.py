@@ -267,3 +267,36 @@ def test_the_model_zoos_qwen3_235b_runs_export_as_they_ran(tmp_path, row, publis
     assert r["gpus"] // (etp * ep * pp) == published["edp"]
     chunks = p.result.pipeline.schedule.v if p.result.pipeline is not None else None
     assert chunks == published["vp"] or (chunks == 1 and published["vp"] is None)
+
+
+#: standard configurations of Mixtral 8x7B on 64 devices, batch 256: each exported, or refused, as the framework
+#: that runs it takes its experts
+SPECS = ["tp=2,ep=8,etp=1,sp=1,zero=3", "tp=2,ep=8,sp=1,zero=3", "tp=2,ep=8,etp=1,zero=3", "tp=2,etp=1,sp=1,zero=3",
+         "tp=2,sp=1,zero=3", "tp=2,zero=3", "ep=8,zero=3", "ep=8,zero=0", "tp=2,ep=4,etp=1,sp=1,zero=0",
+         "tp=4,ep=8,etp=1,sp=1,zero=3", "tp=2,cp=2,ep=4,etp=1,sp=1,zero=3"]
+
+
+@pytest.mark.parametrize("framework, export", [("torchtitan", "torchtitan"), ("megatron", "megatron")])
+def test_the_search_tries_what_the_framework_runs_and_its_export_takes(tmp_path, framework, export):
+    """Framework.runs_experts, which keeps the standard search to what the
+    framework runs, and the framework's export agree: a configuration is
+    exported exactly when the framework runs its experts so.  And the
+    search of a mixture of experts under the framework answers a
+    configuration its export takes."""
+    from errors import InputError
+    from frameworks import FRAMEWORKS
+    from standard import complete, parse
+
+    fw = FRAMEWORKS[framework]
+    for spec in SPECS:
+        std = complete(parse(spec), 64, 256)
+        try:
+            export_text(export, MIXTRAL, 64, batch=256, seq=4096, plan=spec)
+            exported = True
+        except InputError:
+            exported = False
+        assert exported == fw.runs_experts(std, std.zero), spec
+    out = tmp_path / "job.sh"
+    proc = run_cli("-g", QWEN3_MOE, "-p", 16, "-b", 64, "--seq", 4096, "--device", "h100", "--framework", framework,
+                   "--search", "standard", "--export", f"{export}:{out}", "-q")
+    assert proc.stdout.startswith("PaSE standard configuration") and "PASE_" in out.read_text()

@@ -556,6 +556,10 @@ class TestCommandLine:
         cfg = tomllib.loads(proc.stdout)  # the whole of stdout is the TOML
         assert cfg["parallelism"]["tensor_parallel_degree"] == 2
         assert "Predicted step time" in proc.stderr and "Predicted step time" not in proc.stdout
+        # FORMAT:- is stdout too, as the convention has it: no file named "-" is written where the user runs it
+        dash = run_cli("-g", config, "-p", "8", "-b", "16", "--seq", "16", "--plan", "tp=2", "--export",
+                       "torchtitan@0.2:-", ok=False, cwd=tmp_path)
+        assert dash.returncode == 0 and dash.stdout == proc.stdout and not (tmp_path / "-").exists()
 
     def test_files_after_a_search_an_evaluation_and_a_plan(self, tmp_path):
         config = _config(tmp_path, "llama", SMALL_LLAMA)

@@ -208,7 +208,7 @@ def test_a_zero_stage_that_shortens_the_step_is_not_bounded_away():
     assert given.total_cost < plan(parse_args(args + ["--plan", "tp=2,dp=32,sp=1,zero=0"])).result.total_cost
 
 
-def test_the_search_keeps_to_the_zero_stages_the_framework_runs():
+def test_the_search_keeps_to_the_zero_stages_the_framework_runs(tmp_path):
     """torchtitan replicates (DDP) or shards everything (FSDP2), with
     pipeline stages too: its standard search answers ZeRO 0 or 3, one its
     export takes, where the grid without a framework may answer 1 or 2;
@@ -226,8 +226,9 @@ def test_the_search_keeps_to_the_zero_stages_the_framework_runs():
     model = ROOT / "tests" / "data" / "families" / "llama"
     for fw in ("torchtitan", "torchtitan@2024-12"):
         proc = run_cli("-g", model, "-p", 64, "-b", 128, "--device", "h100", "--framework", fw, "--search",
-                       "standard", "--export", "torchtitan:-")
-        head = proc.stderr.splitlines()[0] if proc.stdout.startswith("#") else proc.stdout.splitlines()[0]
+                       "standard", "--export", "torchtitan:-", cwd=tmp_path, ok=False)  # to stdout
+        assert proc.returncode == 0 and proc.stdout.startswith("# torchtitan job") and not (tmp_path / "-").exists()
+        head = proc.stderr.splitlines()[0]
         assert "zero=3" in head or "zero" not in head, head
 
 

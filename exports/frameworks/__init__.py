@@ -84,8 +84,9 @@ class Export:
 
 
 def parse_export(text: str) -> Export:
-    """``FORMAT`` or ``FORMAT:PATH``, checked; one line naming the known
-    formats for an unknown one."""
+    """``FORMAT`` or ``FORMAT:PATH``, checked (``FORMAT:-`` is stdout, as
+    ``FORMAT`` alone); one line naming the known formats for an unknown
+    one."""
     name, colon, path = text.partition(":")
     fmt = FRAMEWORKS.get(name.strip().lower())
     if fmt is None:
@@ -94,4 +95,4 @@ def parse_export(text: str) -> Export:
         raise InputError(f"--export: unknown format {shown(name)} (the formats are {', '.join(FRAMEWORKS)})")
     if colon and not path:
         raise InputError(f"--export {fmt.name}: the path after ':' is empty")
-    return Export(fmt, path if colon else None)
+    return Export(fmt, path if colon and path != "-" else None)
