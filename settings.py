@@ -145,8 +145,8 @@ _RUN = (
     Setting("output", ("--output",), "path", "write the result to PATH: .json (full record) or .csv (layer rows)",
             metavar="PATH"),
     Setting("export", ("--export",), "export", "also write the plan for a training framework: torchtitan, "
-            "torchtitan@0.2, megatron, jax or dtensor (see docs/exports.md), to PATH (written as --output writes) or, without PATH, to stdout (the report then goes "
-            "to stderr); repeatable", metavar="FORMAT[:PATH]"),
+            "torchtitan@0.2, megatron, jax or dtensor (see docs/exports.md), to PATH (written as --output writes) or, without PATH (or with -), to stdout (the report "
+            "then goes to stderr); repeatable", metavar="FORMAT[:PATH]"),
     Setting("draw", ("--draw",), "path", "draw the plan to FILE (.png, .svg or .pdf; matplotlib): the pipeline's "
             "schedule per stage, the memory per device against its capacity, the step time's parts beside the "
             "baselines of the compare flag, and the layers' splits", metavar="FILE"),

@@ -27,7 +27,10 @@ The grid, for ``p`` devices and a model's roles (:mod:`standard`):
 * under a framework, only the experts' parallelism it runs
   (``Framework.runs_experts``: Megatron-LM's tensor parallelism in a
   mixture of experts with sequence parallelism; torchtitan's experts
-  split by tensor parallelism exactly when without expert parallelism);
+  split by tensor parallelism exactly when without expert parallelism,
+  as torchtitan 0.3 runs them: ``--export torchtitan@0.2`` may still
+  refuse an ``ep`` that does not take every tensor- and context-parallel
+  rank);
   ``recompute`` none, selective, full;
 * without stages, gradient accumulation (micro-batches of half, a quarter
   ... of a data-parallel group's samples) where no option fits the whole

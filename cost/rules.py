@@ -213,8 +213,7 @@ def overlap_share(work, model: CostModel) -> float:
     fw = model.framework
     if fw is None or fw.sharded_overlap is None:
         return model.cluster.overlap
-    return fw.overlap_of(model.cluster.overlap, any(
-        c.role == "weights" or (c.role == "gradients" and c.pattern == "reducescatter") for c in work.comms))
+    return fw.overlap_of(model.cluster.overlap, work.sharded)
 
 
 def check_procs(p) -> int:

@@ -235,7 +235,7 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
     exposed = _exposed(overlapped_bwd, t_bwd, o) + _exposed(gathers, t_fwd, o)
     if inputs is not None:  # inputs gathered again, under the backward pass
         exposed = exposed + _exposed(inputs, t_bwd, 1.0)
-    exposed = exposed + _contention(model, overlapped_bwd, t_bwd) + _contention(model, gathers, t_fwd)
+    exposed = exposed + _contention(work, model, overlapped_bwd, t_bwd) + _contention(work, model, gathers, t_fwd)
     K = len(C)
     compute = t_fwd * (1.0 + work.replays) + t_bwd
     if step is not None:
@@ -243,14 +243,13 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
     return np.broadcast_to(compute, (K,)), np.broadcast_to(blocking + exposed, (K,))
 
 
-def _contention(model: CostModel, overlapped, window):
+def _contention(work: Work, model: CostModel, overlapped, window):
     """The computation a framework's collectives slow down while they run
     under it: ``contention`` times the part of them that overlaps."""
     fw = model.framework
     if fw is None or not fw.contention:
         return 0.0
-    o = model.cluster.overlap
-    return fw.contention * np.minimum(o * overlapped, window)
+    return fw.contention * np.minimum(overlap_share(work, model) * overlapped, window)
 
 
 def pass_times(work: Work, C: Extents, model: CostModel, op: Operator):
@@ -510,7 +509,7 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator):
     exposed = _exposed(gathers, t_bwd, o) + _exposed(gathers, t_fwd, o)
     if inputs is not None:  # inputs gathered again, under the backward pass
         exposed = exposed + _exposed(inputs, t_bwd, 1.0)
-    exposed = exposed + _contention(model, gathers, t_bwd) + _contention(model, gathers, t_fwd)
+    exposed = exposed + _contention(work, model, gathers, t_bwd) + _contention(work, model, gathers, t_fwd)
     compute = t_fwd * (1.0 + work.replays) + t_bwd
     if step is not None:  # once per step: a micro-batch's share of it
         compute = compute + step / float(model.micro_batches or 1)

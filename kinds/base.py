@@ -276,6 +276,7 @@ class Work:
     fp8: bool = False  # the matrix products run in FP8 (Float8 training)
     updated: object = None  # weight elements the device updates at the optimizer step (None: those it holds)
     ring: str = ""  # the split sequence's letter when the operator runs as ring attention
+    sharded: bool = False  # its gradients are sharded over the replicas (ZeRO 2 and 3)
 
     def __post_init__(self):
         if self.forward is None:

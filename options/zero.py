@@ -40,12 +40,16 @@ class Zero(Option):
         """Stage 3: the gradients' all-reduces become reduce-scatters, and
         each weight is all-gathered over its replicas before the forward and
         before the backward pass (two all-gathers: with the reduce-scatter,
-        1.5 times an all-reduce's volume)."""
+        1.5 times an all-reduce's volume).  Stages 2 and 3 mark the work's
+        gradients sharded (``Work.sharded``: a framework may overlap them
+        whatever the cluster's overlap)."""
         if value >= 1 and rules.framework is not None:  # the optimizer step updates this device's share
             from kinds.base import shard
 
             work = replace(work, updated=sum((shard(t, C) / C[letters] for t, letters in weights_of(op, context)),
                                              0.0))
+        if value >= 2:
+            work = replace(work, sharded=True)
         if value < 3:
             return work
         from kinds.base import Comm, shard

@@ -294,6 +294,15 @@ def test_megatron_fsdp_overlaps_its_gathers_and_reduce_scatters():
     assert "(under ZeRO 2 and 3, sharded as Megatron-LM runs them, they do)" in fsdp.cost_model.describe()
     distributed = run("dp=8,zero=1,microbatch=1")
     assert distributed.step_seconds > run("dp=8,zero=1,microbatch=1", "--overlap", "1").step_seconds
+    # ZeRO 2 (optim_grads) overlaps too, its micro-batches accumulated or not
+    for micro in (1, 16):
+        plan = f"dp=8,zero=2,microbatch={micro}"
+        assert run(plan).step_seconds == pytest.approx(run(plan, "--overlap", "1").step_seconds, rel=1e-12)
+    # the drawn step ends when predicted: no reduction drawn after it
+    from drawing.schedule import timeline
+
+    assert max(b.end for lane in timeline(fsdp).lanes for b in lane.boxes) == pytest.approx(fsdp.step_seconds,
+                                                                                          rel=1e-12)
 
 
 def test_megatron_bridge_405b_fp8_speed_with_context_parallelism():
