@@ -60,13 +60,14 @@ def recognise(g, decisions, p: int, batch: int, nodes=None):
     nodes = range(len(every)) if nodes is None else nodes
     ops = [every[v] for v in nodes]
     dp = tp = cp = ep = etp = None
-    shown = {}  # where each degree was read
+    shown, experts_shown = {}, {}  # where each degree was read (the experts' apart: they make no devices)
     for op, d in zip(ops, decisions):
         if expert and expert in op.dims:
-            ep = ep or d[expert]
+            if ep is None:
+                ep, experts_shown["ep"] = d[expert], _splits(op.name, "its experts", d[expert])
             t = _tensor_letter(op, roles)
             if t is not None and etp is None:
-                etp = d[t]
+                etp, experts_shown["etp"] = d[t], _splits(op.name, t, d[t])
             continue
         if dp is None:
             dp, shown["dp"] = d["b"], _splits(op.name, "its samples", d["b"])
@@ -95,9 +96,9 @@ def recognise(g, decisions, p: int, batch: int, nodes=None):
         std = complete(std, p, batch)
         expected = strategy(g, std)
     except InputError as e:
-        why = str(e).removeprefix("--plan: ")
-        raise NotStandard(f"the plan is no standard configuration: {' and '.join(shown.values())}, as "
-                          f"{std.describe()} would, but then {why}") from None
+        why, read = str(e).removeprefix("--plan: "), " and ".join({**shown, **experts_shown}.values())
+        raise NotStandard(f"the plan is no standard configuration: {read}, as {std.describe()} would, but then "
+                          f"{why}") from None
     for op, got, want in zip(ops, decisions, [expected[v] for v in nodes]):
         if got != want:
             raise NotStandard(f"the plan is no standard configuration: {op.name} is {got!r} where "
