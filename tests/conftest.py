@@ -103,13 +103,15 @@ def one_line_error(proc, status: int = 2) -> str:
     return lines[0].removeprefix("scheduler.py: error: ")
 
 
-def tiny_llama(tmp_path, layers: int = 2):
-    """A directory holding Llama 3 8B's config shrunk (width 512, 8 heads,
-    a vocabulary of 32,768) to ``layers`` layers."""
-    cfg = json.loads((ROOT / "tests" / "data" / "configs" / "llama3-8b" / "config.json").read_text())
+def tiny_llama(tmp_path, layers: int = 2, base: str = "llama3-8b"):
+    """A directory holding Llama 3 8B's config (or another of
+    tests/data/configs, ``base``: mixtral-8x7b keeps its 8 experts, 2 per
+    token) shrunk (width 512, 8 heads, a vocabulary of 32,768) to
+    ``layers`` layers."""
+    cfg = json.loads((ROOT / "tests" / "data" / "configs" / base / "config.json").read_text())
     cfg.update(hidden_size=512, intermediate_size=1792, num_hidden_layers=layers, num_attention_heads=8,
                num_key_value_heads=8, vocab_size=32768)
-    d = tmp_path / "tiny-llama"
+    d = tmp_path / ("tiny-llama" if base == "llama3-8b" else f"tiny-{base}")
     d.mkdir(exist_ok=True)
     (d / "config.json").write_text(json.dumps(cfg))
     return d

@@ -106,24 +106,12 @@ def test_the_best_point_of_the_grid(tmp_path, memory, layers, framework):
         assert found.best.pp > 1 or found.best.microbatch * found.best.dp < g.graph["batch"]
 
 
-def tiny_mixtral(tmp_path, layers: int = 2):
-    """Mixtral 8x7B's config shrunk as :func:`conftest.tiny_llama` shrinks
-    Llama's: 8 experts, 2 per token."""
-    cfg = json.loads((ROOT / "tests" / "data" / "configs" / "mixtral-8x7b" / "config.json").read_text())
-    cfg.update(hidden_size=512, intermediate_size=1792, num_hidden_layers=layers, num_attention_heads=8,
-               num_key_value_heads=8, vocab_size=32768)
-    d = tmp_path / "tiny-mixtral"
-    d.mkdir(exist_ok=True)
-    (d / "config.json").write_text(json.dumps(cfg))
-    return d
-
-
 @pytest.mark.parametrize("memory, framework", [(1.2, "megatron"), (80, None)])
 def test_the_best_point_of_the_grid_of_a_mixture_of_experts(tmp_path, memory, framework):
     """The same with experts: the grid holds the experts spread over the
     tensor-parallel devices too (etp=1), each estimate is the plan's own
     figures, and the search's answer the best point."""
-    s, g, model, blocks = _setup(tiny_mixtral(tmp_path), 4, 8, 2048, memory, framework)
+    s, g, model, blocks = _setup(tiny_llama(tmp_path, base="mixtral-8x7b"), 4, 8, 2048, memory, framework)
     found, costing = _searched(s, g, model, blocks, 4)
     best, costs = _brute_force(s, g, model, blocks, 4)
     assert found.best is not None and found.best == best[3] and found.cost == best[0]
