@@ -475,3 +475,13 @@ def test_the_published_table_is_what_the_benchmark_prints():
     shown = [line.removeprefix("- ") for line in page[start:start + len(printed) + 1] if line.strip()]
     assert shown == printed, "docs/frameworks.md's published table is stale: run " \
                              "`python benchmarks/published.py --markdown`"
+
+
+def test_the_family_count_the_front_pages_give_is_the_tools():
+    """The README and docs/llm.md say how many Hugging Face families the
+    tool reads: the number models.hf_config.FAMILIES holds."""
+    from models.hf_config import FAMILIES
+
+    for page in ("README.md", "docs/llm.md"):
+        said = {int(n) for n in re.findall(r"(\d+) families", (ROOT / page).read_text())}
+        assert said == {len(FAMILIES)}, (page, said)
