@@ -459,9 +459,10 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
         times.append(t)
     run = schedule.time(times, m, share)
     if cluster.realistic:  # the gradients overlap the last micro-batch's backward pass (their overlapped share)
-        fw, o0 = model.framework, cluster.overlap  # a framework's own share where the stage shards its gradients
-        sync = max((1.0 - o) * s.sync + max(o * s.sync - 2.0 * s.time / 3.0, 0.0) for s, o in ((s, o0 if fw is None
-                   or fw.sharded_overlap is None else fw.overlap_of(o0, s.result.sharded_gradients)) for s in stages))
+        from cost.rules import overlap_share  # a framework's own share where a stage shards its gradients
+
+        shares = [overlap_share(model, s.result.sharded_gradients) for s in stages]
+        sync = max((1.0 - o) * s.sync + max(o * s.sync - 2.0 * s.time / 3.0, 0.0) for s, o in zip(stages, shares))
     else:
         sync = max(s.sync for s in stages)
     return Pipeline(pp, m, micro, schedule, tuple(stages), run + sync, sync, schedule.bubble(times, m, share), bound)

@@ -138,8 +138,9 @@ class _Layout:
         group = [("block", c.block) if c.block is not None else ("op", v) for v, c in enumerate(ctx)]
         edges = [(u, v, o, e, z) for (u, v, o, _), e, z in zip(edges, edge_class, sizes)]
         self.chain = chain
-        # layers per block (pipeline.block_layers), read once: the stages' split asks it at every point
-        self.layers = len({ops[i].name.split("/", 1)[0] for i in chain.block(0)}) if chain is not None else 1
+        from pipeline import block_layers
+
+        self.layers = block_layers(g, chain) if chain is not None else 1  # read once: every point's split asks it
         if blocks is not None and (chain is None or chain.count != 3 or blocks < 3):
             raise ValueError("the model's first layers are not three blocks")
         if blocks is not None:  # the blocks beyond the second and before the last, added

@@ -128,6 +128,7 @@ def structures(g, p: int, batch: int, node: int, blocks: int, framework=None):
               default=0)
     experts = max((op.space[op.dims.index(expert)] for op in operators(g) if expert and expert in op.dims),
                   default=0)
+    chunkings = {pp: _chunkings(blocks, pp, framework, layers) for pp in _divisors(p) if 1 < pp <= blocks}
     for tp in _divisors(p):
         if tp > node:
             break
@@ -157,7 +158,7 @@ def structures(g, p: int, batch: int, node: int, blocks: int, framework=None):
                             yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, etp=etp, sp=sp, pp=pp, microbatch=micro)
                             if (batch // (dp * micro)) % pp:  # interleaved: micro-batches in groups of the stages
                                 continue
-                            for v in _chunkings(blocks, pp, framework, layers):
+                            for v in chunkings[pp]:
                                 yield Standard(tp=tp, dp=dp, cp=cp, ep=ep, etp=etp, sp=sp, pp=pp, microbatch=micro,
                                                schedule="interleaved", chunks=v)
 

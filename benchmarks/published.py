@@ -198,30 +198,31 @@ def bridge(tmp: Path):
     for values in data["rows"]:
         r = dict(zip(data["columns"], values))
         flags = ["--float8"] * r["float8"] + ["--tp-overlap"] * r["tp_overlap"]
-        res = run("-g", bridge_model(tmp, data, r["model"]), "-p", r["gpus"], "-b", r["batch"], "--seq", r["seq"],
-                  "--device", r["device"], "--framework", "megatron", "--plan", r["plan"], *flags)
-        yield row("Megatron Bridge", r["label"], "tokens/s per GPU", r["tokens_per_s"],
-                  r["batch"] * r["seq"] / res.step_seconds / r["gpus"], "{:,.0f}")
-        cap = res.cost_model.cluster.device_memory
-        yield row("Megatron Bridge", r["label"], f"peak GB ({cap:g} GB)", cap,
-                  (res.memory_bytes + sum(res.beyond_tensors)) / 1e9, "{:.1f}", bound=True)
+        yield from _megatron_run(tmp, data, r, "Megatron Bridge", r["label"], r["tokens_per_s"], flags)
 
 
 def modelzoo(tmp: Path):
     """The Megatron-MoE Model Zoo's Qwen3-235B-A22B runs: tokens/s per GPU
     from their step seconds, and the peak within the device."""
     data = json.loads((DATA / "megatron_moe_modelzoo.json").read_text())
-    source = "Megatron-MoE Model Zoo"
     for values in data["rows"]:
         r = dict(zip(data["columns"], values))
-        res = run("-g", bridge_model(tmp, data, r["model"]), "-p", r["gpus"], "-b", r["batch"], "--seq", r["seq"],
-                  "--device", r["device"], "--framework", "megatron", "--plan", r["plan"])
         label = f"{data['models'][r['model']]['name']}, {r['gpus']} GPUs, {r['label']}"
-        tokens = r["batch"] * r["seq"] / r["gpus"]
-        yield row(source, label, "tokens/s per GPU", tokens / r["step_seconds"], tokens / res.step_seconds, "{:,.0f}")
-        cap = res.cost_model.cluster.device_memory
-        yield row(source, label, f"peak GB ({cap:g} GB)", cap, (res.memory_bytes + sum(res.beyond_tensors)) / 1e9,
-                  "{:.1f}", bound=True)
+        yield from _megatron_run(tmp, data, r, "Megatron-MoE Model Zoo", label,
+                                 r["batch"] * r["seq"] / r["gpus"] / r["step_seconds"])
+
+
+def _megatron_run(tmp: Path, data: dict, r: dict, source: str, label: str, tokens_per_s: float, flags=()):
+    """A published Megatron-LM run ``r`` of the table ``data``, costed under
+    ``--framework megatron``: its tokens/s per GPU against the published
+    ``tokens_per_s``, and its peak within the device it ran on."""
+    res = run("-g", bridge_model(tmp, data, r["model"]), "-p", r["gpus"], "-b", r["batch"], "--seq", r["seq"],
+              "--device", r["device"], "--framework", "megatron", "--plan", r["plan"], *flags)
+    yield row(source, label, "tokens/s per GPU", tokens_per_s, r["batch"] * r["seq"] / res.step_seconds / r["gpus"],
+              "{:,.0f}")
+    cap = res.cost_model.cluster.device_memory
+    yield row(source, label, f"peak GB ({cap:g} GB)", cap, (res.memory_bytes + sum(res.beyond_tensors)) / 1e9,
+              "{:.1f}", bound=True)
 
 
 def bridge_model(tmp: Path, data: dict, key: str) -> Path:

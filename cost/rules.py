@@ -204,16 +204,15 @@ class CostModel:
         return f"embedding = {compute}, gradient = {sync}{rows}"
 
 
-def overlap_share(work, model: CostModel) -> float:
-    """The share of ``work``'s gradient collectives and weight gathers that
-    may run under computation: the cluster's ``overlap``, or, where the
-    framework overlaps sharded states whatever it is told (its
-    ``sharded_overlap``: Megatron-FSDP), that share for an operator whose
-    gradients are reduce-scattered or weights gathered (ZeRO 2 and 3)."""
+def overlap_share(model: CostModel, sharded: bool) -> float:
+    """The share of gradient collectives and weight gathers that may run
+    under computation: the cluster's ``overlap``, or, where the framework
+    overlaps sharded states whatever it is told (its ``sharded_overlap``:
+    Megatron-FSDP), that share for gradients that are ``sharded`` (ZeRO 2
+    and 3: an operator's ``Work.sharded``, a stage's
+    ``Result.sharded_gradients``)."""
     fw = model.framework
-    if fw is None or fw.sharded_overlap is None:
-        return model.cluster.overlap
-    return fw.overlap_of(model.cluster.overlap, work.sharded)
+    return model.cluster.overlap if fw is None else fw.overlap_of(model.cluster.overlap, sharded)
 
 
 def check_procs(p) -> int:

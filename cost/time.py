@@ -231,11 +231,11 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
         compute = work.compute if not work.replays else work.compute + work.replays * work.forward
         return compute, np.zeros(len(C)) if comm is None else comm
     t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step = _real_parts(work, C, model, op)
-    o = overlap_share(work, model)
+    o = overlap_share(model, work.sharded)
     exposed = _exposed(overlapped_bwd, t_bwd, o) + _exposed(gathers, t_fwd, o)
     if inputs is not None:  # inputs gathered again, under the backward pass
         exposed = exposed + _exposed(inputs, t_bwd, 1.0)
-    exposed = exposed + _contention(work, model, overlapped_bwd, t_bwd) + _contention(work, model, gathers, t_fwd)
+    exposed = exposed + _contention(model, o, overlapped_bwd, t_bwd) + _contention(model, o, gathers, t_fwd)
     K = len(C)
     compute = t_fwd * (1.0 + work.replays) + t_bwd
     if step is not None:
@@ -243,13 +243,14 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
     return np.broadcast_to(compute, (K,)), np.broadcast_to(blocking + exposed, (K,))
 
 
-def _contention(work: Work, model: CostModel, overlapped, window):
+def _contention(model: CostModel, share: float, overlapped, window):
     """The computation a framework's collectives slow down while they run
-    under it: ``contention`` times the part of them that overlaps."""
+    under it: ``contention`` times the part of them that overlaps (their
+    ``share`` that may)."""
     fw = model.framework
     if fw is None or not fw.contention:
         return 0.0
-    return fw.contention * np.minimum(overlap_share(work, model) * overlapped, window)
+    return fw.contention * np.minimum(share * overlapped, window)
 
 
 def pass_times(work: Work, C: Extents, model: CostModel, op: Operator):
@@ -505,11 +506,11 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator):
         compute = work.compute if not work.replays else work.compute + work.replays * work.forward
         return np.broadcast_to(compute, (K,)), np.broadcast_to(comm, (K,)), np.broadcast_to(sync, (K,))
     t_fwd, t_bwd, blocking, gathers, sync, _, inputs, step = _real_parts(work, C, model, op)
-    o = overlap_share(work, model)
+    o = overlap_share(model, work.sharded)
     exposed = _exposed(gathers, t_bwd, o) + _exposed(gathers, t_fwd, o)
     if inputs is not None:  # inputs gathered again, under the backward pass
         exposed = exposed + _exposed(inputs, t_bwd, 1.0)
-    exposed = exposed + _contention(work, model, gathers, t_bwd) + _contention(work, model, gathers, t_fwd)
+    exposed = exposed + _contention(model, o, gathers, t_bwd) + _contention(model, o, gathers, t_fwd)
     compute = t_fwd * (1.0 + work.replays) + t_bwd
     if step is not None:  # once per step: a micro-batch's share of it
         compute = compute + step / float(model.micro_batches or 1)

@@ -156,15 +156,18 @@ def _schedule_run(name: str, t, m: int, v: int, target: float):
     return times, interval, note
 
 
-def _reductions(pipe, cl, run: float, fw=None) -> list[list[Box]]:
+def _reductions(pipe, model, run: float) -> list[list[Box]]:
     """Each stage's gradients' reduction after the last backward pass, as
-    ``pipeline.assemble`` prices it (``fw``: the framework, whose share of
-    sharded gradients overlapped may differ from the cluster's)."""
+    ``pipeline.assemble`` prices it (its overlapped share
+    :func:`cost.rules.overlap_share`)."""
+    from cost.rules import overlap_share
+
+    cl = model.cluster
     out = []
     for s in pipe.stages:
         sync, t = cl.seconds(s.sync), cl.seconds(s.time)
         if cl.realistic:
-            o = cl.overlap if fw is None else fw.overlap_of(cl.overlap, s.result.sharded_gradients)
+            o = overlap_share(model, s.result.sharded_gradients)
             hidden = min(o * sync, BACKWARD * t)
             exposed = (1.0 - o) * sync + max(o * sync - BACKWARD * t, 0.0)
         else:
@@ -195,7 +198,7 @@ def timeline(result, name: str = "") -> Timeline:
     run = cl.seconds(pipe.step - pipe.sync)
     times, interval, note = _schedule_run(pipe.schedule.name, t, m, v, run)
     lanes = []
-    reductions = _reductions(pipe, cl, run, result.cost_model.framework)
+    reductions = _reductions(pipe, result.cost_model, run)
     for s, reduction in zip(pipe.stages, reductions):
         send = cl.seconds(s.p2p) / (2.0 * v)  # the activations forward, their gradients back
         boxes = [Box("forward" if kind == "F" else "backward", a, b, k, c, min(send, b - a))
