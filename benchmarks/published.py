@@ -45,11 +45,15 @@ framework that ran it):
   estimators** (``zero``): model states per device, without a framework and
   with ``--framework deepspeed``.
 
-The constants fitted on published rows are the torchtitan profiles',
-on two rows marked "fitted": ``overhead`` (time) and ``reserve``
-(memory) on December 2024's FSDP + torch.compile on 8 GPUs, and Ampere's
-``overhead`` on spring 2024's Llama 3 8B on 64 A100s (selective op).
-Every other row is held out.
+The constants fitted on published rows, on the rows marked "fitted":
+the torchtitan profiles' ``overhead`` (time) and ``reserve`` (memory) on
+December 2024's FSDP + torch.compile on 8 GPUs, and Ampere's
+``overhead`` on spring 2024's Llama 3 8B on 64 A100s (selective op); the
+Megatron profile's Blackwell ``overhead`` on Megatron Bridge 25.11's
+Llama 3 8B on 8 B200s.  Every other row is held out.  Megatron Bridge's
+and the Model Zoo's runs are costed with the settings their recipes ran
+with (each table's ``flags``: Bridge's bf16 gradients, both sources'
+overlapped gradient reductions).
 """
 
 from __future__ import annotations
@@ -215,11 +219,14 @@ def modelzoo(tmp: Path):
 def _megatron_run(tmp: Path, data: dict, r: dict, source: str, label: str, tokens_per_s: float, flags=()):
     """A published Megatron-LM run ``r`` of the table ``data``, costed under
     ``--framework megatron``: its tokens/s per GPU against the published
-    ``tokens_per_s``, and its peak within the device it ran on."""
+    ``tokens_per_s``, and its peak within the device it ran on; with the
+    table's ``flags`` (the settings its recipes ran with: ``flags_why``)."""
+    from frameworks import known
+
     res = run("-g", bridge_model(tmp, data, r["model"]), "-p", r["gpus"], "-b", r["batch"], "--seq", r["seq"],
-              "--device", r["device"], "--framework", "megatron", "--plan", r["plan"], *flags)
+              "--device", r["device"], "--framework", "megatron", "--plan", r["plan"], *flags, *data.get("flags", ()))
     yield row(source, label, "tokens/s per GPU", tokens_per_s, r["batch"] * r["seq"] / res.step_seconds / r["gpus"],
-              "{:,.0f}")
+              "{:,.0f}", f"{source}: {label}" in known("megatron").fitted)
     cap = res.cost_model.cluster.device_memory
     yield row(source, label, f"peak GB ({cap:g} GB)", cap, (res.memory_bytes + sum(res.beyond_tensors)) / 1e9,
               "{:.1f}", bound=True)
