@@ -133,8 +133,11 @@ _RUN = (
     Setting("tp_overlap", ("--tp-overlap",), "switch", "with --framework megatron or torchtitan: a matrix "
             "product's tensor-parallel collectives run piece by piece under it (Megatron-LM's --tp-comm-overlap, "
             "torchtitan's asynchronous tensor parallelism, which needs --compile) (default: they block)", False),
+    Setting("deepep", ("--deepep",), "switch", "with --framework megatron: a mixture of experts sends its tokens "
+            "through DeepEP (--moe-flex-dispatcher-backend deepep): a token crosses once to each other node that "
+            "holds one of its experts, and is forwarded inside it (default: an all-to-all of every copy)", False),
     Setting("cluster", ("--cluster",), "path", "a cluster file (JSON or TOML) with any of "
-            f"{', '.join(CLUSTER_FIELDS)}, and framework, compile, float8, tp_overlap; flags override it",
+            f"{', '.join(CLUSTER_FIELDS)}, and framework, compile, float8, tp_overlap, deepep; flags override it",
             metavar="FILE"),
     Setting("algo", ("--algo",), "count", "search order: 0 GENERATESEQ, 1 breadth-first (default: 0)", 0,
             choices=(0, 1)),

@@ -53,7 +53,7 @@ Megatron profile's Blackwell ``overhead`` on Megatron Bridge 25.11's
 Llama 3 8B on 8 B200s.  Every other row is held out.  Megatron Bridge's
 and the Model Zoo's runs are costed with the settings their recipes ran
 with (each table's ``flags``: Bridge's bf16 gradients, both sources'
-overlapped gradient reductions).
+overlapped gradient reductions, the Model Zoo's DeepEP dispatch).
 """
 
 from __future__ import annotations

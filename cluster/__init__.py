@@ -445,11 +445,22 @@ class Cluster:
                                                                               self.step_cost)
         return np.where(q > 1, word * words + times * step, 0.0)
 
-    def alltoall(self, words, C, letters: str):
+    def alltoall(self, words, C, letters: str, once: tuple = ()):
         """All-to-all among the ``q = C[letters]`` devices that split
         ``letters``: each sends ``words`` spread evenly over the group,
         ``(q_in - 1)/q`` of them inside its node and ``(q - q_in)/q`` to the
-        other nodes, on the link each crosses; one step per level."""
+        other nodes, on the link each crosses; one step per level.
+
+        With ``once`` ``(k, E)`` (DeepEP's dispatch and combine), the words
+        are tokens' copies to ``k`` distinct of ``E`` experts spread evenly
+        over the group, ``E / q_out`` on each of its ``q_out`` nodes; a
+        token crosses to each other node that holds any of its experts
+        once, with the chance ``1 - C(E - E/q_out, k) / C(E, k)`` (the
+        experts chosen alike, as forced balance makes them), and that node
+        forwards the copies for its other devices inside it: between
+        nodes ``words / k x (q_out - 1) x`` that chance, inside the node
+        the copies for the node's own other devices and the forwarded
+        ``(q - q_in)/q x (q_in - 1)/q_in`` of ``words``."""
         import numpy as np  # here, so that importing the cluster stays light
 
         q = C[letters]
@@ -457,8 +468,18 @@ class Cluster:
             return np.where(q > 1, self.word * words * (q - 1.0) / q + self.step_cost, 0.0)
         q_out = self.across(C, letters)
         q_in = q / q_out
-        inside = self.word * words * (q_in - 1.0) / q + np.where(q_in > 1, self.step_cost, 0.0)
-        between = self.inter_word * words * (q - q_in) / q + np.where(q_out > 1, self.inter_step_cost, 0.0)
+        inside_words = words * (q_in - 1.0) / q
+        between_words = words * (q - q_in) / q
+        if once:
+            k, experts = once
+            held = experts / q_out  # experts on each node of the group
+            missed = np.ones_like(held, dtype=float)  # the chance a node holds none of a token's k experts
+            for i in range(int(k)):
+                missed = missed * np.clip((experts - held - i) / (experts - i), 0.0, None)
+            between_words = words / k * (q_out - 1.0) * (1.0 - missed)
+            inside_words = inside_words + words * (q - q_in) / q * (q_in - 1.0) / q_in
+        inside = self.word * inside_words + np.where(q_in > 1, self.step_cost, 0.0)
+        between = self.inter_word * between_words + np.where(q_out > 1, self.inter_step_cost, 0.0)
         return np.where(q > 1, inside + between, 0.0)
 
     def redistribute(self, words, cross=None, times=1):

@@ -30,7 +30,7 @@ from errors import InputError, SettingError, shown
 __all__ = ["check_fields", "read_cluster_file", "record", "resolve", "RUN_KEYS"]
 
 #: what a cluster file may say beside the cluster's fields: the framework running on it
-RUN_KEYS = ("framework", "compile", "float8", "tp_overlap")
+RUN_KEYS = ("framework", "compile", "float8", "tp_overlap", "deepep")
 
 MAX_FILE_BYTES = 1 << 20
 #: what each kind of declared field holds, as a file's value

@@ -95,7 +95,7 @@ def collective_cost(c: Comm, C: Extents, net: Cluster, latency_scale=None):
     if c.pattern == "send":
         return net.send(c.words, C, c.letters, times=c.rounds)
     if c.pattern == "alltoall":
-        return net.alltoall(c.words, C, c.letters)
+        return net.alltoall(c.words, C, c.letters, once=c.once)
     return np.minimum(*[collective_cost(o, C, net, latency_scale) for o in c.options])  # the cheapest
 
 

@@ -130,6 +130,11 @@ class Framework:
     (``""``: none; ``--tp-overlap`` turns it on, :func:`cost.tables.tp_room`),
     and ``tp_overlap_compiled`` whether that needs ``torch.compile``.
 
+    Experts: ``deepep_by`` the framework's switch that sends a mixture of
+    experts' tokens through DeepEP (``""``: none; ``--deepep`` turns it on):
+    a token crosses once to each other node that holds one of its experts,
+    where the all-to-all sends each of its copies (:meth:`cluster.Cluster.alltoall`).
+
     ZeRO: ``zero_stages`` the stages the framework runs (what ``--search
     standard`` tries), ``pipeline_zero_stages`` those it runs beside
     pipeline stages.
@@ -190,6 +195,7 @@ class Framework:
     grad_buffer: bool = False
     tp_overlap_by: str = ""
     tp_overlap_compiled: bool = False
+    deepep_by: str = ""
     attention_kernel: str = ""
     compiled_loss: tuple[float, float] | None = None
     compiled_loss_passes: tuple[float, float] | None = None
@@ -204,6 +210,7 @@ class Framework:
     float8: bool = False
     sp: bool = False
     tp_overlap: bool = False
+    deepep: bool = False
     supplied: tuple[str, ...] = ()  # the cluster fields left to defaults in the run (planning.framework_cluster)
 
     def runs_experts(self, std, zero: int | None = None) -> bool:
@@ -246,9 +253,10 @@ class Framework:
             raise ValueError(f"{self.name}: compiled_loss and compiled_loss_passes go together")
 
     def run(self, *, compiled: bool = False, float8: bool = False, sp: bool = False,
-            tp_overlap: bool = False) -> "Framework":
+            tp_overlap: bool = False, deepep: bool = False) -> "Framework":
         """The profile with what a run turns on."""
-        return replace(self, compiled=bool(compiled), float8=bool(float8), sp=bool(sp), tp_overlap=bool(tp_overlap))
+        return replace(self, compiled=bool(compiled), float8=bool(float8), sp=bool(sp), tp_overlap=bool(tp_overlap),
+                       deepep=bool(deepep))
 
     def on_device(self, device: str | None) -> "Framework":
         """The profile on the device preset ``device``: its ``overhead`` the
@@ -314,6 +322,8 @@ class Framework:
         if self.tp_overlap:
             how.append("tensor-parallel collectives overlapped" if self.sp else
                        "no tensor-parallel overlap without sequence parallelism")
+        if self.deepep:
+            how.append("DeepEP dispatch")
         if (self.attention_kernel and cluster is not None and "attention_eff" in self.supplied
                 and attention_share(self.attention_kernel, cluster.device) is not None):
             how.append(ATTENTION_KERNELS[self.attention_kernel].title)

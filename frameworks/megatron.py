@@ -100,6 +100,10 @@ MEGATRON = register(Framework(
     # column-parallel product and the reduce-scatter after a row-parallel one split into pieces run beside the
     # product's pieces (megatron/core/extensions/transformer_engine.py, ub_overlap_ag / ub_overlap_rs)
     tp_overlap_by="--tp-comm-overlap",
+    # --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep (megatron/core/transformer/moe/
+    # token_dispatcher.py, MoEFlexTokenDispatcher): DeepEP's internode kernels send a token once to each node
+    # holding one of its experts (RDMA) and forward it inside the node (NVLink)
+    deepep_by="--moe-flex-dispatcher-backend deepep",
     # PyTorch's caching allocator as torchtitan's benchmark shows it (frameworks/torchtitan.py, fitted there):
     # the same allocator under Megatron-LM
     reserve=0.104,

@@ -21,7 +21,7 @@ def framework_for(s, recorded: dict, cluster, file: dict):
     import frameworks
 
     rec = recorded.get("framework") if isinstance(recorded.get("framework"), dict) else {}
-    for key in ("compiled", "float8", "sp", "tp_overlap"):  # a plan file's switches
+    for key in ("compiled", "float8", "sp", "tp_overlap", "deepep"):  # a plan file's switches
         if key in rec and not isinstance(rec[key], bool):
             raise InputError(f"--evaluate: {s.evaluate}: framework.{key} must be true or false, got "
                              f"{rec[key]!r}")
@@ -35,8 +35,10 @@ def framework_for(s, recorded: dict, cluster, file: dict):
     compiled = bool(s.compile or file.get("compile") or rec.get("compiled"))
     float8 = bool(s.float8 or file.get("float8") or rec.get("float8"))
     overlap = bool(s.tp_overlap or file.get("tp_overlap") or rec.get("tp_overlap"))
+    deepep = bool(s.deepep or file.get("deepep") or rec.get("deepep"))
     try:  # sequence parallelism as the plan file recorded it (a --plan sets its own)
-        fw = frameworks.resolve(name, compiled=compiled, float8=float8, sp=bool(rec.get("sp")), tp_overlap=overlap)
+        fw = frameworks.resolve(name, compiled=compiled, float8=float8, sp=bool(rec.get("sp")), tp_overlap=overlap,
+                                deepep=deepep)
     except SettingError as e:
         raise InputError(f"--evaluate: {s.evaluate}: {e}") from None
     if overlap:
@@ -53,6 +55,8 @@ def framework_for(s, recorded: dict, cluster, file: dict):
             raise SettingError("tp_overlap", "overlaps the all-gathers and reduce-scatters of sequence "
                                              "parallelism: give a plan with it (--plan ...,sp=1), --search standard "
                                              "or --evaluate a plan file")
+    if deepep and (fw is None or not fw.deepep_by):
+        raise SettingError("deepep", "needs --framework megatron (--moe-flex-dispatcher-backend deepep)")
     if fw is None and compiled:
         raise SettingError("compile", "needs --framework torchtitan or deepspeed (torch.compile of their eager "
                                       "kernels)")

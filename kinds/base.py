@@ -205,7 +205,10 @@ class Comm:
     ending with its share), or ``send`` (each device sends ``words`` to the
     others of the group, in ``rounds`` rounds), ``alltoall`` (each device
     sends ``words`` spread evenly over the group, itself included: a share
-    ``(q - 1) / q`` leaves it); ``cheapest``: whichever of
+    ``(q - 1) / q`` leaves it; with ``once`` ``(k, experts)``: the words
+    are tokens' copies to ``k`` of ``experts`` experts spread over the
+    group, and a token crosses to another node once, however many of its
+    experts the node holds: DeepEP's dispatch); ``cheapest``: whichever of
     ``options`` costs less.  The group is the devices that differ from one
     another only in the coordinates of ``letters``.  ``words``: elements per
     device, a vector over the configurations (K,) or a number; ``count``:
@@ -219,6 +222,7 @@ class Comm:
     count: float = 1.0
     rounds: object = 1
     options: tuple = ()
+    once: tuple = ()
 
     def __post_init__(self):
         if self.role not in COMM_ROLES:

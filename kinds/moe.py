@@ -102,6 +102,16 @@ def _exchange(op, D, C, k: int):
     return k * tokens, tokens
 
 
+def _alltoall(copies, k: int, experts: int, rules) -> Comm:
+    """The all-to-all of a device's ``copies`` (each token's ``k``, to
+    ``k`` of ``experts`` experts), forward and backward: each copy
+    separately, or, where the framework runs DeepEP (its ``deepep``), each
+    token once to each other node holding one of its experts."""
+    fw = getattr(rules, "framework", None)
+    once = (k, experts) if fw is not None and fw.deepep else ()
+    return Comm("exchange", "alltoall", copies, "x", count=2.0, once=once)
+
+
 @register
 @dataclass(frozen=True)
 class Dispatch(Kind):
@@ -129,7 +139,7 @@ class Dispatch(Kind):
 
     def work(self, op, D, C, rules):
         copies, tokens = _exchange(op, D, C, self.k)
-        return Work(2.0 * copies, forward=copies, comms=(Comm("exchange", "alltoall", copies, "x", count=2.0),),
+        return Work(2.0 * copies, forward=copies, comms=(_alltoall(copies, self.k, self.experts, rules),),
                     moved=tokens + copies, moved_back=2.0 * copies)
 
     def never_split(self, op):
@@ -170,6 +180,7 @@ class Combine(Kind):
 
     def work(self, op, D, C, rules):
         copies, tokens = _exchange(op, D, C, self.k)
-        return Work(6.0 * copies, forward=2.0 * copies, comms=(Comm("exchange", "alltoall", copies, "x", count=2.0),),
+        comms = (_alltoall(copies, self.k, self.experts, rules),)
+        return Work(6.0 * copies, forward=2.0 * copies, comms=comms,
                     moved=2.0 * copies + tokens, moved_back=3.0 * copies)
 

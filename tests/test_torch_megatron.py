@@ -235,6 +235,20 @@ def test_experts_with_tensor_and_sequence_parallelism():
     assert (cfg.tensor_model_parallel_size, cfg.expert_model_parallel_size, cfg.sequence_parallel) == (2, 8, True)
     # no flag for it: Megatron's default, the tensor-parallel size, splits each expert by tp as the plan costs it
     assert cfg.expert_tensor_parallel_size == 2
+    # the experts' products grouped and the tokens sent all-to-all, as the plan costs them (not the default
+    # dispatcher, which all-gathers them)
+    assert cfg.moe_grouped_gemm is True and cfg.moe_token_dispatcher_type == "alltoall"
+
+
+def test_experts_dispatched_through_deepep():
+    """A plan costed with --deepep: Megatron Core's flex dispatcher with
+    its DeepEP backend, which its config accepts."""
+    text = _render(MIXTRAL, 64, batch=256, seq=4096, device="h100", framework="megatron", deepep=True,
+                   plan="tp=2,ep=8,sp=1,zero=1")
+    cfg, _, _ = _megatron(text, 32, heads=32, hidden=4096, num_moe_experts=8, moe_router_topk=2,
+                          add_bias_linear=False)
+    assert (cfg.moe_token_dispatcher_type, cfg.moe_flex_dispatcher_backend) == ("flex", "deepep")
+    assert cfg.moe_grouped_gemm is True and cfg.moe_enable_deepep is False  # the backend's flag, not the old switch
 
 
 def test_megatron_fsdp(tmp_path):

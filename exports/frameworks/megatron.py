@@ -17,7 +17,12 @@ the experts' tensor-parallel degree is not ``tp``: parallel folding),
 uniform --recompute-num-layers 1``: every layer recomputed),
 ``--use-distributed-optimizer``, ``--num-layers-per-virtual-pipeline-stage``,
 ``--pipeline-model-parallel-layout``, ``--bf16``, ``--fp16``,
-``--tp-comm-overlap`` (a plan costed with ``--tp-overlap``), and
+``--tp-comm-overlap`` (a plan costed with ``--tp-overlap``), for a
+mixture of experts ``--moe-grouped-gemm`` (the experts' products batched,
+as the plan costs them) and ``--moe-token-dispatcher-type alltoall`` (or
+``flex`` with ``--moe-flex-dispatcher-backend deepep``, a plan costed with
+``--deepep``; Megatron Core's default, ``allgather``, moves the tokens
+otherwise than the plan costs), and
 Megatron-FSDP's ``--use-megatron-fsdp --data-parallel-sharding-strategy``
 (releases before it named the switch ``--use-custom-fsdp``).
 
@@ -111,6 +116,12 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     fw = plan.framework
     if fw is not None and fw.tp_overlap and std.tp > 1 and std.sp:  # costed with the collectives pipelined
         args.append("--tp-comm-overlap")  # under the products (which needs sequence parallelism)
+    if _has_experts(plan.graph):  # the experts as the plan costs them: one grouped product, tokens sent all-to-all
+        args.append("--moe-grouped-gemm")
+        if fw is not None and fw.deepep:  # or through DeepEP, each token once to each node holding its experts
+            args += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]
+        else:  # (Megatron Core's default dispatcher all-gathers the tokens instead)
+            args.append("--moe-token-dispatcher-type alltoall")
     if fw is not None and fw.float8:  # the linear layers in FP8 through Transformer Engine
         args += ["--fp8-format hybrid", "--fp8-amax-history-len 1024", "--fp8-amax-compute-algo max"]
     notes = [f"the data-parallel degree, {std.dp}, is what the world size of {plan.procs} leaves: "
