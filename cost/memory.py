@@ -67,6 +67,9 @@ def as_kept(op: Operator, C: Extents, model: CostModel, fp: Footprint, inside: b
     * a product whose epilogue is an activation keeps the activation's
       input (the product's output) beside its own input when the framework
       says so (Megatron-LM's bias-GeLU: Korthikanti et al.'s ``8 s b h``);
+    * a mixture of experts' combine keeps the routing alone where the
+      framework applies the routing weights in the experts' activation
+      (its ``expert_weights``), not the experts' outputs;
     * an input kept as this device's shard under sequence parallelism
       (:func:`cost.rules.regathered`) counts ``1 / q`` of itself;
     * with Float8, a weighted product of a block holds FP8 copies (a byte
@@ -89,6 +92,8 @@ def as_kept(op: Operator, C: Extents, model: CostModel, fp: Footprint, inside: b
         transient = transient + np.where(split, fw.loss_split[1], held) * logits
     if fw.activation_input and getattr(op.kind, "activation", False):
         acts = acts + b * shard(op.outputs[0], C)
+    if fw.expert_weights == "activation" and op.kind.name == "Combine":  # the weights applied before it
+        acts = acts - shard_bytes(op.inputs[0], C, b)
     for i, letters in regathered(op, C, model):
         t = op.inputs[i]
         acts = acts - shard_bytes(t, C, b) * (1.0 - 1.0 / C[letters])
@@ -151,6 +156,8 @@ def kept_items(op: Operator, C: Extents, model: CostModel, inside: bool = False)
         if origin[0] == "in" and t.role != "weight":
             size = size * fp8
         out.append((origin, size))
+    if fw is not None and fw.expert_weights == "activation" and op.kind.name == "Combine":  # weighted before fc2
+        out = [(origin, size) for origin, size in out if origin != ("in", 0)]
     if fw is not None and fw.activation_input and getattr(op.kind, "activation", False):
         out.append((("act", None), float(b) * shard(op.outputs[0], C)))
     return out

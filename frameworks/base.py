@@ -19,6 +19,7 @@ SEQUENCE_PARALLEL = ("gathered", "shard")
 RINGS = ("", "allgather", "p2p")
 PIPELINE_SPLITS = ("", "embedding_loss")
 EXPERT_RULES = ("", "megatron", "torchtitan")
+EXPERT_WEIGHTS = ("", "activation")
 ARCHITECTURES = ("volta", "ampere", "hopper", "blackwell")  # the device presets' (cluster.presets.Device.arch)
 FLOAT8_GATHERS = ("weights", "inputs")
 
@@ -64,7 +65,11 @@ class Framework:
     of an input that arrives all-gathered from a sequence-parallel region
     (``gathered``, or ``shard``: this device's part, gathered again for the
     backward pass); ``activation_input``: a product's activation keeps its
-    input beside its output; ``selective``: what selective recomputation
+    input beside its output; ``expert_weights``: where a mixture of experts
+    applies each token's routing weights, ``""`` to the experts' outputs as
+    they are combined (the combine keeps them for the weights' gradient) or
+    ``activation`` in the experts' activation (the combine keeps the
+    routing alone); ``selective``: what selective recomputation
     drops (``attention``: the attention core; ``ops``: every operator's
     result but the saved products'); ``loss``: (kept, held beside it at
     its peak) bytes per logit of the loss, and ``loss_split`` the same
@@ -196,6 +201,7 @@ class Framework:
     tp_overlap_by: str = ""
     tp_overlap_compiled: bool = False
     deepep_by: str = ""
+    expert_weights: str = ""
     attention_kernel: str = ""
     compiled_loss: tuple[float, float] | None = None
     compiled_loss_passes: tuple[float, float] | None = None
@@ -237,7 +243,8 @@ class Framework:
             raise ValueError(f"{self.name}: states must give ZeRO stages 0 to 3")
         for field, allowed in (("kernels", KERNELS), ("selective", SELECTIVE),
                                ("sequence_parallel", SEQUENCE_PARALLEL), ("ring", RINGS),
-                               ("pipeline_split", PIPELINE_SPLITS), ("experts", EXPERT_RULES)):
+                               ("pipeline_split", PIPELINE_SPLITS), ("experts", EXPERT_RULES),
+                               ("expert_weights", EXPERT_WEIGHTS)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"{self.name}: {field} must be one of {', '.join(map(repr, allowed))}")
         if self.attention_kernel and self.attention_kernel not in ATTENTION_KERNELS:

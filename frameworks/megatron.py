@@ -42,6 +42,11 @@ MEGATRON = register(Framework(
     # Korthikanti et al. section 4.1 (Table 2's "GeLU input 8sbh"): the bias-GeLU fusion keeps its input for the
     # backward pass (megatron/core/fusions/fused_bias_gelu.py)
     activation_input=True,
+    # Megatron Core's grouped experts multiply each copy by its routing weight in the activation
+    # (megatron/core/transformer/moe/experts.py: weighted_bias_swiglu_impl, activation_func_with_probs; the
+    # activation already keeps its input), and the tokens' unpermutation sums the results unweighted: the combine
+    # keeps no expert output for the weights' gradient
+    expert_weights="activation",
     selective="attention",  # Korthikanti et al. section 5: the attention core (QK^T, softmax, dropout, over V)
     # the vocabulary-parallel cross-entropy runs in fp32 (megatron/core/tensor_parallel/cross_entropy.py: the
     # softmax is kept in fp32 for the backward pass and turned into the gradient in place; the bf16 gradient

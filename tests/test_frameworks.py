@@ -1008,3 +1008,31 @@ def test_a100_overhead_validated():
 
     with pytest.raises(ValueError, match="overhead_by_arch must name some of volta, ampere, hopper, blackwell"):
         replace(FRAMEWORKS["torchtitan"], overhead_by_arch=(("Ampere", 0.1),))
+
+
+def test_megatron_weights_the_experts_in_their_activation():
+    """Megatron Core multiplies each routed copy by its routing weight in
+    the experts' activation (weighted SwiGLU), so the tokens' combine keeps
+    the routing alone; torchtitan and DeepSpeed weigh the experts' outputs
+    as they combine them and keep those.  The rest of the layer keeps the
+    same, and full recomputation drops the combine's routing as it dropped
+    the outputs."""
+    from frameworks import FRAMEWORKS
+    from planner import plan as make
+    from settings import Settings
+
+    qwen3 = str(ROOT / "tests" / "data" / "families" / "qwen3_moe" / "config.json")
+
+    def kept(framework, recompute="none"):
+        p = make(Settings(graph=qwen3, procs=8, batch=8, seq=1024, device="h100", framework=framework,
+                          plan=f"ep=8,zero=1,recompute={recompute}"))
+        return {x.name: x.memory[3] for x in p.result.layers}, p
+    mg, _ = kept("megatron")
+    ds, _ = kept("deepspeed")
+    assert FRAMEWORKS["megatron"].expert_weights == "activation" and FRAMEWORKS["deepspeed"].expert_weights == ""
+    tokens, width, k = 1024, 2048, 8  # a device's tokens (one sample of 1,024), Qwen3-MoE's width, top 8
+    assert ds["layer0/mlp/combine"] - mg["layer0/mlp/combine"] == pytest.approx(2 * k * tokens * width, rel=1e-9)
+    assert mg["layer0/mlp/combine"] < 0.01 * ds["layer0/mlp/combine"]
+    assert mg["layer0/mlp/down"] == pytest.approx(ds["layer0/mlp/down"], rel=1e-9)
+    full, _ = kept("megatron", "full")
+    assert full["layer0/mlp/combine"] == 0.0
