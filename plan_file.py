@@ -112,6 +112,7 @@ def record(r: Result) -> dict:
         reserve, outside = r.beyond_tensors
         rec["framework"] = {"name": fw.name, "compiled": fw.compiled, "float8": fw.float8, "sp": fw.sp,
                             "tp_overlap": fw.tp_overlap, "deepep": fw.deepep,
+                            "recompute_modules": list(fw.recompute_modules),
                             "supplied": list(fw.supplied), "reserved": r.reserved_bytes, "outside": outside}
     if r.pipeline is not None:  # the layers are the micro-batch's graph, each on its stage's devices
         rec["pipeline"] = pipeline_record(r.pipeline)

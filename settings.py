@@ -136,8 +136,13 @@ _RUN = (
     Setting("deepep", ("--deepep",), "switch", "with --framework megatron: a mixture of experts sends its tokens "
             "through DeepEP (--moe-flex-dispatcher-backend deepep): a token crosses once to each other node that "
             "holds one of its experts, and is forwarded inside it (default: an all-to-all of every copy)", False),
+    Setting("recompute_modules", ("--recompute-modules",), "name", "with --framework megatron: the modules "
+            "selective recomputation re-runs, comma-separated: core_attn (the attention core), layernorm (the norms "
+            "no linear layer takes in, a mixture of experts' pre-MLP norm), moe_act (the experts' activation), as "
+            "Megatron-LM's --recompute-modules (default: core_attn)", metavar="LIST"),
     Setting("cluster", ("--cluster",), "path", "a cluster file (JSON or TOML) with any of "
-            f"{', '.join(CLUSTER_FIELDS)}, and framework, compile, float8, tp_overlap, deepep; flags override it",
+            f"{', '.join(CLUSTER_FIELDS)}, and framework, compile, float8, tp_overlap, deepep, recompute_modules; "
+            "flags override it",
             metavar="FILE"),
     Setting("algo", ("--algo",), "count", "search order: 0 GENERATESEQ, 1 breadth-first (default: 0)", 0,
             choices=(0, 1)),

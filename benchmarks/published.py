@@ -220,11 +220,13 @@ def _megatron_run(tmp: Path, data: dict, r: dict, source: str, label: str, token
     """A published Megatron-LM run ``r`` of the table ``data``, costed under
     ``--framework megatron``: its tokens/s per GPU against the published
     ``tokens_per_s``, and its peak within the device it ran on; with the
-    table's ``flags`` (the settings its recipes ran with: ``flags_why``)."""
+    table's ``flags`` (the settings its recipes ran with: ``flags_why``)
+    and the row's (``row_flags``)."""
     from frameworks import known
 
     res = run("-g", bridge_model(tmp, data, r["model"]), "-p", r["gpus"], "-b", r["batch"], "--seq", r["seq"],
-              "--device", r["device"], "--framework", "megatron", "--plan", r["plan"], *flags, *data.get("flags", ()))
+              "--device", r["device"], "--framework", "megatron", "--plan", r["plan"], *flags, *data.get("flags", ()),
+              *data.get("row_flags", {}).get(r["label"], ()))
     yield row(source, label, "tokens/s per GPU", tokens_per_s, r["batch"] * r["seq"] / res.step_seconds / r["gpus"],
               "{:,.0f}", f"{source}: {label}" in known("megatron").fitted)
     cap = res.cost_model.cluster.device_memory

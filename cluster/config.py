@@ -13,7 +13,8 @@ A cluster file holds any of :data:`FIELDS`, e.g. (TOML)::
 A strategy file written with ``--output`` records the same fields under
 ``"cluster"``, so it can serve as a cluster file too.  Beside the cluster's
 fields a cluster file may name the training framework that runs on it
-(:data:`RUN_KEYS`: ``framework``, ``compile``, ``float8``, ``tp_overlap``; see
+(:data:`RUN_KEYS`: ``framework``, ``compile``, ``float8``, ``tp_overlap``,
+``deepep``, ``recompute_modules``; see
 ``frameworks/``), which :func:`read_cluster_file` returns with them and the
 planner takes apart.
 """
@@ -30,7 +31,7 @@ from errors import InputError, SettingError, shown
 __all__ = ["check_fields", "read_cluster_file", "record", "resolve", "RUN_KEYS"]
 
 #: what a cluster file may say beside the cluster's fields: the framework running on it
-RUN_KEYS = ("framework", "compile", "float8", "tp_overlap", "deepep")
+RUN_KEYS = ("framework", "compile", "float8", "tp_overlap", "deepep", "recompute_modules")
 
 MAX_FILE_BYTES = 1 << 20
 #: what each kind of declared field holds, as a file's value
@@ -79,13 +80,19 @@ def check_fields(fields: dict, where: str) -> dict:
 
 
 def _run_value(key: str, value, where: str):
-    """A cluster file's framework (a known name, or ``none``) or switch (true or false)."""
+    """A cluster file's framework (a known name, or ``none``), switch (true
+    or false) or modules (``recompute_modules``: a list of names, or
+    comma-separated ones, checked where the framework is resolved)."""
     if key == "framework":
         from frameworks import FRAMEWORKS
 
         if not isinstance(value, str) or value.strip().lower() not in (*FRAMEWORKS, "none"):
             raise InputError(f"{where}: framework must be one of {', '.join(FRAMEWORKS)} or none, got {value!r}")
         return value.strip().lower()
+    if key == "recompute_modules":
+        if isinstance(value, str) or (isinstance(value, list) and all(isinstance(x, str) for x in value)):
+            return value
+        raise InputError(f"{where}: recompute_modules must be a list of module names, got {value!r}")
     if not isinstance(value, bool):
         raise InputError(f"{where}: {key} must be true or false, got {value!r}")
     return value

@@ -69,7 +69,10 @@ class Framework:
     applies each token's routing weights, ``""`` to the experts' outputs as
     they are combined (the combine keeps them for the weights' gradient) or
     ``activation`` in the experts' activation (the combine keeps the
-    routing alone); ``selective``: what selective recomputation
+    routing alone); ``recompute_modules``: the modules its selective
+    recomputation re-runs (:data:`options.base.MODULES`; ``()``: the
+    ``selective`` rule), which ``recompute_modules_by``, its switch, lets a
+    run name (``--recompute-modules``); ``selective``: what selective recomputation
     drops (``attention``: the attention core; ``ops``: every operator's
     result but the saved products'); ``loss``: (kept, held beside it at
     its peak) bytes per logit of the loss, and ``loss_split`` the same
@@ -202,6 +205,8 @@ class Framework:
     tp_overlap_compiled: bool = False
     deepep_by: str = ""
     expert_weights: str = ""
+    recompute_modules: tuple = ()
+    recompute_modules_by: str = ""
     attention_kernel: str = ""
     compiled_loss: tuple[float, float] | None = None
     compiled_loss_passes: tuple[float, float] | None = None
@@ -260,10 +265,12 @@ class Framework:
             raise ValueError(f"{self.name}: compiled_loss and compiled_loss_passes go together")
 
     def run(self, *, compiled: bool = False, float8: bool = False, sp: bool = False,
-            tp_overlap: bool = False, deepep: bool = False) -> "Framework":
-        """The profile with what a run turns on."""
+            tp_overlap: bool = False, deepep: bool = False, recompute_modules: tuple = ()) -> "Framework":
+        """The profile with what a run turns on (``recompute_modules``:
+        the modules its selective recomputation re-runs, ``()``: the
+        profile's)."""
         return replace(self, compiled=bool(compiled), float8=bool(float8), sp=bool(sp), tp_overlap=bool(tp_overlap),
-                       deepep=bool(deepep))
+                       deepep=bool(deepep), recompute_modules=tuple(recompute_modules) or self.recompute_modules)
 
     def on_device(self, device: str | None) -> "Framework":
         """The profile on the device preset ``device``: its ``overhead`` the
@@ -331,6 +338,9 @@ class Framework:
                        "no tensor-parallel overlap without sequence parallelism")
         if self.deepep:
             how.append("DeepEP dispatch")
+        if self.recompute_modules_by and self.recompute_modules != FRAMEWORKS[self.name].recompute_modules:
+            *rest, last = self.recompute_modules
+            how.append(f"selective recomputation of {', '.join(rest) + ' and ' if rest else ''}{last}")
         if (self.attention_kernel and cluster is not None and "attention_eff" in self.supplied
                 and attention_share(self.attention_kernel, cluster.device) is not None):
             how.append(ATTENTION_KERNELS[self.attention_kernel].title)

@@ -48,6 +48,12 @@ MEGATRON = register(Framework(
     # keeps no expert output for the weights' gradient
     expert_weights="activation",
     selective="attention",  # Korthikanti et al. section 5: the attention core (QK^T, softmax, dropout, over V)
+    # --recompute-granularity selective re-runs the modules --recompute-modules names, by default the attention core
+    # (megatron/core/transformer/transformer_config.py: recompute_modules = ["core_attn"]); the layer's norms
+    # (TransformerLayer: input_layernorm and pre_mlp_layernorm where they are no IdentityOp, fused into the next
+    # linear layer) and the experts' activation (experts.py: moe_act, which needs --moe-grouped-gemm) too
+    recompute_modules=("core_attn",),
+    recompute_modules_by="--recompute-modules",
     # the vocabulary-parallel cross-entropy runs in fp32 (megatron/core/tensor_parallel/cross_entropy.py: the
     # softmax is kept in fp32 for the backward pass and turned into the gradient in place; the bf16 gradient
     # handed back is 2 bytes)

@@ -36,9 +36,11 @@ def framework_for(s, recorded: dict, cluster, file: dict):
     float8 = bool(s.float8 or file.get("float8") or rec.get("float8"))
     overlap = bool(s.tp_overlap or file.get("tp_overlap") or rec.get("tp_overlap"))
     deepep = bool(s.deepep or file.get("deepep") or rec.get("deepep"))
+    modules = _modules(s.recompute_modules if s.recompute_modules is not None else
+                       file.get("recompute_modules", rec.get("recompute_modules")))
     try:  # sequence parallelism as the plan file recorded it (a --plan sets its own)
         fw = frameworks.resolve(name, compiled=compiled, float8=float8, sp=bool(rec.get("sp")), tp_overlap=overlap,
-                                deepep=deepep)
+                                deepep=deepep, recompute_modules=modules)
     except SettingError as e:
         raise InputError(f"--evaluate: {s.evaluate}: {e}") from None
     if overlap:
@@ -55,6 +57,8 @@ def framework_for(s, recorded: dict, cluster, file: dict):
             raise SettingError("tp_overlap", "overlaps the all-gathers and reduce-scatters of sequence "
                                              "parallelism: give a plan with it (--plan ...,sp=1), --search standard "
                                              "or --evaluate a plan file")
+    if modules and (fw is None or not fw.recompute_modules_by):
+        raise SettingError("recompute_modules", "needs --framework megatron (its --recompute-modules)")
     if deepep and (fw is None or not fw.deepep_by):
         raise SettingError("deepep", "needs --framework megatron (--moe-flex-dispatcher-backend deepep)")
     if fw is None and compiled:
@@ -69,6 +73,23 @@ def framework_for(s, recorded: dict, cluster, file: dict):
         raise SettingError("float8", "needs a device with an FP8 peak (--device h100, h100-96gb, h100-nvl, h800, "
                                      "h200, b200, or --fp8-flops)")
     return None if fw is None else fw.on_device(cluster.device)
+
+
+def _modules(given) -> tuple:
+    """The modules a run's selective recomputation names: a comma-separated
+    text (a flag) or a list (a file), each one of ``options.base.MODULES``,
+    none twice; ``()`` where none is given (a record's empty list: the
+    profile's own)."""
+    from options.base import MODULES
+
+    if given is None or (isinstance(given, list) and not given):
+        return ()
+    names = [x.strip().lower() for x in given.split(",")] if isinstance(given, str) else given
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(x, str) and x in MODULES
+                                                                     for x in names) or len(set(names)) < len(names):
+        raise SettingError("recompute_modules", f"must name some of {', '.join(MODULES)}, each once, "
+                                                f"comma-separated, got {given!r}")
+    return tuple(names)
 
 
 #: the cluster fields a framework sets by default (:func:`framework_cluster`)

@@ -7,9 +7,17 @@ from dataclasses import dataclass
 
 from errors import InputError
 
-__all__ = ["Option", "OPTIONS", "register", "check_options", "Context", "contexts", "products_of"]
+__all__ = ["Option", "OPTIONS", "register", "check_options", "Context", "contexts", "products_of", "MODULES"]
 
 OPTIONS: dict[str, "Option"] = {}
+
+#: the modules a recomputation of single modules names (Megatron-LM's --recompute-modules): ``core_attn`` the
+#: attention core (the softmax's probabilities: what ``selective`` drops), ``layernorm`` a block's norms of the
+#: residual stream that no product takes in alone (Megatron Core with Transformer Engine fuses a norm read by one
+#: product into it: a mixture of experts' pre-MLP norm, read by the router and the dispatch, stays apart), and
+#: ``moe_act`` the experts' activation
+MODULES = ("core_attn", "layernorm", "moe_act")
+NORMS = ("Norm", "RMSNorm", "RMSNormOver")
 
 
 @dataclass(frozen=True)
@@ -25,7 +33,10 @@ class Context:
     ``products``: for a weighted matrix product of a block, how many
     separate products (:func:`products_of`) the block runs before it, in
     the order of its operators (torchtitan's op-level selective
-    recomputation saves every second one)."""
+    recomputation saves every second one); ``module``: the module of
+    :data:`MODULES` it is, which a recomputation of single modules re-runs
+    (``""``: none), and ``module_drops``: ``(module, origin)`` of what it
+    keeps that such a recomputation drops (a module's output it reads)."""
 
     block: int | None = None
     outside: frozenset = frozenset()
@@ -33,12 +44,15 @@ class Context:
     replays: bool = False
     shared: frozenset = frozenset()
     products: int = 0
+    module: str = ""
+    module_drops: frozenset = frozenset()
 
     @property
     def key(self) -> tuple:
         """What the options' effects depend on (not which block it is):
         operators equal up to names with equal keys have equal arrays."""
-        return (self.block is not None, self.outside, self.drops, self.replays, self.shared, self.products % 2)
+        return (self.block is not None, self.outside, self.drops, self.replays, self.shared, self.products % 2,
+                self.module, self.module_drops)
 
 
 class Option:
@@ -135,6 +149,7 @@ def contexts(g, chains=()) -> list[Context]:
             for w in g.successors(c):
                 if block[w] == block[v] and w not in core:
                     drops[w].update(("in", i) for i, u in enumerate(reads[w]) if u == c)
+    module, mdrops = _modules(g, ops, block, reads)
     before, seen = {}, {}  # products of each block so far; each weighted product's count before it
     for v, op in enumerate(ops):
         if block[v] is not None and products_of(op):
@@ -146,8 +161,40 @@ def contexts(g, chains=()) -> list[Context]:
         outside = frozenset(i for i, u in enumerate(reads[v]) if u is None or block[u] != b) if b is not None \
             else frozenset()
         out.append(Context(b, outside, frozenset(drops[v]), v in replays, frozenset(shared.get(v, ())),
-                           seen.get(v, 0)))
+                           seen.get(v, 0), module.get(v, ""), frozenset(mdrops.get(v, ()))))
     return out
+
+
+def _modules(g, ops, block, reads) -> tuple[dict, dict]:
+    """The operators of each single module (:data:`MODULES` but the
+    attention core) in the blocks, and what their readers in the block
+    keep of them: ``({node: module}, {node: {(module, ("in", i))}})``.
+    A norm of the residual stream: its input written outside the block or
+    by no weighted product, its result read by a weighted product or a
+    dispatch, and not by one weighted product alone; the experts'
+    activation: an element-wise operator over the expert axis."""
+    expert = g.graph.get("roles", {}).get("expert", "")
+    module, mdrops = {}, {}
+    for v, op in enumerate(ops):
+        if block[v] is None:
+            continue
+        name = None
+        if op.kind.name in NORMS:
+            src = reads[v][0]
+            readers = [w for w in g.successors(v) if block[w] == block[v]]
+            stream = src is None or block[src] != block[v] or not products_of(ops[src])
+            feeds = any(products_of(ops[w]) or ops[w].kind.name == "Dispatch" for w in readers)
+            alone = len(readers) == 1 and products_of(ops[readers[0]])
+            name = "layernorm" if stream and feeds and not alone else None
+        elif op.kind.name == "Elementwise" and expert and expert in op.dims:
+            name = "moe_act"
+        if name is None:
+            continue
+        module[v] = name
+        for w in g.successors(v):
+            if block[w] == block[v]:
+                mdrops.setdefault(w, set()).update((name, ("in", i)) for i, u in enumerate(reads[w]) if u == v)
+    return module, mdrops
 
 
 def products_of(op) -> tuple:

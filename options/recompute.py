@@ -13,7 +13,12 @@ Large Transformer Models" (2022):
   and holds the block's activations while it does (a transient, counted in
   the peak, not in what is kept).
 
-A training framework (``frameworks/``) may select otherwise: torchtitan's
+A training framework (``frameworks/``) may select otherwise: Megatron-LM
+recomputes the modules its ``recompute_modules`` name
+(``--recompute-modules``, :data:`options.base.MODULES`; the attention
+core by default): the outputs of the named modules' operators are not
+kept by the operators of the block that read them, and those operators run
+their forward pass again in the backward pass; torchtitan's
 op-level selective checkpointing (``selective = "ops"``) saves the results
 of matrix products, every second one (the first, third, ... separate
 product of a block, :func:`options.base.products_of`), and of fused
@@ -51,7 +56,10 @@ class Recompute(Option):
                 return work
             more = tuple(replace(c, count=c.count * again) for c in work.comms if c.role == "partial sums")
             return replace(work, replays=work.replays + again, comms=work.comms + more)
-        if value == "full" or value == "selective" and context.replays:
+        if value == "full":
+            again = tuple(c for c in work.comms if c.role == "partial sums")
+            return replace(work, replays=work.replays + 1.0, comms=work.comms + again)
+        if value == "selective" and _replays(context, rules):
             again = tuple(c for c in work.comms if c.role == "partial sums")
             return replace(work, replays=work.replays + 1.0, comms=work.comms + again)
         return work
@@ -76,13 +84,40 @@ class Recompute(Option):
         if value == "full":
             drop = [x for origin, x in items if not (origin[0] == "in" and origin[1] in context.outside)]
         else:
-            drop = [x for origin, x in items if origin in context.drops]
+            drops = _drops(context, rules)
+            drop = [x for origin, x in items if origin in drops]
         if not drop:
             return footprint
         if rules.framework is None:
             drop = [shard_bytes(t, C, rules.cluster.word_bytes) for t in drop]
         gone = sum(drop)  # (K,) bytes
         return replace(footprint, activations=footprint.activations - gone, transient=footprint.transient + gone)
+
+
+def _modules(rules):
+    """The modules the framework's selective recomputation re-runs
+    (``None``: the attention core, as the tool's own rule says)."""
+    fw = rules.framework
+    return fw.recompute_modules if fw is not None and fw.recompute_modules else None
+
+
+def _replays(context, rules) -> bool:
+    """Whether an operator runs its forward pass again under selective
+    recomputation: in the attention core, or in a module it names."""
+    mods = _modules(rules)
+    core = context.replays and (mods is None or "core_attn" in mods)
+    return bool(core or (mods is not None and context.module in mods))
+
+
+def _drops(context, rules) -> set:
+    """What selective recomputation drops of an operator's kept tensors:
+    the attention core's probabilities, and the outputs of the modules the
+    framework names."""
+    mods = _modules(rules)
+    out = set(context.drops) if mods is None or "core_attn" in mods else set()
+    if mods is not None:
+        out |= {origin for m, origin in context.module_drops if m in mods}
+    return out
 
 
 def _by_ops(rules) -> bool:

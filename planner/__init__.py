@@ -300,9 +300,8 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
         if model.cluster.realistic:  # a limit of the time model the published runs show
             result = replace(result, notes=result.notes + (
                 "A mixture of experts: the step prices the experts' products and their all-to-all (DeepEP's "
-                "dispatch with --deepep), not a dropless layer's many small kernels or the recomputation of single "
-                "modules; published mixture-of-experts runs are missed widely, in both directions "
-                "(docs/frameworks.md).",))
+                "dispatch with --deepep), not a dropless layer's many small kernels; published mixture-of-experts "
+                "runs are missed widely, in both directions (docs/frameworks.md).",))
     if g.graph.get("notes"):  # what the model itself has to say (a sequence beyond its positions)
         result = replace(result, notes=tuple(g.graph["notes"]) + result.notes)
     if found is not None:

@@ -60,15 +60,16 @@ def _words(text: str) -> list[str]:
 
 def _flags(words: list[str]) -> dict:
     """Flag name (dashes as underscores, no leading ``--``) to its value,
-    ``True`` for a switch."""
+    ``True`` for a switch, a list for a flag of several values
+    (``--recompute-modules layernorm moe_act``, argparse's ``nargs='*'``)."""
     out, i = {}, 0
     while i < len(words):
         assert words[i].startswith("--"), words[i]
-        name = words[i][2:].replace("-", "_")
-        if i + 1 < len(words) and not words[i + 1].startswith("--"):
-            out[name], i = words[i + 1], i + 2
-        else:
-            out[name], i = True, i + 1
+        name, j = words[i][2:].replace("-", "_"), i + 1
+        while j < len(words) and not words[j].startswith("--"):
+            j += 1
+        values = words[i + 1:j]
+        out[name], i = (True if not values else values[0] if len(values) == 1 else values), j
     return out
 
 
@@ -88,6 +89,8 @@ def _fields(cls, flags: dict, used: set) -> dict:
                     value = False  # it (--disable-bias-linear: add_bias_linear)
                 elif value is not True and (kind is int or typing.Optional[int] == kind):
                     value = int(value)
+                elif isinstance(value, str) and "List" in str(kind):  # one value of a list flag
+                    value = [value]
                 kw[f.name] = value
                 used.add(name)
         if f"no_{f.name}" in flags and hints[f.name] is bool:
@@ -238,6 +241,23 @@ def test_experts_with_tensor_and_sequence_parallelism():
     # the experts' products grouped and the tokens sent all-to-all, as the plan costs them (not the default
     # dispatcher, which all-gathers them)
     assert cfg.moe_grouped_gemm is True and cfg.moe_token_dispatcher_type == "alltoall"
+
+
+def test_recomputed_modules():
+    """A plan costed with --recompute-modules: Megatron Core's selective
+    recomputation of those modules, which its config accepts (moe_act
+    beside the grouped products it needs)."""
+    text = _render(MIXTRAL, 64, batch=256, seq=4096, device="h100", framework="megatron",
+                   recompute_modules="layernorm,moe_act", plan="tp=2,ep=8,sp=1,zero=1,recompute=selective")
+    cfg, _, flags = _megatron(text, 32, heads=32, hidden=4096, num_moe_experts=8, moe_router_topk=2,
+                              add_bias_linear=False)
+    assert flags["recompute_modules"] == ["layernorm", "moe_act"]
+    assert cfg.recompute_granularity == "selective" and cfg.recompute_modules == ["layernorm", "moe_act"]
+    plain = _render(MIXTRAL, 64, batch=256, seq=4096, device="h100", framework="megatron",
+                    plan="tp=2,ep=8,sp=1,zero=1,recompute=selective")
+    cfg, _, flags = _megatron(plain, 32, heads=32, hidden=4096, num_moe_experts=8, moe_router_topk=2,
+                              add_bias_linear=False)
+    assert "recompute_modules" not in flags and cfg.recompute_modules == ["core_attn"]  # Megatron's default
 
 
 def test_experts_dispatched_through_deepep():

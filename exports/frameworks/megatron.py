@@ -14,7 +14,9 @@ the experts' tensor-parallel degree is not ``tp``: parallel folding),
 ``--sequence-parallel``,
 ``--micro-batch-size``, ``--global-batch-size``, ``--seq-length``,
 ``--recompute-granularity full|selective`` (full with ``--recompute-method
-uniform --recompute-num-layers 1``: every layer recomputed),
+uniform --recompute-num-layers 1``: every layer recomputed; selective with
+``--recompute-modules`` where the plan was costed with other modules than
+the attention core),
 ``--use-distributed-optimizer``, ``--num-layers-per-virtual-pipeline-stage``,
 ``--pipeline-model-parallel-layout``, ``--bf16``, ``--fp16``,
 ``--tp-comm-overlap`` (a plan costed with ``--tp-overlap``), for a
@@ -105,6 +107,9 @@ def arguments(plan) -> tuple[list[str], list[str]]:
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     elif std.recompute == "selective":
         args.append("--recompute-granularity selective")
+        modules = plan.framework.recompute_modules if plan.framework is not None else ()
+        if modules and modules != ("core_attn",):  # Megatron-LM's default, the attention core, is not written
+            args.append(f"--recompute-modules {' '.join(modules)}")
     if std.zero == 1:
         args.append("--use-distributed-optimizer")
     elif std.zero in (2, 3):
@@ -159,7 +164,7 @@ def render(plan) -> str:
     args, notes = arguments(plan)
     std = plan.standard("megatron")
     head = header_lines(plan, std, FOLLOWS)
-    words = [" ".join(shlex.quote(w) for w in a.split(" ", 1)) for a in args]  # a layout's '|' quoted
+    words = [" ".join(shlex.quote(w) for w in a.split(" ")) for a in args]  # each word, a layout's '|' quoted
     lines = [f"# Megatron-LM arguments: {head[0]}", *[f"# {line}" for line in head[1:] + notes],
              f'# run: torchrun --nnodes=N --nproc_per_node={plan.procs}/N pretrain_gpt.py "${{PASE_PARALLEL_ARGS[@]}}" '
              "(and the model's arguments)"]
