@@ -138,8 +138,8 @@ _RUN = (
             "holds one of its experts, and is forwarded inside it (default: an all-to-all of every copy)", False),
     Setting("recompute_modules", ("--recompute-modules",), "name", "with --framework megatron: the modules "
             "selective recomputation re-runs, comma-separated: core_attn (the attention core), layernorm (the norms "
-            "no linear layer takes in, a mixture of experts' pre-MLP norm), moe_act (the experts' activation), as "
-            "Megatron-LM's --recompute-modules (default: core_attn)", metavar="LIST"),
+            "no single linear layer takes in alone: a mixture of experts' pre-MLP norm), moe_act (the experts' "
+            "activation), as Megatron-LM's --recompute-modules (default: core_attn)", metavar="LIST"),
     Setting("cluster", ("--cluster",), "path", "a cluster file (JSON or TOML) with any of "
             f"{', '.join(CLUSTER_FIELDS)}, and framework, compile, float8, tp_overlap, deepep, recompute_modules; "
             "flags override it",

@@ -467,6 +467,18 @@ class Cluster:
         if not self.two_level:
             return np.where(q > 1, self.word * words * (q - 1.0) / q + self.step_cost, 0.0)
         q_out = self.across(C, letters)
+        inside_words, between_words = self.alltoall_words(words, C, letters, once)
+        inside = self.word * inside_words + np.where(q / q_out > 1, self.step_cost, 0.0)
+        between = self.inter_word * between_words + np.where(q_out > 1, self.inter_step_cost, 0.0)
+        return np.where(q > 1, inside + between, 0.0)
+
+    def alltoall_words(self, words, C, letters: str, once: tuple = ()):
+        """The elements a device's all-to-all (:meth:`alltoall`) sends
+        inside its node and to other nodes: ``(inside, between)``."""
+        import numpy as np  # here, so that importing the cluster stays light
+
+        q = C[letters]
+        q_out = self.across(C, letters)
         q_in = q / q_out
         inside_words = words * (q_in - 1.0) / q
         between_words = words * (q - q_in) / q
@@ -478,9 +490,7 @@ class Cluster:
                 missed = missed * np.clip((experts - held - i) / (experts - i), 0.0, None)
             between_words = words / k * (q_out - 1.0) * (1.0 - missed)
             inside_words = inside_words + words * (q - q_in) / q * (q_in - 1.0) / q_in
-        inside = self.word * inside_words + np.where(q_in > 1, self.step_cost, 0.0)
-        between = self.inter_word * between_words + np.where(q_out > 1, self.inter_step_cost, 0.0)
-        return np.where(q > 1, inside + between, 0.0)
+        return inside_words, between_words
 
     def redistribute(self, words, cross=None, times=1):
         """A device receives ``words`` from others when a tensor changes split,

@@ -166,13 +166,18 @@ def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
                   transient=sc.peak_transient, **fields)
 
 
-def _elements(c: Comm, C: Extents):
+def _elements(c: Comm, C: Extents, net=None):
     """Elements one device sends or receives in one of the collectives
     ``c`` describes, on one ring: an all-reduce ``2 w (q - 1) / q``, an
-    all-gather or a reduce-scatter ``w (q - 1) / q``, a send ``w``."""
+    all-gather or a reduce-scatter ``w (q - 1) / q``, a send ``w``; a
+    DeepEP all-to-all (``c.once``) what it sends inside its node and to
+    other nodes on the cluster ``net``."""
     if c.pattern == "cheapest":
-        return np.minimum(*[_elements(o, C) for o in c.options])
+        return np.minimum(*[_elements(o, C, net) for o in c.options])
     q = C[c.letters]
+    if c.pattern == "alltoall" and c.once and net is not None and net.two_level:
+        inside, between = net.alltoall_words(c.words, C, c.letters, c.once)
+        return np.where(q > 1, inside + between, 0.0)
     if c.pattern == "allreduce":
         return 2.0 * c.words * (q - 1.0) / q
     if c.pattern in ("allgather", "reducescatter", "alltoall"):
@@ -199,7 +204,7 @@ def words_moved(g, sc, model) -> float:
         if key not in seen:
             C, work, _ = with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
             fp8 = bool(work.fp8) and gathered_in_fp8(model, "weights")
-            words = [np.sum(x.count * _elements(x, C)) / (c.word_bytes if fp8 and x.role == "weights" else 1.0)
+            words = [np.sum(x.count * _elements(x, C, c)) / (c.word_bytes if fp8 and x.role == "weights" else 1.0)
                      for x in work.comms]  # a Float8 product's weights gathered at a byte per element
             if work.ring:  # ring attention passes its keys and values itself
                 words.append(np.sum(ring_words(op, C, work, model)))

@@ -99,7 +99,8 @@ MEGATRON = register(Framework(
     # fitted: Megatron Bridge 25.11's Llama 3 8B FP8 run on a DGX B200 (data parallel 8, micro-batch 2, its recipe's
     # bf16 gradients reduced under the backward pass: 30,624 tokens/s per GPU, against 34,881 priced with the b200
     # preset's Hopper efficiencies: 0.139). Blackwell's FP8 products reach less of the data sheet's peak than
-    # Hopper's do; the same summary's 405B run on 128 B200s is held out
+    # Hopper's do (both B200 rows run FP8; bf16 runs on Blackwell take the same figure, unchecked); the same
+    # summary's 405B run on 128 B200s is held out
     overhead_by_arch=(("blackwell", 0.139),),
     fitted=("Megatron Bridge: Llama 3 8B, B200, DP 8, FP8 (25.11)",),
     # Float8 (--fp8-format, Transformer Engine's linear layers): a layer keeps the FP8 cast of its input for the

@@ -35,9 +35,21 @@ def framework_for(s, recorded: dict, cluster, file: dict):
     compiled = bool(s.compile or file.get("compile") or rec.get("compiled"))
     float8 = bool(s.float8 or file.get("float8") or rec.get("float8"))
     overlap = bool(s.tp_overlap or file.get("tp_overlap") or rec.get("tp_overlap"))
-    deepep = bool(s.deepep or file.get("deepep") or rec.get("deepep"))
-    modules = _modules(s.recompute_modules if s.recompute_modules is not None else
-                       file.get("recompute_modules", rec.get("recompute_modules")))
+    # DeepEP and the recomputed modules: the flag's or the cluster file's, else the plan file's record where the
+    # framework in force has the switch (a Megatron plan file evaluated under another framework drops them)
+    deepep = bool(s.deepep or file.get("deepep"))
+    if s.recompute_modules is not None:
+        modules = _modules(s.recompute_modules, None)
+    else:
+        modules = _modules(file.get("recompute_modules"), f"--cluster: {s.cluster}: recompute_modules")
+    try:
+        profile = frameworks.known(name) if name is not None and str(name).strip().lower() != "none" else None
+    except SettingError:
+        profile = None  # an unknown name: refused below, where the framework is resolved
+    if profile is not None and profile.deepep_by:
+        deepep = deepep or bool(rec.get("deepep"))
+    if profile is not None and profile.recompute_modules_by and not modules:
+        modules = _modules(rec.get("recompute_modules"), f"--evaluate: {s.evaluate}: framework.recompute_modules")
     try:  # sequence parallelism as the plan file recorded it (a --plan sets its own)
         fw = frameworks.resolve(name, compiled=compiled, float8=float8, sp=bool(rec.get("sp")), tp_overlap=overlap,
                                 deepep=deepep, recompute_modules=modules)
@@ -75,20 +87,25 @@ def framework_for(s, recorded: dict, cluster, file: dict):
     return None if fw is None else fw.on_device(cluster.device)
 
 
-def _modules(given) -> tuple:
+def _modules(given, where: str | None) -> tuple:
     """The modules a run's selective recomputation names: a comma-separated
-    text (a flag) or a list (a file), each one of ``options.base.MODULES``,
-    none twice; ``()`` where none is given (a record's empty list: the
-    profile's own)."""
+    text (a flag, a file) or a list of names (a file), each one of
+    ``options.base.MODULES``, none twice; ``()`` where none is given (a
+    record's empty list: the profile's own).  ``where`` names the file
+    and key in a refusal (``None``: the flag)."""
     from options.base import MODULES
 
     if given is None or (isinstance(given, list) and not given):
         return ()
-    names = [x.strip().lower() for x in given.split(",")] if isinstance(given, str) else given
+    names = given.split(",") if isinstance(given, str) else given
+    if isinstance(names, (list, tuple)) and all(isinstance(x, str) for x in names):
+        names = [x.strip().lower() for x in names]
     if not isinstance(names, (list, tuple)) or not names or not all(isinstance(x, str) and x in MODULES
                                                                      for x in names) or len(set(names)) < len(names):
-        raise SettingError("recompute_modules", f"must name some of {', '.join(MODULES)}, each once, "
-                                                f"comma-separated, got {given!r}")
+        why = f"must name some of {', '.join(MODULES)}, each once, comma-separated, got {given!r}"
+        if where is None:
+            raise SettingError("recompute_modules", why)
+        raise InputError(f"{where} {why}")
     return tuple(names)
 
 

@@ -8,7 +8,9 @@ k)`` weights and expert ids); :class:`Dispatch` copies each token to the
 buffers of its ``k`` experts, ``(x, b, c, e)`` with ``c`` slots per expert
 and sample (capacity factor 1: ``c = ceil(k s / x)``); the experts run as
 einsums batched over ``x``; :class:`Combine` brings each token's ``k``
-results back and sums them with the routing weights.
+results back and sums them with the routing weights (a framework that
+applies the weights in the experts' activation, Megatron Core, keeps
+less for the combine's backward pass: ``cost.memory.as_kept``).
 
 Expert parallelism is a split of ``x``: dispatch and combine hold a
 device's tokens split by the product of the sample and expert splits (the

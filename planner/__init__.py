@@ -295,6 +295,7 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
             why = "embedding gradients are all-reduced densely (use --sparse-embeddings or --compare)"
         if why:
             result = replace(result, notes=result.notes + (f"--distinct-rows has no effect here: {why}.",))
+    result = replace(result, notes=result.notes + _unused_switches(g, result, model.framework))
     if g.graph.get("active_parameters") is not None:  # a mixture of experts
         result = replace(result, active_parameters=g.graph["active_parameters"])
         if model.cluster.realistic:  # a limit of the time model the published runs show
@@ -552,3 +553,32 @@ def _search(job: Job, costed, progress, cutoff=None):
 def _found(r):
     """The search result of a search, or of one held within the memory."""
     return getattr(r, "result", r)
+
+
+def _unused_switches(g, result, fw) -> tuple:
+    """Notes on the framework's switches the plan gives nothing to do:
+    ``--deepep`` without a mixture of experts, ``--recompute-modules``
+    where no block is recomputed selectively or the model has none of the
+    modules."""
+    if fw is None:
+        return ()
+    out = []
+    if fw.deepep and g.graph.get("active_parameters") is None:
+        out.append("--deepep has no effect here: the model has no mixture of experts.")
+    from frameworks import known
+
+    if fw.recompute_modules_by and fw.recompute_modules != known(fw.name).recompute_modules:
+        if not any(x.decision.option("recompute") == "selective" for x in result.layers):
+            out.append("--recompute-modules has no effect here: no block of the plan is recomputed selectively "
+                       "(recompute=selective).")
+        else:
+            from blocks import find_chains
+            from options.base import contexts
+
+            named = set(fw.recompute_modules) - {"core_attn"}
+            if named and not any(c.module in named for c in contexts(g, find_chains(g))) \
+                    and "core_attn" not in fw.recompute_modules:
+                out.append(f"--recompute-modules has no effect here: {g.graph['name']} has no "
+                           f"{' or '.join(sorted(named))} module apart from a fused product.")
+    return tuple(out)
+

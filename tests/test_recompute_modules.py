@@ -15,10 +15,12 @@ from conftest import ROOT, bash_array, export_text, one_line_error, run_cli
 QWEN3_MOE = str(ROOT / "tests" / "data" / "families" / "qwen3_moe" / "config.json")
 GPT_OSS = str(ROOT / "tests" / "data" / "families" / "gpt_oss" / "config.json")
 LLAMA = str(ROOT / "tests" / "data" / "configs" / "llama3-8b" / "config.json")
+MIXTRAL = str(ROOT / "tests" / "data" / "configs" / "mixtral-8x7b" / "config.json")
+DEEPSEEK_V3 = str(ROOT / "tests" / "data" / "families" / "deepseek_v3" / "config.json")
 
 
-def _modules(graph: str) -> dict:
-    """The single modules of the first block's operators, by name."""
+def _modules(graph: str, layer: str = "layer1") -> dict:
+    """The single modules of one layer's operators, by name."""
     from blocks import find_chains
     from graph import operators
     from options.base import contexts
@@ -27,16 +29,25 @@ def _modules(graph: str) -> dict:
 
     g = plan(Settings(graph=graph, procs=1, batch=1, seq=256)).graph
     ctx = contexts(g, find_chains(g))
-    return {op.name: c.module for op, c in zip(operators(g), ctx) if op.name.startswith("layer1/") and c.module}
+    return {op.name: c.module for op, c in zip(operators(g), ctx) if op.name.startswith(layer + "/") and c.module}
 
 
 def test_the_modules_of_a_block():
     """A mixture of experts' pre-MLP norm, read by the router and the
     dispatch, is a ``layernorm`` module; the norm before attention, which
     Megatron Core fuses into the query-key-value product, is none, nor are
-    the query and key norms; the experts' activation is ``moe_act``.  A
+    the query and key norms, nor a latent attention's own norms; the
+    experts' activation is ``moe_act``.  A
     dense model's norms are each fused into the product after them."""
     assert _modules(QWEN3_MOE) == {"layer1/mlp/norm": "layernorm", "layer1/mlp/act": "moe_act"}
+    assert _modules(MIXTRAL) == {"layer1/mlp/norm": "layernorm", "layer1/mlp/act": "moe_act"}
+    # DeepSeek-V3: the norm before multi-head latent attention feeds two products (Megatron Core's MLA keeps it
+    # apart too); its first layers are dense, their feed-forward norm fused; no latent norm is a layer norm
+    cfg = json.loads(open(DEEPSEEK_V3).read())
+    dense, moe = "layer0", f"layer{cfg['first_k_dense_replace']}"
+    assert _modules(DEEPSEEK_V3, dense) == {f"{dense}/attn/norm": "layernorm"}
+    assert _modules(DEEPSEEK_V3, moe) == {f"{moe}/attn/norm": "layernorm", f"{moe}/mlp/norm": "layernorm",
+                                          f"{moe}/mlp/act": "moe_act"}
     assert _modules(GPT_OSS) == {"layer1/mlp/norm": "layernorm", "layer1/mlp/act": "moe_act"}
     assert _modules(LLAMA) == {}
 
@@ -102,13 +113,23 @@ def test_the_switch_is_megatrons_and_says_so(tmp_path):
         first.stdout
     assert json.loads(out.read_text())["framework"]["recompute_modules"] == ["layernorm", "moe_act"]
 
-    def step(text):
-        return [line for line in text.splitlines() if line.startswith("Predicted step time")]
-    assert step(run_cli("-g", QWEN3_MOE, "--evaluate", out, cwd=tmp_path).stdout) == step(first.stdout)
+    def step(*more):
+        again = tmp_path / "again.json"
+        run_cli(*more, "--output", again, "-q", cwd=tmp_path)
+        return json.loads(again.read_text())["step_seconds"]
+    recorded = json.loads(out.read_text())["step_seconds"]
+    assert step("-g", QWEN3_MOE, "--evaluate", out) == recorded
     cluster = tmp_path / "run.toml"
-    cluster.write_text('framework = "megatron"\nrecompute_modules = ["layernorm", "moe_act"]\n')
-    assert step(run_cli(*args, "--cluster", cluster, cwd=tmp_path).stdout) == step(first.stdout)
-    assert step(run_cli(*args, "--framework", "megatron", cwd=tmp_path).stdout) != step(first.stdout)
+    cluster.write_text('framework = "megatron"\nrecompute_modules = ["LayerNorm", " moe_act"]\n')
+    assert step(*args, "--cluster", cluster) == recorded
+    assert step(*args, "--framework", "megatron") < recorded  # nothing recomputed: faster
+    # the record is Megatron's: evaluated under another framework, it is dropped, not refused
+    assert step("-g", QWEN3_MOE, "--evaluate", out, "--framework", "torchtitan") > 0
+    cluster.write_text('framework = "megatron"\nrecompute_modules = ["mlp"]\n')
+    proc = run_cli(*args, "--cluster", cluster, ok=False, cwd=tmp_path)
+    assert proc.returncode == 2 and one_line_error(proc) == \
+        f"--cluster: {cluster}: recompute_modules must name some of core_attn, layernorm, moe_act, each once, " \
+        "comma-separated, got ['mlp']"
     words = bash_array(export_text("megatron", QWEN3_MOE, 16, batch=16, seq=1024, framework="megatron",
                                    recompute_modules="layernorm,moe_act",
                                    plan="tp=2,ep=16,etp=1,sp=1,zero=1,recompute=selective"), "PASE_PARALLEL_ARGS")
@@ -118,3 +139,22 @@ def test_the_switch_is_megatrons_and_says_so(tmp_path):
     plain = bash_array(export_text("megatron", QWEN3_MOE, 16, batch=16, seq=1024, framework="megatron",
                                    plan="tp=2,ep=16,etp=1,sp=1,zero=1,recompute=selective"), "PASE_PARALLEL_ARGS")
     assert "--recompute-modules" not in plain  # the attention core: Megatron-LM's default
+
+
+def test_the_report_says_when_the_modules_change_nothing():
+    """Named modules where no block is recomputed selectively, or in a
+    model without them (a dense model's norms are fused into its
+    products): a note says so, as it does for --deepep without experts."""
+    base = ("-p", 8, "-b", 8, "--seq", 1024, "--device", "h100", "--framework", "megatron", "-q")
+    dense = run_cli("-g", LLAMA, *base, "--deepep", "--recompute-modules", "layernorm",
+                    "--plan", "tp=2,sp=1,zero=1,recompute=selective").stdout
+    assert "--deepep has no effect here: the model has no mixture of experts." in dense
+    assert "--recompute-modules has no effect here: llama3-8b has no layernorm module apart from a fused " \
+        "product." in dense
+    moe = run_cli("-g", QWEN3_MOE, *base, "--recompute-modules", "moe_act", "--plan",
+                  "tp=2,ep=8,etp=1,sp=1,zero=1").stdout
+    assert "--recompute-modules has no effect here: no block of the plan is recomputed selectively " \
+        "(recompute=selective)." in moe
+    used = run_cli("-g", QWEN3_MOE, *base, "--deepep", "--recompute-modules", "moe_act", "--plan",
+                   "tp=2,ep=8,etp=1,sp=1,zero=1,recompute=selective").stdout
+    assert "no effect" not in used
