@@ -254,8 +254,6 @@ def strategy(g, std: Standard, ctx=None) -> list:
 def check_roles(g, std: Standard) -> dict:
     """The model's roles (:mod:`standard`), once the degrees that need one
     are known to apply to ``g``."""
-    from graph import operators
-
     roles = dict(g.graph.get("roles", {}))
     name = g.graph["name"]
     if not roles:
@@ -263,11 +261,19 @@ def check_roles(g, std: Standard) -> dict:
             if getattr(std, key) not in (0, 1):
                 raise InputError(f"--plan: {key} does not apply to {name}: it names no sequence or experts "
                                  "(only tp, dp, pp, recompute, zero do)")
-    expert = roles.get("expert", "")
-    if (std.ep > 1 or std.etp is not None) and not any(expert and expert in op.dims for op in operators(g)):
+    if (std.ep > 1 or std.etp is not None) and not has_experts(g):
         key = f"ep={std.ep}" if std.ep > 1 else f"etp={std.etp}"
         raise InputError(f"--plan: {key} does not apply to {name}: it has no experts")
     return roles
+
+
+def has_experts(g) -> bool:
+    """Whether graph ``g`` has experts: an operator over its ``expert``
+    role's letter."""
+    from graph import operators
+
+    expert = g.graph.get("roles", {}).get("expert", "")
+    return bool(expert) and any(expert in op.dims for op in operators(g))
 
 
 def expert_tokens(std: Standard) -> tuple[int, int]:

@@ -92,7 +92,7 @@ def as_kept(op: Operator, C: Extents, model: CostModel, fp: Footprint, inside: b
         transient = transient + np.where(split, fw.loss_split[1], held) * logits
     if fw.activation_input and getattr(op.kind, "activation", False):
         acts = acts + b * shard(op.outputs[0], C)
-    if fw.expert_weights == "activation" and op.kind.name == "Combine":  # the weights applied before it
+    if _weighted_before(op, fw):
         acts = acts - shard_bytes(op.inputs[0], C, b)
     for i, letters in regathered(op, C, model):
         t = op.inputs[i]
@@ -122,6 +122,13 @@ def _ring_buffers(op: Operator, C: Extents, model: CostModel):
     c, kv, b, g = ring_kv(op, C, model)
     held = kv * (1.0 - 1.0 / c) if model.framework.ring == "allgather" else 2.0 * kv / c
     return np.where(c > 1, b * held + 2.0 * g * kv / c, 0.0)
+
+
+def _weighted_before(op: Operator, fw) -> bool:
+    """Whether ``op`` is a mixture of experts' combine whose routing weights
+    the framework ``fw`` applied in the experts' activation (its
+    ``expert_weights``): it keeps the routing, not the experts' outputs."""
+    return fw is not None and fw.expert_weights == "activation" and op.kind.name == "Combine"
 
 
 def _float8_weighted(op: Operator, model: CostModel, inside: bool) -> bool:
@@ -156,7 +163,7 @@ def kept_items(op: Operator, C: Extents, model: CostModel, inside: bool = False)
         if origin[0] == "in" and t.role != "weight":
             size = size * fp8
         out.append((origin, size))
-    if fw is not None and fw.expert_weights == "activation" and op.kind.name == "Combine":  # weighted before fc2
+    if _weighted_before(op, fw):
         out = [(origin, size) for origin, size in out if origin != ("in", 0)]
     if fw is not None and fw.activation_input and getattr(op.kind, "activation", False):
         out.append((("act", None), float(b) * shard(op.outputs[0], C)))

@@ -36,10 +36,9 @@ for _name in PROFILES:
 
 
 def resolve(name: str | None, *, compiled: bool = False, float8: bool = False, sp: bool = False,
-            tp_overlap: bool = False, deepep: bool = False, recompute_modules: tuple = ()):
+            tp_overlap: bool = False):
     """The profile ``name`` names with what the run turns on, or ``None``
     (no framework) when ``name`` is ``None`` or ``"none"``."""
     if name is None or str(name).strip().lower() == "none":
         return None
-    return known(name).run(compiled=compiled, float8=float8, sp=sp, tp_overlap=tp_overlap, deepep=deepep,
-                           recompute_modules=recompute_modules)
+    return known(name).run(compiled=compiled, float8=float8, sp=sp, tp_overlap=tp_overlap)

@@ -138,11 +138,6 @@ class Framework:
     (``""``: none; ``--tp-overlap`` turns it on, :func:`cost.tables.tp_room`),
     and ``tp_overlap_compiled`` whether that needs ``torch.compile``.
 
-    Experts: ``deepep_by`` the framework's switch that sends a mixture of
-    experts' tokens through DeepEP (``""``: none; ``--deepep`` turns it on):
-    a token crosses once to each other node that holds one of its experts,
-    where the all-to-all sends each of its copies (:meth:`cluster.Cluster.alltoall`).
-
     ZeRO: ``zero_stages`` the stages the framework runs (what ``--search
     standard`` tries), ``pipeline_zero_stages`` those it runs beside
     pipeline stages.
@@ -154,7 +149,11 @@ class Framework:
     ``torchtitan``: the experts split by tensor parallelism exactly when
     without expert parallelism (with it, over ranks borrowed from ``dp_shard
     x cp x tp``, under sequence parallelism), and expert parallelism only
-    over FSDP (ZeRO 3).
+    over FSDP (ZeRO 3); ``deepep_by`` the framework's switch that sends the
+    experts' tokens through DeepEP (``""``: none; ``--deepep`` turns it on):
+    a token crosses once to each other node that holds one of its experts,
+    where the all-to-all sends each of its copies
+    (:meth:`cluster.Cluster.alltoall`).
 
     Pipelines: ``pipeline_split`` how a standard configuration's stages
     share blocks that do not divide evenly over their model chunks (``""``:
@@ -265,12 +264,11 @@ class Framework:
             raise ValueError(f"{self.name}: compiled_loss and compiled_loss_passes go together")
 
     def run(self, *, compiled: bool = False, float8: bool = False, sp: bool = False,
-            tp_overlap: bool = False, deepep: bool = False, recompute_modules: tuple = ()) -> "Framework":
-        """The profile with what a run turns on (``recompute_modules``:
-        the modules its selective recomputation re-runs, ``()``: the
-        profile's)."""
-        return replace(self, compiled=bool(compiled), float8=bool(float8), sp=bool(sp), tp_overlap=bool(tp_overlap),
-                       deepep=bool(deepep), recompute_modules=tuple(recompute_modules) or self.recompute_modules)
+            tp_overlap: bool = False) -> "Framework":
+        """The profile with what a run turns on (its experts' switches,
+        ``deepep`` and ``recompute_modules``, set where the planner finds
+        them: ``frameworks.planning``)."""
+        return replace(self, compiled=bool(compiled), float8=bool(float8), sp=bool(sp), tp_overlap=bool(tp_overlap))
 
     def on_device(self, device: str | None) -> "Framework":
         """The profile on the device preset ``device``: its ``overhead`` the
@@ -281,6 +279,12 @@ class Framework:
         if arch not in by_arch:
             return self
         return replace(self, overhead=by_arch[arch], overhead_by_arch=())
+
+    @property
+    def modules_named(self) -> bool:
+        """Whether the run names other modules for selective recomputation
+        than the profile re-runs by default (``--recompute-modules``)."""
+        return bool(self.recompute_modules_by) and self.recompute_modules != FRAMEWORKS[self.name].recompute_modules
 
     @property
     def eager(self) -> bool:
@@ -338,7 +342,7 @@ class Framework:
                        "no tensor-parallel overlap without sequence parallelism")
         if self.deepep:
             how.append("DeepEP dispatch")
-        if self.recompute_modules_by and self.recompute_modules != FRAMEWORKS[self.name].recompute_modules:
+        if self.modules_named:
             *rest, last = self.recompute_modules
             how.append(f"selective recomputation of {', '.join(rest) + ' and ' if rest else ''}{last}")
         if (self.attention_kernel and cluster is not None and "attention_eff" in self.supplied

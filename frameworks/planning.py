@@ -35,26 +35,22 @@ def framework_for(s, recorded: dict, cluster, file: dict):
     compiled = bool(s.compile or file.get("compile") or rec.get("compiled"))
     float8 = bool(s.float8 or file.get("float8") or rec.get("float8"))
     overlap = bool(s.tp_overlap or file.get("tp_overlap") or rec.get("tp_overlap"))
-    # DeepEP and the recomputed modules: the flag's or the cluster file's, else the plan file's record where the
-    # framework in force has the switch (a Megatron plan file evaluated under another framework drops them)
     deepep = bool(s.deepep or file.get("deepep"))
     if s.recompute_modules is not None:
         modules = _modules(s.recompute_modules, None)
     else:
         modules = _modules(file.get("recompute_modules"), f"--cluster: {s.cluster}: recompute_modules")
-    try:
-        profile = frameworks.known(name) if name is not None and str(name).strip().lower() != "none" else None
-    except SettingError:
-        profile = None  # an unknown name: refused below, where the framework is resolved
-    if profile is not None and profile.deepep_by:
-        deepep = deepep or bool(rec.get("deepep"))
-    if profile is not None and profile.recompute_modules_by and not modules:
-        modules = _modules(rec.get("recompute_modules"), f"--evaluate: {s.evaluate}: framework.recompute_modules")
     try:  # sequence parallelism as the plan file recorded it (a --plan sets its own)
-        fw = frameworks.resolve(name, compiled=compiled, float8=float8, sp=bool(rec.get("sp")), tp_overlap=overlap,
-                                deepep=deepep, recompute_modules=modules)
+        fw = frameworks.resolve(name, compiled=compiled, float8=float8, sp=bool(rec.get("sp")), tp_overlap=overlap)
     except SettingError as e:
         raise InputError(f"--evaluate: {s.evaluate}: {e}") from None
+    if fw is not None:  # DeepEP and the recomputed modules: the flag's or the cluster file's, else the plan file's
+        # record where the framework in force has the switch (a Megatron plan file evaluated under another drops them)
+        if fw.deepep_by:
+            deepep = deepep or bool(rec.get("deepep"))
+        if fw.recompute_modules_by and not modules:
+            modules = _modules(rec.get("recompute_modules"), f"--evaluate: {s.evaluate}: framework.recompute_modules")
+        fw = replace(fw, deepep=deepep, recompute_modules=modules or fw.recompute_modules)
     if overlap:
         if fw is None or not fw.tp_overlap_by:
             raise SettingError("tp_overlap", "needs --framework megatron (--tp-comm-overlap) or torchtitan "

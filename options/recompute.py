@@ -56,10 +56,7 @@ class Recompute(Option):
                 return work
             more = tuple(replace(c, count=c.count * again) for c in work.comms if c.role == "partial sums")
             return replace(work, replays=work.replays + again, comms=work.comms + more)
-        if value == "full":
-            again = tuple(c for c in work.comms if c.role == "partial sums")
-            return replace(work, replays=work.replays + 1.0, comms=work.comms + again)
-        if value == "selective" and _replays(context, rules):
+        if value == "full" or value == "selective" and _replays(context, rules):
             again = tuple(c for c in work.comms if c.role == "partial sums")
             return replace(work, replays=work.replays + 1.0, comms=work.comms + again)
         return work

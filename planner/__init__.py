@@ -565,20 +565,17 @@ def _unused_switches(g, result, fw) -> tuple:
     out = []
     if fw.deepep and g.graph.get("active_parameters") is None:
         out.append("--deepep has no effect here: the model has no mixture of experts.")
-    from frameworks import known
+    if not fw.modules_named:
+        return tuple(out)
+    if not any(x.decision.option("recompute") == "selective" for x in result.layers):
+        out.append("--recompute-modules has no effect here: no block of the plan is recomputed selectively "
+                   "(recompute=selective).")
+    elif "core_attn" not in fw.recompute_modules:  # the modules named apart from the attention core: has it one?
+        from blocks import find_chains
+        from options.base import contexts
 
-    if fw.recompute_modules_by and fw.recompute_modules != known(fw.name).recompute_modules:
-        if not any(x.decision.option("recompute") == "selective" for x in result.layers):
-            out.append("--recompute-modules has no effect here: no block of the plan is recomputed selectively "
-                       "(recompute=selective).")
-        else:
-            from blocks import find_chains
-            from options.base import contexts
-
-            named = set(fw.recompute_modules) - {"core_attn"}
-            if named and not any(c.module in named for c in contexts(g, find_chains(g))) \
-                    and "core_attn" not in fw.recompute_modules:
-                out.append(f"--recompute-modules has no effect here: {g.graph['name']} has no "
-                           f"{' or '.join(sorted(named))} module apart from a fused product.")
+        if not any(c.module in fw.recompute_modules for c in contexts(g, find_chains(g))):
+            out.append(f"--recompute-modules has no effect here: {g.graph['name']} has no "
+                       f"{' or '.join(sorted(fw.recompute_modules))} module apart from a fused product.")
     return tuple(out)
 

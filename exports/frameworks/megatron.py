@@ -58,16 +58,10 @@ FOLLOWS = ("Megatron-LM, Megatron Core r0.15 (megatron/training/arguments.py); c
            "configs")
 
 
-def _has_experts(g) -> bool:
-    from graph import operators
-
-    expert = g.graph.get("roles", {}).get("expert", "")
-    return bool(expert) and any(expert in op.dims for op in operators(g))
-
-
 def arguments(plan) -> tuple[list[str], list[str]]:
     """The arguments (one per line: a flag and its value) and the notes."""
     from exports.frameworks.common import layer_parts, standard_for
+    from standard import has_experts
 
     std = standard_for(plan, "megatron")
     fail = "--export megatron: "
@@ -77,7 +71,7 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     if std.zero in (2, 3) and std.pp > 1:
         raise InputError(fail + f"zero={std.zero} is Megatron-FSDP, which does not run with pipeline stages "
                          f"(pp={std.pp})")
-    if std.tp > 1 and not std.sp and _has_experts(plan.graph):
+    if std.tp > 1 and not std.sp and has_experts(plan.graph):
         raise InputError(fail + "Megatron-LM requires sequence parallelism with tensor parallelism in a mixture of "
                          "experts (megatron/core/transformer/moe/moe_layer.py): give sp=1")
     m = plan.batch // (std.dp * std.microbatch)  # micro-batches a step
@@ -107,9 +101,8 @@ def arguments(plan) -> tuple[list[str], list[str]]:
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     elif std.recompute == "selective":
         args.append("--recompute-granularity selective")
-        modules = plan.framework.recompute_modules if plan.framework is not None else ()
-        if modules and modules != ("core_attn",):  # Megatron-LM's default, the attention core, is not written
-            args.append(f"--recompute-modules {' '.join(modules)}")
+        if plan.framework is not None and plan.framework.modules_named:  # not the default, the attention core
+            args.append(f"--recompute-modules {' '.join(plan.framework.recompute_modules)}")
     if std.zero == 1:
         args.append("--use-distributed-optimizer")
     elif std.zero in (2, 3):
@@ -121,7 +114,7 @@ def arguments(plan) -> tuple[list[str], list[str]]:
     fw = plan.framework
     if fw is not None and fw.tp_overlap and std.tp > 1 and std.sp:  # costed with the collectives pipelined
         args.append("--tp-comm-overlap")  # under the products (which needs sequence parallelism)
-    if _has_experts(plan.graph):  # the experts as the plan costs them: one grouped product, tokens sent all-to-all
+    if has_experts(plan.graph):  # the experts as the plan costs them: one grouped product, tokens sent all-to-all
         args.append("--moe-grouped-gemm")
         if fw is not None and fw.deepep:  # or through DeepEP, each token once to each node holding its experts
             args += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]
