@@ -51,16 +51,18 @@ def test_a_token_crosses_once_to_each_node_holding_its_experts():
     assert one == pytest.approx(cheap.alltoall(1000.0, C, "x")[0] - cheap.word * 1000 * 7 / 32, rel=1e-12)
 
 
-def test_the_switch_needs_megatron_and_the_report_says_it():
+def test_the_switch_needs_megatron_and_the_report_says_it(tmp_path):
     """``--deepep`` is Megatron-LM's switch: refused in one line under
     another framework or none; under Megatron the report's header names
     it, and the plan file records it for ``--evaluate``; a cluster file
     may carry it."""
+    out = tmp_path / "plan.json"
     for framework in (("--framework", "torchtitan"), ()):
         proc = run_cli("-g", MIXTRAL, "-p", 64, "-b", 256, "--seq", 4096, "--device", "h100", *framework, "--plan",
-                       "tp=2,ep=8,sp=1,zero=3", "--deepep", ok=False)
+                       "tp=2,ep=8,sp=1,zero=3", "--deepep", "--output", out, ok=False, cwd=tmp_path)
         assert proc.returncode == 2 and one_line_error(proc) == \
             "--deepep needs --framework megatron (--moe-flex-dispatcher-backend deepep)"
+        assert list(tmp_path.iterdir()) == []  # nothing written
     args = ("-g", QWEN3_MOE, "-p", 64, "-b", 64, "--seq", 4096, "--device", "h100", "--framework", "megatron",
             "--plan", "tp=2,ep=16,etp=1,sp=1,zero=1")
     assert "Framework: Megatron-LM (sequence parallel, DeepEP dispatch)" in run_cli(*args, "--deepep").stdout

@@ -104,8 +104,9 @@ def test_the_switch_is_megatrons_and_says_so(tmp_path):
                            (("--framework", "megatron", "--recompute-modules", "moe_act,mlp"),
                             "--recompute-modules must name some of core_attn, layernorm, moe_act, each once, "
                             "comma-separated, got 'moe_act,mlp'")):
-        proc = run_cli(*args, *extra, ok=False, cwd=tmp_path)
+        proc = run_cli(*args, *extra, "--output", tmp_path / "refused.json", ok=False, cwd=tmp_path)
         assert proc.returncode == 2 and one_line_error(proc) == message
+        assert list(tmp_path.iterdir()) == []  # nothing written
     out = tmp_path / "plan.json"
     first = run_cli(*args, "--framework", "megatron", "--recompute-modules", "layernorm,moe_act", "--output", out,
                     cwd=tmp_path)
