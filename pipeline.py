@@ -213,6 +213,7 @@ class Stage:
     memory: float
     in_flight: float
     result: object
+    host: float = 0.0  # of ``time``: the expert layers' wait on the host (frameworks.host)
 
 
 @dataclass(frozen=True)
@@ -420,7 +421,7 @@ def _between_nodes(cluster, q: int, i: int) -> bool:
 
 
 def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, ranges, results,
-             bound: str = "", crossing=None, chunks=None, share=None, moments=None) -> Pipeline:
+             bound: str = "", crossing=None, chunks=None, share=None, moments=None, hosts=None) -> Pipeline:
     """The :class:`Pipeline` of stages over ``ranges`` whose plans cost
     ``results`` (a :class:`result.Result` per stage, with its ``sync``);
     ``crossing``: the elements each stage sends on, when known;
@@ -430,7 +431,8 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
     them, ``v`` equal chunks; ``share``: the largest chunk's share of its
     stage where chunks hold unequal blocks (:func:`chunk_share`); ``moments``:
     a dict kept by the caller across calls, of each stage's
-    :meth:`Schedule.forward_moments` (filled here)."""
+    :meth:`Schedule.forward_moments` (filled here); ``hosts``: each stage's
+    wait on the host per micro-batch (:func:`frameworks.host.wait`)."""
     q = p // pp
     cluster = model.cluster
     stages, times = [], []
@@ -441,7 +443,8 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
             sends = (crossing[i] if crossing is not None else _crossing(g, lo, hi)) / q
         word = cluster.inter_word if _between_nodes(cluster, q, i) else cluster.word
         p2p = 2.0 * schedule.v * sends * word  # activations forward, their gradients back
-        busy = r.compute + r.communication - r.sync / m  # the synchronisation is the step's, not a micro-batch's
+        host = hosts[i] if hosts else 0.0
+        busy = r.compute + r.communication - r.sync / m + host  # the synchronisation is the step's
         t = max(busy, p2p) if cluster.realistic else busy + p2p
         f = schedule.in_flight(i, pp, m)
         if chunks is not None and schedule.v > 1:  # each chunk's activations for the micro-batches it holds
@@ -455,7 +458,7 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
             memory = math.fsum(r.memory[:3]) + kept + r.transient
         else:
             memory = math.fsum(r.memory[:3]) + f * r.memory[3] + r.transient
-        stages.append(Stage(i, tuple(range(lo, hi)), q, i * q, t, busy, sends, p2p, r.sync, memory, f, r))
+        stages.append(Stage(i, tuple(range(lo, hi)), q, i * q, t, busy, sends, p2p, r.sync, memory, f, r, host))
         times.append(t)
     run = schedule.time(times, m, share)
     if cluster.realistic:  # the gradients overlap the last micro-batch's backward pass (their overlapped share)
@@ -479,7 +482,7 @@ def stage_result(sub, decisions, model, q: int, ctx=None):
 
     sc = evaluate(sub, decisions, model, q, ctx=ctx)
     sync = stage_sync(sub, decisions, model, q, ctx)
-    r = make_result(sub, sc, model, q, "evaluate")
+    r = make_result(sub, sc, model, q, "evaluate", host=0.0)  # the stage's wait: stage_waits
     return replace(r, sync=sync)
 
 
@@ -508,6 +511,7 @@ def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
     """The pipeline of the given stage ``ranges`` and per-operator
     ``decisions`` (for the micro-batch graph ``g``), costed."""
     from blocks import find_chains
+    from frameworks.host import stage_waits
     from options import contexts
 
     q = p // pp
@@ -529,7 +533,9 @@ def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
             acts = [layer.memory[3] for layer in r.layers]
             chunks.append(tuple(math.fsum(acts[a - lo:b - lo]) for a, b in chunk_ranges(chain, lo, hi, schedule.v)))
         share = chunk_share([b - a for a, b in (stage_blocks(chain, lo, hi) for lo, hi in ranges)], schedule.v)
-    return assemble(g, stage_model, p, pp, m, micro, schedule, ranges, results, bound, chunks=chunks, share=share)
+    hosts = stage_waits(g, ctx, ranges, results, stage_model)  # expert layers waiting on the host
+    return assemble(g, stage_model, p, pp, m, micro, schedule, ranges, results, bound, chunks=chunks, share=share,
+                    hosts=hosts)
 
 
 def _subgraph(g, lo: int, hi: int):
@@ -572,6 +578,7 @@ def as_result(g, pipe: Pipeline, model, p: int, batch: int, mode: str, **fields)
     (their costs for one micro-batch, on their stage's devices), the
     edges inside stages, and the pipeline."""
     from cost_model import model_flops, recomputed_flops
+    from graph import parameter_count
     from result import Result
 
     layers, edges, words = [], [], 0.0
@@ -588,12 +595,6 @@ def as_result(g, pipe: Pipeline, model, p: int, batch: int, mode: str, **fields)
         decisions = [layer.decision for layer in layers]
         fields.setdefault("recomputed_flops", recomputed_flops(g, decisions, model) * pipe.m)
     return Result(mode, g.graph["name"], params, p, model, tuple(layers), tuple(edges),
-                  parameters=first.parameters if len(pipe.stages) == 1 else _parameters(g),
+                  parameters=first.parameters if len(pipe.stages) == 1 else parameter_count(g),
                   model_source=first.model_source, defaults=first.defaults, words=words,
                   transient=pipe.peak_stage.result.transient, pipeline=pipe, **fields)
-
-
-def _parameters(g) -> int:
-    from graph import parameter_count
-
-    return parameter_count(g)

@@ -100,12 +100,13 @@ def _time_lines(r: Result) -> list[str]:
     pipe = r.pipeline
     if pipe is not None:
         slow = max(pipe.stages, key=lambda s: s.time)
-        busy = pipe.m * slow.time
-        comp = pipe.m * slow.compute * (slow.result.compute / max(slow.result.compute + slow.result.communication,
-                                                                  1e-300))
+        busy, host = pipe.m * slow.time, pipe.m * slow.host
+        comp = pipe.m * (slow.compute - slow.host) * (slow.result.compute / max(
+            slow.result.compute + slow.result.communication, 1e-300))
         bubble = "" if pipe.pp == 1 else f"bubble {fmt_time(cl.seconds(pipe.step - pipe.sync - busy))}, "
-        parts = (f"compute {fmt_time(cl.seconds(comp))}, exposed communication {fmt_time(cl.seconds(busy - comp))}, "
-                 f"{bubble}gradient synchronisation {fmt_time(cl.seconds(pipe.sync))}")
+        parts = (f"compute {fmt_time(cl.seconds(comp))}, exposed communication "
+                 f"{fmt_time(cl.seconds(busy - comp - host))}, {_host(cl, host)}{bubble}gradient synchronisation "
+                 f"{fmt_time(cl.seconds(pipe.sync))}")
         where = "the critical path (the slowest stage)" if pipe.pp > 1 else "the critical path"
         lines = [f"Predicted step time: {fmt_time(r.step_seconds)} on {where}: {parts}"]
         if not r.cost_model.realistic:
@@ -116,7 +117,7 @@ def _time_lines(r: Result) -> list[str]:
     else:
         lines = [f"Predicted step time: {fmt_time(r.step_seconds)} on the critical path: compute "
                  f"{fmt_time(cl.seconds(r.compute))}, exposed communication "
-                 f"{fmt_time(cl.seconds(r.communication))}"]
+                 f"{fmt_time(cl.seconds(r.communication))}" + (f", {_host(cl, r.host)}"[:-2] if r.host else "")]
     what, count = ("tokens", r.tokens) if r.tokens else ("samples", r.param("batch"))
     if count and r.step_seconds:
         lines.append(f"  {count / r.step_seconds / r.procs:,.0f} {what}/s per device, {count / r.step_seconds:,.0f} "
@@ -133,6 +134,12 @@ def _time_lines(r: Result) -> list[str]:
             line += f"; Float8 products counted against the {cl.precision} peak"
         lines.append(line)
     return lines
+
+
+def _host(cl, host: float) -> str:
+    """The step's wait on the host (dropless expert layers launched at the
+    host's pace, ``frameworks.host``), as a part of the step line."""
+    return f"waiting on the host's launches {fmt_time(cl.seconds(host))}, " if host > 0 else ""
 
 
 def fmt_options(d) -> str:

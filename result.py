@@ -158,6 +158,7 @@ class Result:
     recomputed_flops: float = 0.0  # FLOP of the forward passes recomputed, counted alike
     sync: float = 0.0  # a pipeline stage's: the gradients' synchronisation per step
     pipeline: object = None  # a pipelined plan (pipeline.Pipeline): its stages, schedule and step
+    host: float = 0.0  # what expert layers wait on the host per step, beyond their operators' costs (frameworks.host)
 
     # -- totals -----------------------------------------------------------------------
     @property
@@ -174,12 +175,13 @@ class Result:
 
     @property
     def total_cost(self) -> float:
-        """The cost of a step: the sum of every operator's and edge's (a
-        pipeline: its step, see ``pipeline.py``)."""
+        """The cost of a step: the sum of every operator's and edge's, and
+        what expert layers wait on the host beyond them (a pipeline: its
+        step, see ``pipeline.py``)."""
         if self.pipeline is not None:
             return self.pipeline.step
         return total((layer.compute for layer in self.layers), (layer.communication for layer in self.layers),
-                     (c for _, _, c in self.edges))
+                     (c for _, _, c in self.edges), (self.host,))
 
     @property
     def operators_cost(self) -> float:

@@ -170,7 +170,27 @@ class _Layout:
             self.kinds[k] = np.frombuffer(key, dtype=np.intp)
         self.group_kind = np.asarray(group_kind, dtype=np.intp)
         self.group_first = np.asarray(first, dtype=np.intp)
+        # the blocks that dispatch tokens to experts (frameworks.host): each node's, -1 outside them
+        experts = {c for c, (op, _) in enumerate(self.reps) if op.kind.name == "Dispatch"}
+        moe = {key for key, c in zip(group, node_class) if c in experts and key[0] == "block"}
+        ids = {key: i for i, key in enumerate(dict.fromkeys(k for k in group if k in moe))}
+        self.moe_block = np.asarray([ids.get(key, -1) for key in group], dtype=np.intp)
         self._ranges: dict = {}
+        self._moe: dict = {}
+
+    def experts(self, lo: int, hi: int):
+        """The operators ``[lo, hi)`` in blocks that dispatch tokens to
+        experts: their count by class, their edges' count by class, and how
+        many such blocks."""
+        key = (lo, hi)
+        if key not in self._moe:
+            inside = self.moe_block >= 0
+            mine = inside[lo:hi]
+            cc = np.bincount(self.node_class[lo:hi][mine], minlength=self.nc).astype(float)
+            sel = (self.eu >= lo) & (self.eu < hi) & (self.ev >= lo) & (self.ev < hi) & inside[self.eu]
+            ec = np.bincount(self.edge_class[sel], minlength=self.ne).astype(float)
+            self._moe[key] = (cc, ec, len(np.unique(self.moe_block[lo:hi][mine])))
+        return self._moe[key]
 
     def summary(self, lo: int, hi: int):
         """The operators ``[lo, hi)``: their count by class, their edges'
@@ -507,6 +527,16 @@ class Costing:
         return sum(b * params / (self.p if zero >= stage else split) for b, stage in ((wb, 3), (gb, 2), (ob, 1)))
 
     # -- a configuration's figures -----------------------------------------------------
+    def _wait(self, L: _Layout, lo: int, hi: int, per_class, E, std) -> float:
+        """What the expert blocks among ``L``'s operators ``[lo, hi)`` wait on
+        the host per micro-batch (:func:`frameworks.host.wait`), their
+        classes costing ``per_class`` and their edges ``E``."""
+        from frameworks.host import wait
+
+        cc, ec, blocks = L.experts(lo, hi)
+        model = self._models[self.shape(std)[1]]
+        return wait(model, blocks, float(cc @ per_class + ec @ E), blocks if std.recompute == "full" else 0)
+
     def estimate(self, std) -> Estimate:
         """``std``'s step and peak memory (see the module docstring); an
         :class:`InputError` when the model cannot take it."""
@@ -521,9 +551,13 @@ class Costing:
         decs = self.decisions(L, micro, std)
         F = self._figures(micro, variant, decs)
         E = self._edge_figures(micro, variant, L, decs)
+        model = self._models[variant]
+        host = model.framework is not None and model.framework.moe_host_ms > 0
         if not staged:
             cc, ec, kinds, _ = L.summary(0, L.n)
             cost = float(cc @ F[:, 0] + cc @ F[:, 1] + ec @ E)
+            if host:
+                cost += self._wait(L, 0, L.n, F[:, 0] + F[:, 1], E, std)
             trans = float((kinds @ F[:, 7]).max()) if len(kinds) else 0.0
             memory = math.fsum([float(cc @ F[:, 3 + k]) for k in range(4)] + [trans])
             return Estimate(cost, memory, (F.tobytes(), E.tobytes(), micro), cost)
@@ -548,7 +582,8 @@ class Costing:
             chunks = [tuple(float(L.summary(a, b)[0] @ F[:, 6])
                             for a, b in pipeline.chunk_ranges(L.chain, lo, hi, sched.v)) for lo, hi in ranges]
             share = pipeline.chunk_share(counts, sched.v)
-        pipe = pipeline.assemble(L.g, self._models[variant], self.p, pp, m, micro, sched, ranges, parts,
-                                 crossing=sends, chunks=chunks, share=share, moments=self._moments)
+        hosts = [self._wait(L, lo, hi, F[:, 0] + comm, E, std) for lo, hi in ranges] if host else None
+        pipe = pipeline.assemble(L.g, model, self.p, pp, m, micro, sched, ranges, parts,
+                                 crossing=sends, chunks=chunks, share=share, moments=self._moments, hosts=hosts)
         return Estimate(pipe.step, pipe.peak_memory, (F.tobytes(), E.tobytes(), micro, pp, str(sched)),
                         pipe.step - pipe.sync)

@@ -158,6 +158,10 @@ def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
     params = tuple(g.graph.get("params", {}).items())
     source = tuple(g.graph.get("source", {}).items())
     defaults = tuple(g.graph.get("defaults", {}).items())
+    if "host" not in fields:  # a single micro-batch: the expert blocks' wait on the host (frameworks.host)
+        from frameworks.host import graph_wait
+
+        fields["host"] = graph_wait(g, layers, edges, model)
     if model.realistic and "model_flops" not in fields:
         fields["model_flops"] = model_flops(g, model)
         fields["recomputed_flops"] = recomputed_flops(g, sc.strategy, model)

@@ -153,7 +153,10 @@ class Framework:
     experts' tokens through DeepEP (``""``: none; ``--deepep`` turns it on):
     a token crosses once to each other node that holds one of its experts,
     where the all-to-all sends each of its copies
-    (:meth:`cluster.Cluster.alltoall`).
+    (:meth:`cluster.Cluster.alltoall`); ``moe_host_ms``: the milliseconds
+    the host takes to launch a token-dropless expert layer's kernels for a
+    micro-batch, forward and backward, which the layer waits on when its
+    device time is shorter (``frameworks.host``; 0: never).
 
     Pipelines: ``pipeline_split`` how a standard configuration's stages
     share blocks that do not divide evenly over their model chunks (``""``:
@@ -203,6 +206,7 @@ class Framework:
     tp_overlap_by: str = ""
     tp_overlap_compiled: bool = False
     deepep_by: str = ""
+    moe_host_ms: float = 0.0
     expert_weights: str = ""
     recompute_modules: tuple = ()
     recompute_modules_by: str = ""
@@ -260,6 +264,8 @@ class Framework:
             raise ValueError(f"{self.name}: zero_stages and pipeline_zero_stages name some of 0, 1, 2, 3")
         if any(arch not in ARCHITECTURES for arch, _ in self.overhead_by_arch):
             raise ValueError(f"{self.name}: overhead_by_arch must name some of {', '.join(ARCHITECTURES)}")
+        if not self.moe_host_ms >= 0.0:
+            raise ValueError(f"{self.name}: moe_host_ms must be 0 or more")
         if (self.compiled_loss is None) != (self.compiled_loss_passes is None):
             raise ValueError(f"{self.name}: compiled_loss and compiled_loss_passes go together")
 

@@ -299,10 +299,13 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
     if g.graph.get("active_parameters") is not None:  # a mixture of experts
         result = replace(result, active_parameters=g.graph["active_parameters"])
         if model.cluster.realistic:  # a limit of the time model the published runs show
+            fw = model.framework
+            host = (f"each dropless expert layer at least {fw.title}'s {fw.moe_host_ms:g} ms of host launches a "
+                    f"micro-batch" if fw is not None and fw.moe_host_ms else "not a dropless layer's host launches")
             result = replace(result, notes=result.notes + (
-                "A mixture of experts: the step prices the experts' products and their all-to-all (DeepEP's "
-                "dispatch with --deepep), not a dropless layer's many small kernels; published mixture-of-experts "
-                "runs are missed widely, in both directions (docs/frameworks.md).",))
+                f"A mixture of experts: the step prices the experts' products and their all-to-all (DeepEP's "
+                f"dispatch with --deepep), {host}; not the kernels' own sizes, and some published "
+                f"mixture-of-experts runs are still missed widely (docs/frameworks.md).",))
     if g.graph.get("notes"):  # what the model itself has to say (a sequence beyond its positions)
         result = replace(result, notes=tuple(g.graph["notes"]) + result.notes)
     if found is not None:

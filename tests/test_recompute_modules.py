@@ -87,7 +87,10 @@ def test_selective_recomputation_of_the_norms_and_the_experts_activation():
     assert _layer(mods, "layer3/mlp/act").compute > _layer(none, "layer3/mlp/act").compute
     assert _layer(mods, "layer3/attn/qkv").compute == _layer(none, "layer3/attn/qkv").compute
     assert mods.result.memory_bytes < none.result.memory_bytes
-    assert mods.result.step_seconds > none.result.step_seconds
+    # a thousand tokens a device: the layers wait on the host's launches (frameworks/host.py), which hide the
+    # recomputation; the device's own time grows
+    assert none.result.host > 0 and mods.result.step_seconds == pytest.approx(none.result.step_seconds, rel=1e-12)
+    assert mods.result.total_cost - mods.result.host > none.result.total_cost - none.result.host
     both = _run("selective", "core_attn,moe_act,layernorm")
     assert both.result.step_seconds == pytest.approx(mods.result.step_seconds, rel=1e-12)
 
@@ -97,8 +100,8 @@ def test_the_switch_is_megatrons_and_says_so(tmp_path):
     know; the report's header names the modules, the plan file records
     them for ``--evaluate``, a cluster file may give them, and the export
     writes them as Megatron-LM's ``--recompute-modules``."""
-    args = ("-g", QWEN3_MOE, "-p", 16, "-b", 16, "--seq", 1024, "--device", "h100", "--plan",
-            "tp=2,ep=16,etp=1,sp=1,zero=1,recompute=selective")
+    args = ("-g", QWEN3_MOE, "-p", 16, "-b", 64, "--seq", 4096, "--device", "h100", "--plan",
+            "tp=2,ep=16,etp=1,sp=1,zero=1,recompute=selective")  # the layers slower than the host's launches
     for extra, message in ((("--framework", "torchtitan", "--recompute-modules", "moe_act"),
                             "--recompute-modules needs --framework megatron (its --recompute-modules)"),
                            (("--framework", "megatron", "--recompute-modules", "moe_act,mlp"),

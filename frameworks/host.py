@@ -1,0 +1,89 @@
+"""The host's pace: a token-dropless mixture-of-experts layer waits on the
+CPU that launches its kernels.
+
+A dropless layer cannot size its all-to-all or its grouped products until
+it knows how many tokens each expert got: its dispatcher copies the counts
+to the host and waits for them, once a layer in each forward pass
+(Megatron Core's ``MoEAlltoAllTokenDispatcher`` and ``MoEFlexTokenDispatcher``:
+``tokens_per_expert`` to the CPU before the all-to-all and the grouped
+products' ``m_splits``).  The wait drains the device's queue, so the host
+can never run ahead of it by more than a layer: a layer whose kernels the
+host launches more slowly than the device runs them takes the host's time,
+not the device's.  Fine-grained experts (many small products, a router,
+permutations, an all-to-all, each its own kernel) reach that point on a
+micro-batch of a few thousand tokens per device.
+
+The model: each mixture-of-experts block of a stage takes, per micro-batch,
+``max(device time, host)``, with ``host`` the framework's
+``moe_host_ms`` (forward and backward; a third more where the block re-runs
+its forward pass under full recomputation).  The blocks of a stage being
+alike, a stage's ``n`` such blocks of device time ``t`` wait
+``max(0, n host - t)`` per micro-batch (:func:`wait`).  The rest of the
+model runs at the device's pace.  A framework without the figure (and the
+tool's own model) waits for nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["moe_nodes", "wait", "stage_waits", "graph_wait", "REPLAY"]
+
+#: a forward pass's share of a layer's launches (the backward pass launches about twice the forward's)
+REPLAY = 1.0 / 3.0
+
+
+def moe_nodes(ops, ctx) -> list[bool]:
+    """For each operator (``ops``, with their contexts ``ctx``): whether it
+    belongs to a block holding a dispatch of tokens to experts."""
+    blocks = {c.block for op, c in zip(ops, ctx) if c.block is not None and op.kind.name == "Dispatch"}
+    return [c.block is not None and c.block in blocks for c in ctx]
+
+
+def wait(model, blocks: float, device: float, full: float = 0.0) -> float:
+    """What a stage's ``blocks`` mixture-of-experts blocks, ``full`` of them
+    re-running their forward pass, wait on the host per micro-batch beyond
+    their ``device`` time (both in FLOP at the device's peak)."""
+    fw = model.framework
+    if fw is None or not fw.moe_host_ms or not blocks or not model.cluster.realistic:
+        return 0.0
+    host = fw.moe_host_ms * 1e-3 * model.cluster.flops * 1e12 * (blocks + REPLAY * full)
+    return max(0.0, host - device)
+
+
+def stage_waits(g, ctx, ranges, results, model) -> list[float] | None:
+    """What the expert blocks of each pipeline stage (the operators ``[lo,
+    hi)`` of ``ranges`` of graph ``g``, contexts ``ctx``; ``results`` their
+    :class:`result.Result` for a micro-batch, operators numbered from the
+    stage's first) wait on the host per micro-batch; ``None`` where none
+    can."""
+    if model.framework is None or not model.framework.moe_host_ms:
+        return None
+    from graph import operators
+
+    moe = moe_nodes(operators(g), ctx)
+    return [_wait(model, moe[lo:hi], ctx, lo, r.layers, r.edges) for (lo, hi), r in zip(ranges, results)]
+
+
+def graph_wait(g, layers, edges, model) -> float:
+    """What the expert blocks of graph ``g`` run as one micro-batch (its
+    ``layers``, :class:`result.Layer`, and ``edges``, ``(u, v, cost)``)
+    wait on the host."""
+    if model.framework is None or not model.framework.moe_host_ms or model.micro_batches is not None:
+        return 0.0
+    from blocks import find_chains
+    from graph import operators
+    from options import contexts
+
+    ctx = contexts(g, find_chains(g))
+    return _wait(model, moe_nodes(operators(g), ctx), ctx, 0, layers, edges)
+
+
+def _wait(model, inside, ctx, lo: int, layers, edges) -> float:
+    """The wait of the expert blocks among ``layers`` (numbered from
+    ``lo``; ``inside``: whether each operator is in one)."""
+    mine = [x for x in layers if inside[x.id]]
+    device = math.fsum([*(x.compute + x.communication for x in mine), *(c for u, _, c in edges if inside[u])])
+    blocks = {ctx[lo + x.id].block for x in mine}
+    full = {ctx[lo + x.id].block for x in mine if x.decision.option("recompute") == "full"}
+    return wait(model, len(blocks), device, len(full))
