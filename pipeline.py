@@ -481,13 +481,13 @@ def stage_result(sub, decisions, model, q: int, ctx=None):
     from cost_model import evaluate, make_result
 
     sc = evaluate(sub, decisions, model, q, ctx=ctx)
-    sync = stage_sync(sub, decisions, model, q, ctx)
+    syncs = stage_sync(sub, decisions, model, q, ctx)
     r = make_result(sub, sc, model, q, "evaluate", host=0.0)  # the stage's wait: stage_waits
-    return replace(r, sync=sync)
+    return replace(r, sync=math.fsum(syncs), layers=tuple(replace(x, sync=y) for x, y in zip(r.layers, syncs)))
 
 
-def stage_sync(sub, decisions, model, q: int, ctx=None) -> float:
-    """The gradients' synchronisation of a stage's operators, per step."""
+def stage_sync(sub, decisions, model, q: int, ctx=None) -> list[float]:
+    """The gradients' synchronisation of each of a stage's operators, per step."""
     from blocks import find_chains
     from cost_model import price_stage, with_options
     from graph import operators
@@ -503,7 +503,7 @@ def stage_sync(sub, decisions, model, q: int, ctx=None) -> float:
             C, work, _ = with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
             seen[key] = float(price_stage(work, C, whole, op)[2][0])
         out.append(seen[key])
-    return math.fsum(out)
+    return out
 
 
 def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, ranges, decisions,

@@ -50,6 +50,7 @@ class Layer:
     memory: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # bytes: MEMORY_PARTS
     transient: float = 0.0  # bytes held only while the operator runs (gathered weights, recomputed activations)
     saves: float = 0.0  # bytes its execution options save on what it keeps
+    sync: float = 0.0  # a pipeline stage's operator: its gradients' synchronisation per step (of ``communication``)
 
     @property
     def dims(self) -> str:

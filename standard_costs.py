@@ -173,23 +173,22 @@ class _Layout:
         # the blocks that dispatch tokens to experts (frameworks.host): each node's, -1 outside them
         experts = {c for c, (op, _) in enumerate(self.reps) if op.kind.name == "Dispatch"}
         moe = {key for key, c in zip(group, node_class) if c in experts and key[0] == "block"}
-        ids = {key: i for i, key in enumerate(dict.fromkeys(k for k in group if k in moe))}
-        self.moe_block = np.asarray([ids.get(key, -1) for key in group], dtype=np.intp)
+        self.moe = np.asarray([key in moe for key in group], dtype=bool)
+        self.dispatch = np.asarray([c in experts for c in node_class], dtype=bool) & self.moe
         self._ranges: dict = {}
         self._moe: dict = {}
 
     def experts(self, lo: int, hi: int):
         """The operators ``[lo, hi)`` in blocks that dispatch tokens to
         experts: their count by class, their edges' count by class, and how
-        many such blocks."""
+        many dispatches (expert layers) they hold."""
         key = (lo, hi)
         if key not in self._moe:
-            inside = self.moe_block >= 0
-            mine = inside[lo:hi]
+            mine = self.moe[lo:hi]
             cc = np.bincount(self.node_class[lo:hi][mine], minlength=self.nc).astype(float)
-            sel = (self.eu >= lo) & (self.eu < hi) & (self.ev >= lo) & (self.ev < hi) & inside[self.eu]
+            sel = (self.eu >= lo) & (self.eu < hi) & (self.ev >= lo) & (self.ev < hi) & self.moe[self.eu]
             ec = np.bincount(self.edge_class[sel], minlength=self.ne).astype(float)
-            self._moe[key] = (cc, ec, len(np.unique(self.moe_block[lo:hi][mine])))
+            self._moe[key] = (cc, ec, int(self.dispatch[lo:hi].sum()))
         return self._moe[key]
 
     def summary(self, lo: int, hi: int):
@@ -533,9 +532,9 @@ class Costing:
         classes costing ``per_class`` and their edges ``E``."""
         from frameworks.host import wait
 
-        cc, ec, blocks = L.experts(lo, hi)
+        cc, ec, layers = L.experts(lo, hi)
         model = self._models[self.shape(std)[1]]
-        return wait(model, blocks, float(cc @ per_class + ec @ E), blocks if std.recompute == "full" else 0)
+        return wait(model, layers, float(cc @ per_class + ec @ E), layers if std.recompute == "full" else 0)
 
     def estimate(self, std) -> Estimate:
         """``std``'s step and peak memory (see the module docstring); an
@@ -582,7 +581,7 @@ class Costing:
             chunks = [tuple(float(L.summary(a, b)[0] @ F[:, 6])
                             for a, b in pipeline.chunk_ranges(L.chain, lo, hi, sched.v)) for lo, hi in ranges]
             share = pipeline.chunk_share(counts, sched.v)
-        hosts = [self._wait(L, lo, hi, F[:, 0] + comm, E, std) for lo, hi in ranges] if host else None
+        hosts = [self._wait(L, lo, hi, F[:, 0] + F[:, 1], E, std) for lo, hi in ranges] if host else None
         pipe = pipeline.assemble(L.g, model, self.p, pp, m, micro, sched, ranges, parts,
                                  crossing=sends, chunks=chunks, share=share, moments=self._moments, hosts=hosts)
         return Estimate(pipe.step, pipe.peak_memory, (F.tobytes(), E.tobytes(), micro, pp, str(sched)),

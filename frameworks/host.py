@@ -13,12 +13,12 @@ not the device's.  Fine-grained experts (many small products, a router,
 permutations, an all-to-all, each its own kernel) reach that point on a
 micro-batch of a few thousand tokens per device.
 
-The model: each mixture-of-experts block of a stage takes, per micro-batch,
-``max(device time, host)``, with ``host`` the framework's
-``moe_host_ms`` (forward and backward; a third more where the block re-runs
-its forward pass under full recomputation).  The blocks of a stage being
-alike, a stage's ``n`` such blocks of device time ``t`` wait
-``max(0, n host - t)`` per micro-batch (:func:`wait`).  The rest of the
+The model: each mixture-of-experts layer of a stage takes, per
+micro-batch, ``max(device time, host)``, with ``host`` the framework's
+``moe_host_ms`` (forward and backward; a third more where the layer re-runs
+its forward pass under full recomputation).  The layers of a stage being
+alike, a stage's ``n`` expert layers whose blocks take device time ``t``
+wait ``max(0, n host - t)`` per micro-batch (:func:`wait`).  The rest of the
 model runs at the device's pace.  A framework without the figure (and the
 tool's own model) waits for nothing.
 """
@@ -35,19 +35,21 @@ REPLAY = 1.0 / 3.0
 
 def moe_nodes(ops, ctx) -> list[bool]:
     """For each operator (``ops``, with their contexts ``ctx``): whether it
-    belongs to a block holding a dispatch of tokens to experts."""
+    belongs to a block holding a dispatch of tokens to experts (one
+    expert layer for each dispatch it holds)."""
     blocks = {c.block for op, c in zip(ops, ctx) if c.block is not None and op.kind.name == "Dispatch"}
     return [c.block is not None and c.block in blocks for c in ctx]
 
 
-def wait(model, blocks: float, device: float, full: float = 0.0) -> float:
-    """What a stage's ``blocks`` mixture-of-experts blocks, ``full`` of them
-    re-running their forward pass, wait on the host per micro-batch beyond
-    their ``device`` time (both in FLOP at the device's peak)."""
+def wait(model, layers: float, device: float, full: float = 0.0) -> float:
+    """What a stage's ``layers`` expert layers (the blocks holding them),
+    ``full`` of them re-running their forward pass, wait on the host per
+    micro-batch beyond their blocks' ``device`` time (both in FLOP at the
+    device's peak)."""
     fw = model.framework
-    if fw is None or not fw.moe_host_ms or not blocks or not model.cluster.realistic:
+    if fw is None or not fw.moe_host_ms or not layers or not model.cluster.realistic:
         return 0.0
-    host = fw.moe_host_ms * 1e-3 * model.cluster.flops * 1e12 * (blocks + REPLAY * full)
+    host = fw.moe_host_ms * 1e-3 * model.cluster.flops * 1e12 * (layers + REPLAY * full)
     return max(0.0, host - device)
 
 
@@ -83,7 +85,9 @@ def _wait(model, inside, ctx, lo: int, layers, edges) -> float:
     """The wait of the expert blocks among ``layers`` (numbered from
     ``lo``; ``inside``: whether each operator is in one)."""
     mine = [x for x in layers if inside[x.id]]
-    device = math.fsum([*(x.compute + x.communication for x in mine), *(c for u, _, c in edges if inside[u])])
-    blocks = {ctx[lo + x.id].block for x in mine}
-    full = {ctx[lo + x.id].block for x in mine if x.decision.option("recompute") == "full"}
-    return wait(model, len(blocks), device, len(full))
+    m = float(model.micro_batches or 1)  # a stage's operators carry a micro-batch's share of the step's sync
+    device = math.fsum([*(x.compute + x.communication - x.sync / m for x in mine),
+                        *(c for u, _, c in edges if inside[u])])
+    dispatches = [x for x in mine if x.kind == "Dispatch"]  # a layer each (a block may hold several)
+    full = sum(x.decision.option("recompute") == "full" for x in dispatches)
+    return wait(model, len(dispatches), device, full)

@@ -109,10 +109,10 @@ MEGATRON = register(Framework(
     # (megatron/core/transformer/moe/token_dispatcher.py: the all-to-all's splits and the grouped products'
     # m_splits), so the host launches each layer's kernels with the device's queue drained (frameworks/host.py).
     # fitted: the Megatron-MoE Model Zoo's Qwen3-235B-A22B on 256 H100s at TP 4 x PP 8 (VP 4) x EP 8 (29.0 s a step,
-    # against 14.6 s priced at the devices' pace: 9.39 ms of host per layer and micro-batch of 1,024 tokens a
-    # device); its TP 2 x EP 32 run (12.6 ms of device time a layer, above it) and Megatron Bridge's
+    # against 14.6 s priced at the devices' pace: 9.22 ms of host per layer and micro-batch of 1,024 tokens a
+    # device); its TP 2 x EP 32 run (11.6 ms of device time a layer, above it) and Megatron Bridge's
     # Qwen3-30B-A3B are held out
-    moe_host_ms=9.39,
+    moe_host_ms=9.22,
     fitted=("Megatron Bridge: Llama 3 8B, B200, DP 8, FP8 (25.11)",
             "Megatron-MoE Model Zoo: Qwen3-235B-A22B, 256 GPUs, TP 4 x PP 8 (VP 4) x EP 8, ETP 1, DeepEP"),
     # Float8 (--fp8-format, Transformer Engine's linear layers): a layer keeps the FP8 cast of its input for the
