@@ -481,13 +481,13 @@ def stage_result(sub, decisions, model, q: int, ctx=None):
     from cost_model import evaluate, make_result
 
     sc = evaluate(sub, decisions, model, q, ctx=ctx)
-    syncs = stage_sync(sub, decisions, model, q, ctx)
+    sync = stage_sync(sub, decisions, model, q, ctx)
     r = make_result(sub, sc, model, q, "evaluate", host=0.0)  # the stage's wait: stage_waits
-    return replace(r, sync=math.fsum(syncs), layers=tuple(replace(x, sync=y) for x, y in zip(r.layers, syncs)))
+    return replace(r, sync=sync)
 
 
-def stage_sync(sub, decisions, model, q: int, ctx=None) -> list[float]:
-    """The gradients' synchronisation of each of a stage's operators, per step."""
+def stage_sync(sub, decisions, model, q: int, ctx=None) -> float:
+    """The gradients' synchronisation of a stage's operators, per step."""
     from blocks import find_chains
     from cost_model import price_stage, with_options
     from graph import operators
@@ -503,7 +503,7 @@ def stage_sync(sub, decisions, model, q: int, ctx=None) -> list[float]:
             C, work, _ = with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
             seen[key] = float(price_stage(work, C, whole, op)[2][0])
         out.append(seen[key])
-    return out
+    return math.fsum(out)
 
 
 def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, ranges, decisions,
@@ -588,7 +588,7 @@ def as_result(g, pipe: Pipeline, model, p: int, batch: int, mode: str, **fields)
         layers += [replace(layer, id=layer.id + lo, name=g.nodes[layer.id + lo]["op"].name) for layer in r.layers]
         edges += [(u + lo, v + lo, c) for u, v, c in r.edges]
         words += r.words * pipe.m + 2.0 * pipe.schedule.v * s.sends * pipe.m
-    first = pipe.stages[0].result
+    first, slow = pipe.stages[0].result, max(pipe.stages, key=lambda s: s.time)  # slow: the critical path
     params = tuple((k, batch if k == "batch" else v) for k, v in first.params)
     if model.realistic:  # the model's FLOP for the whole batch
         fields.setdefault("model_flops", model_flops(g, model) * pipe.m)
@@ -597,4 +597,4 @@ def as_result(g, pipe: Pipeline, model, p: int, batch: int, mode: str, **fields)
     return Result(mode, g.graph["name"], params, p, model, tuple(layers), tuple(edges),
                   parameters=first.parameters if len(pipe.stages) == 1 else parameter_count(g),
                   model_source=first.model_source, defaults=first.defaults, words=words,
-                  transient=pipe.peak_stage.result.transient, pipeline=pipe, **fields)
+                  transient=pipe.peak_stage.result.transient, pipeline=pipe, host=pipe.m * slow.host, **fields)

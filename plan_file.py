@@ -79,7 +79,8 @@ def pipeline_record(pipe) -> dict:
             "stages": [[s.nodes[0], s.nodes[-1] + 1] for s in pipe.stages],
             "step": pipe.step, "sync": pipe.sync, "bubble": pipe.bubble, "bound": pipe.bound or None,
             "stage_figures": [{"stage": s.index, "first_device": s.first, "devices": s.devices, "time": s.time,
-                               "sends": s.sends, "sync": s.sync, "memory": s.memory, "in_flight": s.in_flight}
+                               "sends": s.sends, "sync": s.sync, "memory": s.memory, "in_flight": s.in_flight,
+                               **({"host": s.host} if s.host > 0 else {})}  # of time: the wait on the host
                               for s in pipe.stages]}
 
 
@@ -104,6 +105,8 @@ def record(r: Result) -> dict:
                    "capacity": r.capacity, "fits": r.fits},
         "layers": [_layer_record(layer) for layer in r.layers],
     }
+    if r.host > 0:  # what dropless expert layers wait on the host's launches (frameworks.host), of total_cost
+        rec["host"] = r.host
     rec["parameters"] = r.parameters
     if r.active_parameters is not None:
         rec["active_parameters"] = r.active_parameters

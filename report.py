@@ -156,7 +156,8 @@ def _bound_lines(r: Result) -> list[str]:
     if b.status == "optimal":
         return [head + "optimal (the Lagrangian bound meets its cost)", searches]
     return [head + f"within {100 * b.gap:.2f}% of optimal",
-            searches + f"; no strategy that fits costs less than {b.lower_bound:.4e}"]
+            searches + f"; no strategy that fits costs less than {b.lower_bound:.4e}"
+            + (" before its expert layers' wait on the host" if r.host > 0 else "")]
 
 
 def _source_line(r: Result) -> str:

@@ -50,7 +50,6 @@ class Layer:
     memory: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # bytes: MEMORY_PARTS
     transient: float = 0.0  # bytes held only while the operator runs (gathered weights, recomputed activations)
     saves: float = 0.0  # bytes its execution options save on what it keeps
-    sync: float = 0.0  # a pipeline stage's operator: its gradients' synchronisation per step (of ``communication``)
 
     @property
     def dims(self) -> str:
@@ -159,7 +158,8 @@ class Result:
     recomputed_flops: float = 0.0  # FLOP of the forward passes recomputed, counted alike
     sync: float = 0.0  # a pipeline stage's: the gradients' synchronisation per step
     pipeline: object = None  # a pipelined plan (pipeline.Pipeline): its stages, schedule and step
-    host: float = 0.0  # what expert layers wait on the host per step, beyond their operators' costs (frameworks.host)
+    host: float = 0.0  # what expert layers wait on the host per step beyond their operators' costs (frameworks.host;
+    #                    a pipeline: its slowest stage's, within its step)
 
     # -- totals -----------------------------------------------------------------------
     @property

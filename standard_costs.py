@@ -175,6 +175,7 @@ class _Layout:
         moe = {key for key, c in zip(group, node_class) if c in experts and key[0] == "block"}
         self.moe = np.asarray([key in moe for key in group], dtype=bool)
         self.dispatch = np.asarray([c in experts for c in node_class], dtype=bool) & self.moe
+        self.moe_classes = {c for c, inside in zip(node_class, self.moe) if inside}
         self._ranges: dict = {}
         self._moe: dict = {}
 
@@ -431,7 +432,12 @@ class Costing:
             comp, comm, sync = (np.broadcast_to(x, (K,)).astype(float) for x in price_stage(work, C, model, op))
             parts = np.stack([np.broadcast_to(x, (K,)) for x in fp.parts]).astype(float)
             trans = np.broadcast_to(fp.transient, (K,)).astype(float)
-        rows = np.column_stack([comp, comm, sync, parts.T, trans])  # (K, 8)
+        micro_time, fw = np.zeros(K), model.framework  # an expert block's micro-batch device time (frameworks.host)
+        if fw is not None and fw.moe_host_ms and model.cluster.realistic and c in self.layout(micro).moe_classes:
+            from frameworks.host import micro_batch
+
+            micro_time = np.broadcast_to(micro_batch(op, todo, model, ctx, given), (K,))
+        rows = np.column_stack([comp, comm, sync, parts.T, trans, micro_time])  # (K, 9)
         for cfg, row in zip(todo, rows):
             table[cfg] = row
         return table
@@ -469,7 +475,7 @@ class Costing:
         return table
 
     def _figures(self, micro, variant, decs) -> np.ndarray:
-        """(classes, 8) figures of the decisions ``decs``, costed for every
+        """(classes, 9) figures of the decisions ``decs``, costed for every
         configuration registered on the same graph and cluster when missing."""
         wanted = self._wanted.get((micro, variant))
         rows = []
@@ -526,14 +532,17 @@ class Costing:
         return sum(b * params / (self.p if zero >= stage else split) for b, stage in ((wb, 3), (gb, 2), (ob, 1)))
 
     # -- a configuration's figures -----------------------------------------------------
-    def _wait(self, L: _Layout, lo: int, hi: int, per_class, E, std) -> float:
+    @staticmethod
+    def _wait(model, L: _Layout, lo: int, hi: int, per_class, E, std) -> float:
         """What the expert blocks among ``L``'s operators ``[lo, hi)`` wait on
-        the host per micro-batch (:func:`frameworks.host.wait`), their
-        classes costing ``per_class`` and their edges ``E``."""
+        the host per micro-batch under ``model`` (:func:`frameworks.host.wait`),
+        their classes' micro-batch costing ``per_class`` (without what a
+        step does once) and their edges ``E``."""
         from frameworks.host import wait
 
         cc, ec, layers = L.experts(lo, hi)
-        model = self._models[self.shape(std)[1]]
+        if not layers:
+            return 0.0
         return wait(model, layers, float(cc @ per_class + ec @ E), layers if std.recompute == "full" else 0)
 
     def estimate(self, std) -> Estimate:
@@ -556,7 +565,7 @@ class Costing:
             cc, ec, kinds, _ = L.summary(0, L.n)
             cost = float(cc @ F[:, 0] + cc @ F[:, 1] + ec @ E)
             if host:
-                cost += self._wait(L, 0, L.n, F[:, 0] + F[:, 1], E, std)
+                cost += self._wait(model, L, 0, L.n, F[:, 8], E, std)
             trans = float((kinds @ F[:, 7]).max()) if len(kinds) else 0.0
             memory = math.fsum([float(cc @ F[:, 3 + k]) for k in range(4)] + [trans])
             return Estimate(cost, memory, (F.tobytes(), E.tobytes(), micro), cost)
@@ -581,7 +590,10 @@ class Costing:
             chunks = [tuple(float(L.summary(a, b)[0] @ F[:, 6])
                             for a, b in pipeline.chunk_ranges(L.chain, lo, hi, sched.v)) for lo, hi in ranges]
             share = pipeline.chunk_share(counts, sched.v)
-        hosts = [self._wait(L, lo, hi, F[:, 0] + F[:, 1], E, std) for lo, hi in ranges] if host else None
+        if host:
+            hosts = [self._wait(model, L, lo, hi, F[:, 8], E, std) for lo, hi in ranges]
+        else:
+            hosts = None
         pipe = pipeline.assemble(L.g, model, self.p, pp, m, micro, sched, ranges, parts,
                                  crossing=sends, chunks=chunks, share=share, moments=self._moments, hosts=hosts)
         return Estimate(pipe.step, pipe.peak_memory, (F.tobytes(), E.tobytes(), micro, pp, str(sched)),

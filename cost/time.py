@@ -486,13 +486,14 @@ def ring_heads(op: Operator, C: Extents, fw) -> np.ndarray:
     return group
 
 
-def price_stage(work: Work, C: Extents, model: CostModel, op: Operator):
+def price_stage(work: Work, C: Extents, model: CostModel, op: Operator, once: bool = True):
     """(compute, communication, synchronisation) of a work record in a
     pipeline stage: the compute and communication one micro-batch pays
     (:func:`price`'s, the gradients' collectives left out; on a real device
-    the gathered weights still overlapped with their pass), and the
-    gradients' collectives, paid once per step (on a real device their
-    whole time: the step's end overlaps them, see ``pipeline.py``)."""
+    the gathered weights still overlapped with their pass; with ``once``, a
+    micro-batch's share of the optimizer step), and the gradients'
+    collectives, paid once per step (on a real device their whole time:
+    the step's end overlaps them, see ``pipeline.py``)."""
     net = model.cluster
     K = len(C)
     if not net.realistic:
@@ -512,7 +513,7 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator):
         exposed = exposed + _exposed(inputs, t_bwd, 1.0)
     exposed = exposed + _contention(model, o, gathers, t_bwd) + _contention(model, o, gathers, t_fwd)
     compute = t_fwd * (1.0 + work.replays) + t_bwd
-    if step is not None:  # once per step: a micro-batch's share of it
+    if step is not None and once:  # once per step: a micro-batch's share of it
         compute = compute + step / float(model.micro_batches or 1)
     return (np.broadcast_to(compute, (K,)), np.broadcast_to(blocking + exposed, (K,)),
             np.broadcast_to(sync, (K,)))

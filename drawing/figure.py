@@ -33,7 +33,9 @@ __all__ = ["figure", "memory_bars", "time_parts", "splits", "MEMORY_PARTS", "TIM
 #: the memory parts every bar has, in stacking order (extra named parts follow)
 MEMORY_PARTS = ("weights", "gradients", "optimizer state", "activations", "transients")
 #: the parts of a step's time, in stacking order
-TIME_PARTS = ("compute", "exposed communication", "bubble", "gradient reduction")
+TIME_PARTS = ("compute", "exposed communication", "waiting on the host", "bubble", "gradient reduction")
+#: the part of a step its dropless expert layers wait on the host's launches (frameworks.host)
+HOST = TIME_PARTS[2]
 LONGEST_BLOCK = 120  # the most operators a block drawn once may hold
 MOST_ROWS = 150  # the most lines of splits: beyond, operators alike one after the other share a line
 
@@ -79,15 +81,18 @@ def time_parts(result) -> tuple[Part, ...]:
     cl = result.cost_model.cluster
     pipe = result.pipeline
     if pipe is None:
+        host = (Part(HOST, cl.seconds(result.host)),) if result.host > 0 else ()
         return (Part("compute", cl.seconds(result.compute)),
-                Part("exposed communication", cl.seconds(result.communication)))
+                Part("exposed communication", cl.seconds(result.communication))) + host
     slow = max(pipe.stages, key=lambda s: s.time)
     r = slow.result
-    busy = pipe.m * slow.time
-    comp = pipe.m * slow.compute * (r.compute / max(r.compute + r.communication, 1e-300))
-    return (Part("compute", cl.seconds(comp)), Part("exposed communication", cl.seconds(busy - comp)),
-            Part("bubble", cl.seconds(pipe.step - pipe.sync - busy)),
+    busy, host = pipe.m * slow.time, pipe.m * slow.host
+    comp = pipe.m * (slow.compute - slow.host) * (r.compute / max(r.compute + r.communication, 1e-300))
+    waits = (Part(HOST, cl.seconds(host)),) if host > 0 else ()
+    return (Part("compute", cl.seconds(comp)), Part("exposed communication", cl.seconds(busy - comp - host)),
+            *waits, Part("bubble", cl.seconds(pipe.step - pipe.sync - busy)),
             Part("gradient reduction", cl.seconds(pipe.sync)))
+
 
 
 # -- splits -----------------------------------------------------------------------------

@@ -25,7 +25,8 @@ __all__ = ["render", "page", "COLOURS"]
 COLOURS = {
     "forward": "#8FB3E3", "backward": "#2F5D9E", "compute": "#4A78B8",
     "exposed communication": "#E8912D", "communication": "#E8912D", "send": "#E8912D",
-    "bubble": "#D4D4D4", "gradient reduction": "#8E5EA2", "reduction": "#8E5EA2", "reduction overlapped": "#CDB5DA",
+    "bubble": "#D4D4D4", "waiting on the host": "#B8B8B8", "gradient reduction": "#8E5EA2", "reduction": "#8E5EA2",
+    "reduction overlapped": "#CDB5DA",
     "weights": "#2CA02C", "gradients": "#98DF8A", "optimizer state": "#BCBD22", "activations": "#D62728",
     "transients": "#FF9896",
 }
@@ -150,8 +151,8 @@ def _times(ax, bars, height: float) -> None:
     order = [name for name in TIME_PARTS if name in seen]
     handles = {h.get_label(): h for h in ax.containers}
     ax.legend([handles[name] for name in order], order, fontsize=7.5, loc="upper left", frameon=False,
-              bbox_to_anchor=(0, -0.5 / height), ncol=len(order), borderaxespad=0, handlelength=1.2,
-              columnspacing=1.0)
+              bbox_to_anchor=(0, -0.5 / height), ncol=min(len(order), 4), borderaxespad=0, handlelength=1.2,
+              columnspacing=1.0)  # at most four a row: five overrun the memory plot beside
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
 
@@ -306,8 +307,11 @@ def page(fig: Figure):
     total = (head + sum(h + below + 0.35 + NOTE * bool(tl.note) for h, tl in zip(heights, fig.timelines)) + middle
              + 1.2 + sum(tables) + 0.3)
     out = Page(figsize=(WIDTH, total), dpi=DPI)
-    out.text(LEFT / WIDTH, 1 - 0.3 / total, fig.title, fontsize=13, fontweight="bold", va="top")
-    out.text(LEFT / WIDTH, 1 - 0.62 / total, fig.subtitle, fontsize=9.5, va="top", color="#333333")
+    # a long title (a plan's whole standard configuration) in smaller type, to stay on the page
+    out.text(LEFT / WIDTH, 1 - 0.3 / total, fig.title, fontsize=min(13.0, 1300.0 / max(len(fig.title), 1)),
+             fontweight="bold", va="top")
+    out.text(LEFT / WIDTH, 1 - 0.62 / total, fig.subtitle, fontsize=min(9.5, 1330.0 / max(len(fig.subtitle), 1)),
+             va="top", color="#333333")
 
     def axes(top: float, height: float, left: float = LEFT, right: float = WIDTH - RIGHT):
         return out.add_axes((left / WIDTH, 1 - (top + height) / total, (right - left) / WIDTH, height / total))

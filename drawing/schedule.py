@@ -191,6 +191,8 @@ def timeline(result, name: str = "") -> Timeline:
         boxes = [Box("forward", 0.0, compute * (1.0 - BACKWARD)), Box("backward", compute * (1.0 - BACKWARD), compute)]
         if comm > 0:
             boxes.append(Box("communication", compute, compute + comm))
+        if result.host > 0:  # dropless expert layers waiting on the host's launches (frameworks.host)
+            boxes.append(Box("waiting on the host", compute + comm, compute + comm + cl.seconds(result.host)))
         lane = Lane("every device", (0, result.procs - 1), tuple(boxes))
         return Timeline(name, "", 1, (lane,), step, step)
     t = [cl.seconds(s.time) for s in pipe.stages]

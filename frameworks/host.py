@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["moe_nodes", "wait", "stage_waits", "graph_wait", "REPLAY"]
+import numpy as np
+
+__all__ = ["moe_nodes", "wait", "micro_batch", "stage_waits", "graph_wait", "REPLAY"]
 
 #: a forward pass's share of a layer's launches (the backward pass launches about twice the forward's)
 REPLAY = 1.0 / 3.0
@@ -53,6 +55,20 @@ def wait(model, layers: float, device: float, full: float = 0.0) -> float:
     return max(0.0, host - device)
 
 
+def micro_batch(op, configs, model, ctx, options) -> np.ndarray:
+    """The device time (FLOP at its peak) one micro-batch of ``op`` takes
+    at each of ``configs`` with its execution ``options`` (its context
+    ``ctx``): its passes and their collectives, without what a step does
+    once (the gradients' reduction, the optimizer step), which no
+    micro-batch's launches can hide under."""
+    from cost.tables import with_options
+    from cost.time import price_stage
+
+    C, work, _ = with_options(op, configs, model, ctx, options)
+    compute, comm, _ = price_stage(work, C, model, op, once=False)
+    return np.asarray(compute + comm, dtype=float)
+
+
 def stage_waits(g, ctx, ranges, results, model) -> list[float] | None:
     """What the expert blocks of each pipeline stage (the operators ``[lo,
     hi)`` of ``ranges`` of graph ``g``, contexts ``ctx``; ``results`` their
@@ -63,8 +79,9 @@ def stage_waits(g, ctx, ranges, results, model) -> list[float] | None:
         return None
     from graph import operators
 
-    moe = moe_nodes(operators(g), ctx)
-    return [_wait(model, moe[lo:hi], ctx, lo, r.layers, r.edges) for (lo, hi), r in zip(ranges, results)]
+    ops = operators(g)
+    moe, seen = moe_nodes(ops, ctx), {}
+    return [_wait(model, ops, moe, ctx, lo, r.layers, r.edges, seen) for (lo, hi), r in zip(ranges, results)]
 
 
 def graph_wait(g, layers, edges, model) -> float:
@@ -77,17 +94,28 @@ def graph_wait(g, layers, edges, model) -> float:
     from graph import operators
     from options import contexts
 
+    ops = operators(g)
     ctx = contexts(g, find_chains(g))
-    return _wait(model, moe_nodes(operators(g), ctx), ctx, 0, layers, edges)
+    return _wait(model, ops, moe_nodes(ops, ctx), ctx, 0, layers, edges, {})
 
 
-def _wait(model, inside, ctx, lo: int, layers, edges) -> float:
+def _wait(model, ops, inside, ctx, lo: int, layers, edges, seen: dict) -> float:
     """The wait of the expert blocks among ``layers`` (numbered from
-    ``lo``; ``inside``: whether each operator is in one)."""
-    mine = [x for x in layers if inside[x.id]]
-    m = float(model.micro_batches or 1)  # a stage's operators carry a micro-batch's share of the step's sync
-    device = math.fsum([*(x.compute + x.communication - x.sync / m for x in mine),
-                        *(c for u, _, c in edges if inside[u])])
+    ``lo`` in the graph's ``ops``; ``inside``: whether each operator is in
+    one), their micro-batch's device time priced by :func:`micro_batch`
+    (``seen``: those priced already, by operator, decision and context)."""
+    from options import OPTIONS
+
+    mine = [x for x in layers if inside[lo + x.id]]
+    times = []
+    for x in mine:
+        op, c = ops[lo + x.id], ctx[lo + x.id]
+        key = (op, x.decision, c.key)
+        if key not in seen:
+            options = {n: x.decision.option(n) for n in OPTIONS}
+            seen[key] = float(micro_batch(op, [x.decision.config], model, c, options)[0])
+        times.append(seen[key])
+    device = math.fsum([*times, *(e for u, _, e in edges if inside[lo + u])])
     dispatches = [x for x in mine if x.kind == "Dispatch"]  # a layer each (a block may hold several)
     full = sum(x.decision.option("recompute") == "full" for x in dispatches)
     return wait(model, len(dispatches), device, full)

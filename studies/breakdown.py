@@ -5,7 +5,9 @@ the layers where the two differ most.
 
 A re-distribution is charged to the layer that reads the tensor.  Each
 group's figure is the exact sum (``math.fsum``) of its layers', and the
-``total`` row the exact sum of all layers', the report's totals.
+``total`` row the exact sum of all layers', the report's totals; what
+dropless expert layers wait on the host beyond them (``frameworks.host``)
+is said below the tables.
 """
 
 from __future__ import annotations
@@ -79,6 +81,11 @@ def render(result, baseline=None) -> str:
     df = layers_frame(result)
     lines = ["", "Where the cost goes (FLOP; re-distribution charged to the layer that reads the tensor):", "",
              table(grouped(df, "kind"), "kind"), "", table(grouped(df, "group"), "group")]
+    host = result.host if result.pipeline is None else 0.0
+    if host > 0:  # no operator's: the expert layers' wait on the host's launches (frameworks.host)
+        total = math.fsum([*(x.compute + x.communication for x in result.layers), *(c for *_, c in result.edges)])
+        lines += ["", f"Beyond the layers: the expert layers wait {host:.4e} on the host's launches (the step "
+                      f"{math.fsum([total, host]):.4e})."]
     if baseline is not None:
         lines += ["", f"Layers where the plan and {baseline.title} differ most:", "",
                   table(against(result, baseline), rename={"cost_baseline": f"cost ({baseline.key})",
