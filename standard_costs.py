@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from errors import InputError
+from frameworks.host import micro_batch, wait
 
 __all__ = ["Costing", "Estimate"]
 
@@ -421,7 +422,7 @@ class Costing:
         op, ctx = self.layout(micro).reps[c]
         model = self._models[variant]
         given = {name: dict(options).get(name, OPTIONS[name].default) for name in OPTIONS}
-        K = len(todo)
+        K, priced = len(todo), None  # priced: the staged variant's extents and work records, for the host's wait
         self.calls += 1
         if variant[0] == PLAIN:
             na = node_arrays(op, todo, model, ctx, given=given)
@@ -429,14 +430,13 @@ class Costing:
         else:  # one of the stage's micro-batches (a framework spreads its once-a-step work over them)
             model = replace(model, micro_batches=self.batch // micro)
             C, work, fp = with_options(op, todo, model, ctx, given)
+            priced = (C, work)
             comp, comm, sync = (np.broadcast_to(x, (K,)).astype(float) for x in price_stage(work, C, model, op))
             parts = np.stack([np.broadcast_to(x, (K,)) for x in fp.parts]).astype(float)
             trans = np.broadcast_to(fp.transient, (K,)).astype(float)
         micro_time, fw = np.zeros(K), model.framework  # an expert block's micro-batch device time (frameworks.host)
         if fw is not None and fw.moe_host_ms and model.cluster.realistic and c in self.layout(micro).moe_classes:
-            from frameworks.host import micro_batch
-
-            micro_time = np.broadcast_to(micro_batch(op, todo, model, ctx, given), (K,))
+            micro_time = np.broadcast_to(micro_batch(op, todo, model, ctx, given, priced), (K,))
         rows = np.column_stack([comp, comm, sync, parts.T, trans, micro_time])  # (K, 9)
         for cfg, row in zip(todo, rows):
             table[cfg] = row
@@ -538,8 +538,6 @@ class Costing:
         the host per micro-batch under ``model`` (:func:`frameworks.host.wait`),
         their classes' micro-batch costing ``per_class`` (without what a
         step does once) and their edges ``E``."""
-        from frameworks.host import wait
-
         cc, ec, layers = L.experts(lo, hi)
         if not layers:
             return 0.0

@@ -29,7 +29,8 @@ from frameworks.base import FRAMEWORKS, Framework, States, known, register
 __all__ = ["Framework", "States", "FRAMEWORKS", "known", "register", "resolve"]
 
 #: the profiles' modules, each registering its :class:`Framework` (``eager`` holds eager PyTorch's kernels,
-#: ``planning`` how the planner resolves one from a run's settings)
+#: ``host`` what dropless expert layers wait on the host's launches, ``planning`` how the planner resolves one
+#: from a run's settings)
 PROFILES = ("megatron", "torchtitan", "deepspeed")
 for _name in PROFILES:
     importlib.import_module(f"{__name__}.{_name}")

@@ -55,16 +55,17 @@ def wait(model, layers: float, device: float, full: float = 0.0) -> float:
     return max(0.0, host - device)
 
 
-def micro_batch(op, configs, model, ctx, options) -> np.ndarray:
+def micro_batch(op, configs, model, ctx, options, priced=None) -> np.ndarray:
     """The device time (FLOP at its peak) one micro-batch of ``op`` takes
     at each of ``configs`` with its execution ``options`` (its context
-    ``ctx``): its passes and their collectives, without what a step does
-    once (the gradients' reduction, the optimizer step), which no
-    micro-batch's launches can hide under."""
+    ``ctx``; ``priced``: its extents and work record for them, when the
+    caller has them): its passes and their collectives, without what a
+    step does once (the gradients' reduction, the optimizer step), which
+    no micro-batch's launches can hide under."""
     from cost.tables import with_options
     from cost.time import price_stage
 
-    C, work, _ = with_options(op, configs, model, ctx, options)
+    C, work = priced if priced is not None else with_options(op, configs, model, ctx, options)[:2]
     compute, comm, _ = price_stage(work, C, model, op, once=False)
     return np.asarray(compute + comm, dtype=float)
 
