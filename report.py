@@ -150,14 +150,14 @@ def fmt_options(d) -> str:
 def _bound_lines(r: Result) -> list[str]:
     b = r.bound
     head = f"Within {fmt_bytes(b.capacity)} per device: "
+    host = " (before its expert layers' wait on the host)" if r.host > 0 else ""  # no operator's: unsearched
     if b.status == "unconstrained optimum fits":
-        return [head + "the unconstrained optimum fits (exact)"]
+        return [head + "the unconstrained optimum fits (exact)" + host]
     searches = f"  {b.searches} searches, lambda {b.lam:.3g} FLOP/byte"
     if b.status == "optimal":
-        return [head + "optimal (the Lagrangian bound meets its cost)", searches]
-    return [head + f"within {100 * b.gap:.2f}% of optimal",
-            searches + f"; no strategy that fits costs less than {b.lower_bound:.4e}"
-            + (" before its expert layers' wait on the host" if r.host > 0 else "")]
+        return [head + "optimal (the Lagrangian bound meets its cost)" + host, searches]
+    return [head + f"within {100 * b.gap:.2f}% of optimal" + host,
+            searches + f"; no strategy that fits costs less than {b.lower_bound:.4e}"]
 
 
 def _source_line(r: Result) -> str:

@@ -47,9 +47,11 @@ framework that ran it):
   with ``--framework deepspeed``.
 
 Rows marked "regressed" are figures their authors track as a regression
-of their own software (Megatron Bridge's issue #1998: its Qwen3-30B-A3B
-runs of 25.11 and 26.02, beside 26.02.01's of the same configuration):
-shown, not counted among the held-out figures.
+of their own software (Megatron Bridge's issue #1998: its dropless
+Qwen3-30B-A3B runs of 25.11 on H100s and B200s, 26.02's B200 run of the
+same configuration, and 26.02's H100 run, which 26.02.01 ran 77% faster):
+shown, not counted among the held-out figures (each table's
+``regressed``).
 
 The constants fitted on published rows, on the rows marked "fitted":
 the torchtitan profiles' ``overhead`` (time) and ``reserve`` (memory) on

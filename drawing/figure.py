@@ -94,7 +94,6 @@ def time_parts(result) -> tuple[Part, ...]:
             Part("gradient reduction", cl.seconds(pipe.sync)))
 
 
-
 # -- splits -----------------------------------------------------------------------------
 
 

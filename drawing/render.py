@@ -25,7 +25,7 @@ __all__ = ["render", "page", "COLOURS"]
 COLOURS = {
     "forward": "#8FB3E3", "backward": "#2F5D9E", "compute": "#4A78B8",
     "exposed communication": "#E8912D", "communication": "#E8912D", "send": "#E8912D",
-    "bubble": "#D4D4D4", "waiting on the host": "#B8B8B8", "gradient reduction": "#8E5EA2", "reduction": "#8E5EA2",
+    "bubble": "#D4D4D4", "waiting on the host": "#8C564B", "gradient reduction": "#8E5EA2", "reduction": "#8E5EA2",
     "reduction overlapped": "#CDB5DA",
     "weights": "#2CA02C", "gradients": "#98DF8A", "optimizer state": "#BCBD22", "activations": "#D62728",
     "transients": "#FF9896",
@@ -117,6 +117,8 @@ def _timeline(ax, tl, scale: float, unit: str, span: float) -> list:
         handles.append(Patch(facecolor=COLOURS["send"], label="sends to the next stage"))
     if "communication" in kinds:
         handles.append(Patch(facecolor=COLOURS["communication"], label="exposed communication"))
+    if "waiting on the host" in kinds:
+        handles.append(Patch(facecolor=COLOURS["waiting on the host"], label="waiting on the host's launches"))
     if "reduction" in kinds:
         handles.append(Patch(facecolor=COLOURS["reduction"], label="gradient reduction"))
     if "reduction overlapped" in kinds:

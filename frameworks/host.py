@@ -76,7 +76,7 @@ def stage_waits(g, ctx, ranges, results, model) -> list[float] | None:
     :class:`result.Result` for a micro-batch, operators numbered from the
     stage's first) wait on the host per micro-batch; ``None`` where none
     can."""
-    if model.framework is None or not model.framework.moe_host_ms:
+    if model.framework is None or not model.framework.moe_host_ms or not model.cluster.realistic:
         return None
     from graph import operators
 
@@ -89,7 +89,8 @@ def graph_wait(g, layers, edges, model) -> float:
     """What the expert blocks of graph ``g`` run as one micro-batch (its
     ``layers``, :class:`result.Layer`, and ``edges``, ``(u, v, cost)``)
     wait on the host."""
-    if model.framework is None or not model.framework.moe_host_ms or model.micro_batches is not None:
+    fw = model.framework
+    if fw is None or not fw.moe_host_ms or not model.cluster.realistic or model.micro_batches is not None:
         return 0.0
     from blocks import find_chains
     from graph import operators

@@ -81,11 +81,15 @@ def render(result, baseline=None) -> str:
     df = layers_frame(result)
     lines = ["", "Where the cost goes (FLOP; re-distribution charged to the layer that reads the tensor):", "",
              table(grouped(df, "kind"), "kind"), "", table(grouped(df, "group"), "group")]
-    host = result.host if result.pipeline is None else 0.0
-    if host > 0:  # no operator's: the expert layers' wait on the host's launches (frameworks.host)
+    pipe = result.pipeline  # no operator's: the expert layers' wait on the host's launches (frameworks.host)
+    if pipe is None and result.host > 0:
         total = math.fsum([*(x.compute + x.communication for x in result.layers), *(c for *_, c in result.edges)])
-        lines += ["", f"Beyond the layers: the expert layers wait {host:.4e} on the host's launches (the step "
-                      f"{math.fsum([total, host]):.4e})."]
+        lines += ["", f"Beyond the layers: the expert layers wait {result.host:.4e} on the host's launches (the "
+                      f"step {math.fsum([total, result.host]):.4e})."]
+    elif pipe is not None and any(st.host > 0 for st in pipe.stages):
+        lines += ["", "Beyond the layers, per micro-batch: the expert layers of "
+                  + "; ".join(f"stage {st.index} wait {st.host:.4e} on the host's launches (its time {st.time:.4e})"
+                              for st in pipe.stages) + "."]
     if baseline is not None:
         lines += ["", f"Layers where the plan and {baseline.title} differ most:", "",
                   table(against(result, baseline), rename={"cost_baseline": f"cost ({baseline.key})",
