@@ -93,31 +93,44 @@ def _pipeline_lines(r: Result) -> list[str]:
     return lines + ["  " + line for line in _align(rows, right={0, 3, 4, 5, 6}, sep="  ")]
 
 
+def step_parts(r: Result) -> tuple[tuple[str, float], ...]:
+    """The predicted step by part, in FLOP at the device's peak: compute,
+    exposed communication, what dropless expert layers wait on the host
+    (where they do, ``frameworks.host``) and, for a pipeline, its bubble
+    and gradient reduction (its slowest stage's, the critical path): what
+    the report's step line and the drawing's bar show."""
+    pipe = r.pipeline
+    if pipe is None:
+        return (("compute", r.compute), ("exposed communication", r.communication)) + (
+            (("waiting on the host", r.host),) if r.host > 0 else ())
+    slow = max(pipe.stages, key=lambda s: s.time)
+    busy, host = pipe.m * slow.time, pipe.m * slow.host
+    comp = pipe.m * (slow.compute - slow.host) * (slow.result.compute / max(
+        slow.result.compute + slow.result.communication, 1e-300))
+    return (("compute", comp), ("exposed communication", busy - comp - host),
+            *((("waiting on the host", host),) if host > 0 else ()), ("bubble", pipe.step - pipe.sync - busy),
+            ("gradient reduction", pipe.sync))
+
+
+#: the step line's words for the parts of :func:`step_parts`
+_STEP_WORDS = {"waiting on the host": "waiting on the host's launches",
+               "gradient reduction": "gradient synchronisation"}
+
+
 def _time_lines(r: Result) -> list[str]:
     """The predicted step time and, on a real device, what it means: its
     critical path, the throughput and the FLOP utilisation."""
     cl = r.cost_model.cluster
     pipe = r.pipeline
-    if pipe is not None:
-        slow = max(pipe.stages, key=lambda s: s.time)
-        busy, host = pipe.m * slow.time, pipe.m * slow.host
-        comp = pipe.m * (slow.compute - slow.host) * (slow.result.compute / max(
-            slow.result.compute + slow.result.communication, 1e-300))
-        bubble = "" if pipe.pp == 1 else f"bubble {fmt_time(cl.seconds(pipe.step - pipe.sync - busy))}, "
-        parts = (f"compute {fmt_time(cl.seconds(comp))}, exposed communication "
-                 f"{fmt_time(cl.seconds(busy - comp - host))}, {_host(cl, host)}{bubble}gradient synchronisation "
-                 f"{fmt_time(cl.seconds(pipe.sync))}")
-        where = "the critical path (the slowest stage)" if pipe.pp > 1 else "the critical path"
-        lines = [f"Predicted step time: {fmt_time(r.step_seconds)} on {where}: {parts}"]
-        if not r.cost_model.realistic:
-            return lines
-    elif not r.cost_model.realistic:
+    if pipe is None and not r.cost_model.realistic:
         return [f"Predicted step time: {fmt_time(r.step_seconds)} (compute {fmt_time(cl.seconds(r.compute))}, "
                 f"communication {fmt_time(cl.seconds(r.communication))})"]
-    else:
-        lines = [f"Predicted step time: {fmt_time(r.step_seconds)} on the critical path: compute "
-                 f"{fmt_time(cl.seconds(r.compute))}, exposed communication "
-                 f"{fmt_time(cl.seconds(r.communication))}" + (f", {_host(cl, r.host)}"[:-2] if r.host else "")]
+    shown = [(name, x) for name, x in step_parts(r) if name != "bubble" or pipe.pp > 1]  # one stage: no bubble
+    parts = ", ".join(f"{_STEP_WORDS.get(name, name)} {fmt_time(cl.seconds(x))}" for name, x in shown)
+    where = "the critical path (the slowest stage)" if pipe is not None and pipe.pp > 1 else "the critical path"
+    lines = [f"Predicted step time: {fmt_time(r.step_seconds)} on {where}: {parts}"]
+    if not r.cost_model.realistic:
+        return lines
     what, count = ("tokens", r.tokens) if r.tokens else ("samples", r.param("batch"))
     if count and r.step_seconds:
         lines.append(f"  {count / r.step_seconds / r.procs:,.0f} {what}/s per device, {count / r.step_seconds:,.0f} "
@@ -134,12 +147,6 @@ def _time_lines(r: Result) -> list[str]:
             line += f"; Float8 products counted against the {cl.precision} peak"
         lines.append(line)
     return lines
-
-
-def _host(cl, host: float) -> str:
-    """The step's wait on the host (dropless expert layers launched at the
-    host's pace, ``frameworks.host``), as a part of the step line."""
-    return f"waiting on the host's launches {fmt_time(cl.seconds(host))}, " if host > 0 else ""
 
 
 def fmt_options(d) -> str:

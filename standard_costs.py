@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from errors import InputError
-from frameworks.host import micro_batch, wait
+from frameworks.host import in_expert_blocks, micro_batch, wait, waits
 
 __all__ = ["Costing", "Estimate"]
 
@@ -171,11 +171,11 @@ class _Layout:
             self.kinds[k] = np.frombuffer(key, dtype=np.intp)
         self.group_kind = np.asarray(group_kind, dtype=np.intp)
         self.group_first = np.asarray(first, dtype=np.intp)
-        # the blocks that dispatch tokens to experts (frameworks.host): each node's, -1 outside them
+        # whether each node is in a block that dispatches tokens to experts (frameworks.host), and is a dispatch
         experts = {c for c, (op, _) in enumerate(self.reps) if op.kind.name == "Dispatch"}
-        moe = {key for key, c in zip(group, node_class) if c in experts and key[0] == "block"}
-        self.moe = np.asarray([key in moe for key in group], dtype=bool)
-        self.dispatch = np.asarray([c in experts for c in node_class], dtype=bool) & self.moe
+        dispatches = [c in experts for c in node_class]
+        self.moe = np.asarray(in_expert_blocks(dispatches, [k if k[0] == "block" else None for k in group]))
+        self.dispatch = np.asarray(dispatches, dtype=bool) & self.moe
         self.moe_classes = {c for c, inside in zip(node_class, self.moe) if inside}
         self._ranges: dict = {}
         self._moe: dict = {}
@@ -434,8 +434,8 @@ class Costing:
             comp, comm, sync = (np.broadcast_to(x, (K,)).astype(float) for x in price_stage(work, C, model, op))
             parts = np.stack([np.broadcast_to(x, (K,)) for x in fp.parts]).astype(float)
             trans = np.broadcast_to(fp.transient, (K,)).astype(float)
-        micro_time, fw = np.zeros(K), model.framework  # an expert block's micro-batch device time (frameworks.host)
-        if fw is not None and fw.moe_host_ms and model.cluster.realistic and c in self.layout(micro).moe_classes:
+        micro_time = np.zeros(K)  # an expert block's operator: its micro-batch's device time (frameworks.host)
+        if waits(model) and c in self.layout(micro).moe_classes:
             micro_time = np.broadcast_to(micro_batch(op, todo, model, ctx, given, priced), (K,))
         rows = np.column_stack([comp, comm, sync, parts.T, trans, micro_time])  # (K, 9)
         for cfg, row in zip(todo, rows):
@@ -558,7 +558,7 @@ class Costing:
         F = self._figures(micro, variant, decs)
         E = self._edge_figures(micro, variant, L, decs)
         model = self._models[variant]
-        host = model.framework is not None and model.framework.moe_host_ms > 0
+        host = waits(model)
         if not staged:
             cc, ec, kinds, _ = L.summary(0, L.n)
             cost = float(cc @ F[:, 0] + cc @ F[:, 1] + ec @ E)

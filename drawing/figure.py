@@ -34,8 +34,6 @@ __all__ = ["figure", "memory_bars", "time_parts", "splits", "MEMORY_PARTS", "TIM
 MEMORY_PARTS = ("weights", "gradients", "optimizer state", "activations", "transients")
 #: the parts of a step's time, in stacking order
 TIME_PARTS = ("compute", "exposed communication", "waiting on the host", "bubble", "gradient reduction")
-#: the part of a step its dropless expert layers wait on the host's launches (frameworks.host)
-HOST = TIME_PARTS[2]
 LONGEST_BLOCK = 120  # the most operators a block drawn once may hold
 MOST_ROWS = 150  # the most lines of splits: beyond, operators alike one after the other share a line
 
@@ -76,22 +74,13 @@ def _peak_bar(result) -> Bar:
 
 
 def time_parts(result) -> tuple[Part, ...]:
-    """The step's predicted seconds by part (see the module docstring);
-    without stages, no bubble nor separate reduction."""
+    """The step's predicted seconds by part (see the module docstring), as
+    the report splits them (:func:`report.step_parts`); without stages, no
+    bubble nor separate reduction."""
+    from report import step_parts
+
     cl = result.cost_model.cluster
-    pipe = result.pipeline
-    if pipe is None:
-        host = (Part(HOST, cl.seconds(result.host)),) if result.host > 0 else ()
-        return (Part("compute", cl.seconds(result.compute)),
-                Part("exposed communication", cl.seconds(result.communication))) + host
-    slow = max(pipe.stages, key=lambda s: s.time)
-    r = slow.result
-    busy, host = pipe.m * slow.time, pipe.m * slow.host
-    comp = pipe.m * (slow.compute - slow.host) * (r.compute / max(r.compute + r.communication, 1e-300))
-    waits = (Part(HOST, cl.seconds(host)),) if host > 0 else ()
-    return (Part("compute", cl.seconds(comp)), Part("exposed communication", cl.seconds(busy - comp - host)),
-            *waits, Part("bubble", cl.seconds(pipe.step - pipe.sync - busy)),
-            Part("gradient reduction", cl.seconds(pipe.sync)))
+    return tuple(Part(name, cl.seconds(x)) for name, x in step_parts(result))
 
 
 # -- splits -----------------------------------------------------------------------------

@@ -29,18 +29,32 @@ import math
 
 import numpy as np
 
-__all__ = ["moe_nodes", "wait", "micro_batch", "stage_waits", "graph_wait", "REPLAY"]
+__all__ = ["waits", "in_expert_blocks", "moe_nodes", "wait", "micro_batch", "stage_waits", "graph_wait", "REPLAY"]
 
 #: a forward pass's share of a layer's launches (the backward pass launches about twice the forward's)
 REPLAY = 1.0 / 3.0
 
 
+def waits(model) -> bool:
+    """Whether expert layers can wait on the host under the cost model
+    ``model``: its framework gives the host's time, on a real device."""
+    fw = model.framework
+    return fw is not None and fw.moe_host_ms > 0 and model.cluster.realistic
+
+
+def in_expert_blocks(dispatches, blocks) -> list[bool]:
+    """For each operator (whether it is a dispatch of tokens to experts,
+    ``dispatches``, and the block it belongs to, ``blocks``, ``None``
+    outside blocks): whether it belongs to a block holding a dispatch (one
+    expert layer for each it holds)."""
+    moe = {b for d, b in zip(dispatches, blocks) if d and b is not None}
+    return [b is not None and b in moe for b in blocks]
+
+
 def moe_nodes(ops, ctx) -> list[bool]:
-    """For each operator (``ops``, with their contexts ``ctx``): whether it
-    belongs to a block holding a dispatch of tokens to experts (one
-    expert layer for each dispatch it holds)."""
-    blocks = {c.block for op, c in zip(ops, ctx) if c.block is not None and op.kind.name == "Dispatch"}
-    return [c.block is not None and c.block in blocks for c in ctx]
+    """:func:`in_expert_blocks` of a graph's operators ``ops``, with their
+    contexts ``ctx``."""
+    return in_expert_blocks([op.kind.name == "Dispatch" for op in ops], [c.block for c in ctx])
 
 
 def wait(model, layers: float, device: float, full: float = 0.0) -> float:
@@ -48,10 +62,9 @@ def wait(model, layers: float, device: float, full: float = 0.0) -> float:
     ``full`` of them re-running their forward pass, wait on the host per
     micro-batch beyond their blocks' ``device`` time (both in FLOP at the
     device's peak)."""
-    fw = model.framework
-    if fw is None or not fw.moe_host_ms or not layers or not model.cluster.realistic:
+    if not layers or not waits(model):
         return 0.0
-    host = fw.moe_host_ms * 1e-3 * model.cluster.flops * 1e12 * (layers + REPLAY * full)
+    host = model.framework.moe_host_ms * 1e-3 * model.cluster.flops * 1e12 * (layers + REPLAY * full)
     return max(0.0, host - device)
 
 
@@ -76,7 +89,7 @@ def stage_waits(g, ctx, ranges, results, model) -> list[float] | None:
     :class:`result.Result` for a micro-batch, operators numbered from the
     stage's first) wait on the host per micro-batch; ``None`` where none
     can."""
-    if model.framework is None or not model.framework.moe_host_ms or not model.cluster.realistic:
+    if not waits(model):
         return None
     from graph import operators
 
@@ -89,8 +102,7 @@ def graph_wait(g, layers, edges, model) -> float:
     """What the expert blocks of graph ``g`` run as one micro-batch (its
     ``layers``, :class:`result.Layer`, and ``edges``, ``(u, v, cost)``)
     wait on the host."""
-    fw = model.framework
-    if fw is None or not fw.moe_host_ms or not model.cluster.realistic or model.micro_batches is not None:
+    if not waits(model) or model.micro_batches is not None:
         return 0.0
     from blocks import find_chains
     from graph import operators
