@@ -212,6 +212,11 @@ class Cluster:
     power: float = _field(1.0, "--power", "fraction", "share of its peak a device's matrix units sustain under its "
                           "power limit (realistic model; default: the --device's, 1 at its rated power)",
                           metavar="F", label="power-limit factor", tag="pow")
+    host_ms: float | None = _field(None, "--host-ms", "nonnegative", "milliseconds the host takes to launch the "
+                                   "kernels of a token-dropless expert layer for a micro-batch, forward and backward, "
+                                   "which the layer waits on where its device time is shorter (realistic model; "
+                                   "default: the --framework's figure, Megatron-LM's; 0: no wait)", metavar="MS",
+                                   label="host launches per expert layer (ms)", tag="host", high=1e4)
     headroom: float | None = _field(None, "--headroom", "nonnegative", "memory of a device the plan leaves free for "
                                     "the framework, the CUDA context, workspaces and fragmentation, in GB (default: "
                                     "the --device's)", metavar="GB", label="memory headroom (GB)", tag="free")
@@ -228,8 +233,9 @@ class Cluster:
             value = getattr(self, name)
             if value not in PRECISIONS and (name == "precision" or value != ""):
                 raise SettingError(name, f"must be one of {', '.join(PRECISIONS)}, got {shown(value)}")
-        if self.allreduce_eff is not None and not self.realistic:
-            raise SettingError("allreduce_eff", "belongs to the realistic model: give a real --device (or --mem-bw)")
+        for name in ("allreduce_eff", "host_ms"):
+            if getattr(self, name) is not None and not self.realistic:
+                raise SettingError(name, "belongs to the realistic model: give a real --device (or --mem-bw)")
         checks = (("flops and bw", self.bw, self.word), ("flops and inter_bw", self.inter_bw, self.inter_word))
         for name, bw, w in checks:
             if bw is not None and not MIN_WORD_COST <= w <= MAX_WORD_COST:

@@ -15,12 +15,14 @@ micro-batch of a few thousand tokens per device.
 
 The model: each mixture-of-experts layer of a stage takes, per
 micro-batch, ``max(device time, host)``, with ``host`` the framework's
-``moe_host_ms`` (forward and backward; a third more where the layer re-runs
-its forward pass under full recomputation).  The layers of a stage being
+``moe_host_ms``, or the run's own figure (``--host-ms``, a cluster file's
+``host_ms``: another host's pace; :func:`host_ms`), forward and backward, a
+third more where the layer re-runs its forward pass under full
+recomputation.  The layers of a stage being
 alike, a stage's ``n`` expert layers whose blocks take device time ``t``
 wait ``max(0, n host - t)`` per micro-batch (:func:`wait`).  The rest of the
 model runs at the device's pace.  A framework without the figure (and the
-tool's own model) waits for nothing.
+tool's own model) waits for nothing unless the run gives one.
 """
 
 from __future__ import annotations
@@ -29,17 +31,30 @@ import math
 
 import numpy as np
 
-__all__ = ["waits", "in_expert_blocks", "moe_nodes", "wait", "micro_batch", "stage_waits", "graph_wait", "REPLAY"]
+__all__ = ["host_ms", "waits", "in_expert_blocks", "moe_nodes", "wait", "micro_batch", "stage_waits", "graph_wait", "REPLAY"]
 
 #: a forward pass's share of a layer's launches (the backward pass launches about twice the forward's)
 REPLAY = 1.0 / 3.0
 
 
+def host_ms(model) -> float:
+    """The host's milliseconds to launch a dropless expert layer's kernels
+    for a micro-batch under the cost model ``model``: its cluster's
+    ``host_ms`` (``--host-ms``, a cluster file, a plan file's record),
+    else its framework's ``moe_host_ms`` (0 without a framework); 0 on the
+    paper's model."""
+    if not model.cluster.realistic:
+        return 0.0
+    if model.cluster.host_ms is not None:
+        return model.cluster.host_ms
+    fw = model.framework
+    return fw.moe_host_ms if fw is not None else 0.0
+
+
 def waits(model) -> bool:
     """Whether expert layers can wait on the host under the cost model
-    ``model``: its framework gives the host's time, on a real device."""
-    fw = model.framework
-    return fw is not None and fw.moe_host_ms > 0 and model.cluster.realistic
+    ``model``: a host's time is given (:func:`host_ms`), on a real device."""
+    return host_ms(model) > 0
 
 
 def in_expert_blocks(dispatches, blocks) -> list[bool]:
@@ -64,7 +79,7 @@ def wait(model, layers: float, device: float, full: float = 0.0) -> float:
     device's peak)."""
     if not layers or not waits(model):
         return 0.0
-    host = model.framework.moe_host_ms * 1e-3 * model.cluster.flops * 1e12 * (layers + REPLAY * full)
+    host = host_ms(model) * 1e-3 * model.cluster.flops * 1e12 * (layers + REPLAY * full)
     return max(0.0, host - device)
 
 

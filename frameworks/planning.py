@@ -106,7 +106,7 @@ def _modules(given, where: str | None) -> tuple:
 
 
 #: the cluster fields a framework sets by default (:func:`framework_cluster`)
-FRAMEWORK_FIELDS = ("grad_precision", "bucket_mb", "overlap", "attention_eff", "headroom")
+FRAMEWORK_FIELDS = ("grad_precision", "bucket_mb", "overlap", "attention_eff", "headroom", "host_ms")
 
 
 def framework_defaults(fw, cluster) -> dict:
@@ -114,6 +114,7 @@ def framework_defaults(fw, cluster) -> dict:
     them: the gradients' precision, their buckets, the overlap, the share
     of the peak its attention kernel reaches on the device
     (``cluster.presets.attention_share``; none where no figure is known),
+    the host's time to launch a dropless expert layer (on a real device),
     and the headroom, which becomes what the framework holds beyond
     tensors at the device's capacity (its allocator's reserve, the CUDA
     context and NCCL's buffers), so that a plan's tensors fit exactly when
@@ -122,6 +123,8 @@ def framework_defaults(fw, cluster) -> dict:
 
     out = {"grad_precision": fw.grad_precision or cluster.precision, "bucket_mb": fw.bucket_mb,
            "overlap": fw.overlap}
+    if cluster.realistic:  # its host's launches of a dropless expert layer (frameworks.host)
+        out["host_ms"] = fw.moe_host_ms
     if fw.attention_kernel and cluster.realistic:
         share = attention_share(fw.attention_kernel, cluster.device)
         if share is not None:

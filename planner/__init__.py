@@ -299,9 +299,12 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
     if g.graph.get("active_parameters") is not None:  # a mixture of experts
         result = replace(result, active_parameters=g.graph["active_parameters"])
         if model.cluster.realistic:  # a limit of the time model the published runs show
-            fw = model.framework
-            host = (f"each dropless expert layer at least {fw.title}'s {fw.moe_host_ms:g} ms of host launches a "
-                    f"micro-batch" if fw is not None and fw.moe_host_ms else "not a dropless layer's host launches")
+            from frameworks.host import host_ms
+
+            fw, ms = model.framework, host_ms(model)
+            whose = f"{fw.title}'s" if fw is not None and "host_ms" in fw.supplied else "the given"
+            host = (f"each dropless expert layer at least {whose} {ms:g} ms of host launches a micro-batch" if ms
+                    else "not a dropless layer's host launches")
             result = replace(result, notes=result.notes + (
                 f"A mixture of experts: the step prices the experts' products and their all-to-all (DeepEP's "
                 f"dispatch with --deepep), {host}; not the kernels' own sizes, and some published "

@@ -760,7 +760,8 @@ def test_a_plan_file_evaluated_under_another_framework_takes_that_ones_defaults(
     run_cli(*args, "--attention-eff", 0.6, "--output", tmp_path / "mine.json")
     run_cli(*args, "--framework", "torchtitan@2024-12", "--bucket-mb", 50, "--output", tmp_path / "bucket.json")
     then = json.loads((tmp_path / "then.json").read_text())
-    assert then["framework"]["supplied"] == ["grad_precision", "bucket_mb", "overlap", "attention_eff", "headroom"]
+    assert then["framework"]["supplied"] == ["grad_precision", "bucket_mb", "overlap", "attention_eff", "headroom",
+                                             "host_ms"]
     ev = ("--evaluate",)
     assert att(*ev, tmp_path / "then.json", "-q") == "35%"
     assert att(*ev, tmp_path / "then.json", "-q", "--framework", "torchtitan") == "45%"
@@ -786,7 +787,7 @@ def test_a_plan_file_evaluated_under_another_framework_takes_that_ones_defaults(
     again = run_cli(*ev, tmp_path / "m-old.json", "-q", "--output", tmp_path / "m2.json").stdout
     assert again.splitlines()[-1] == rec_total(mine)
     assert json.loads((tmp_path / "m2.json").read_text())["framework"]["supplied"] == [
-        "grad_precision", "attention_eff", "headroom"]
+        "grad_precision", "attention_eff", "headroom", "host_ms"]
     # a record's list that names no cluster field: one line, nothing written
     bad = {**then, "framework": {**then["framework"], "supplied": ["flops"]}}
     (tmp_path / "bad.json").write_text(json.dumps(bad))

@@ -65,7 +65,7 @@ def test_the_wait_is_the_host_beyond_the_device():
     from frameworks.host import REPLAY, wait
 
     mg = FRAMEWORKS["megatron"]
-    model = SimpleNamespace(framework=mg, cluster=SimpleNamespace(realistic=True, flops=989.5))
+    model = SimpleNamespace(framework=mg, cluster=SimpleNamespace(realistic=True, flops=989.5, host_ms=None))
     h = mg.moe_host_ms * 1e-3 * 989.5e12
     assert h > 0
     assert wait(model, 3, 0.5 * h) == pytest.approx(2.5 * h)
@@ -73,7 +73,8 @@ def test_the_wait_is_the_host_beyond_the_device():
     assert wait(model, 3, 0.5 * h, full=3) == pytest.approx((3 + 3 * REPLAY - 0.5) * h)
     assert wait(model, 0, 0.0) == 0.0
     assert wait(SimpleNamespace(framework=None, cluster=model.cluster), 3, 0.0) == 0.0
-    assert wait(SimpleNamespace(framework=mg, cluster=SimpleNamespace(realistic=False, flops=989.5)), 3, 0.0) == 0.0
+    paper = SimpleNamespace(realistic=False, flops=989.5, host_ms=None)
+    assert wait(SimpleNamespace(framework=mg, cluster=paper), 3, 0.0) == 0.0
     assert wait(SimpleNamespace(framework=FRAMEWORKS["torchtitan"], cluster=model.cluster), 3, 0.0) == 0.0
     with pytest.raises(ValueError, match="moe_host_ms"):
         replace(mg, moe_host_ms=-1.0)
@@ -145,16 +146,19 @@ def test_dense_models_and_other_frameworks_never_wait(tmp_path):
 GPT_OSS = ROOT / "tests" / "data" / "families" / "gpt_oss"
 
 
-@pytest.mark.parametrize("model, spec", [
-    ("mixtral", "dp=2,pp=2,microbatch=1"), ("mixtral", "dp=4,ep=4"),
-    ("mixtral", "dp=4,ep=2,microbatch=1,recompute=full"),
-    ("gpt_oss", "dp=2,ep=2,pp=2,microbatch=1,schedule=interleaved:3"), ("gpt_oss", "tp=2,ep=2,sp=1,recompute=full")])
-def test_the_standard_search_estimates_the_wait(tmp_path, model, spec):
+@pytest.mark.parametrize("model, spec, given", [
+    ("mixtral", "dp=2,pp=2,microbatch=1", ()), ("mixtral", "dp=4,ep=4", ()),
+    ("mixtral", "dp=4,ep=2,microbatch=1,recompute=full", ()),
+    ("gpt_oss", "dp=2,ep=2,pp=2,microbatch=1,schedule=interleaved:3", ()),
+    ("gpt_oss", "tp=2,ep=2,sp=1,recompute=full", ()),
+    ("mixtral", "dp=2,ep=2,pp=2,microbatch=1,zero=1", ("--framework", "torchtitan", "--host-ms", "30"))])
+def test_the_standard_search_estimates_the_wait(tmp_path, model, spec, given):
     """The standard search's estimate of a configuration holds the same
     wait as the plan's own costing, with stages (interleaved too), with
     micro-batches accumulated and with one micro-batch (a small mixture of
     experts, and GPT-OSS, whose blocks hold two expert layers each, at 256
-    tokens a sample: their layers wait on the host)."""
+    tokens a sample: their layers wait on the host); and with a host's
+    figure given (``given``) to a framework without one."""
     import planner
     from cli.args import parse_args
     from models import build_graph
@@ -164,7 +168,7 @@ def test_the_standard_search_estimates_the_wait(tmp_path, model, spec):
     where = tiny_llama(tmp_path, base="mixtral-8x7b") if model == "mixtral" else GPT_OSS
     seq = 2048 if model == "mixtral" else 256
     s = parse_args(["-g", str(where), "-p", "4", "-b", "8", "--seq", str(seq), "--device", "h100",
-                    "--framework", "megatron"])
+                    *(given or ("--framework", "megatron"))])
     g = build_graph(s.graph, batch=8, seq=seq)
     model = cost_model_for(s)
     job = Job.of(s, model, 2**40)
@@ -238,3 +242,63 @@ def test_the_plan_file_and_the_breakdown_say_what_the_host_costs(tmp_path):
         run_cli("-g", ROOT / "tests" / "data" / "families" / "qwen3_moe", "--evaluate", path, "--output", again, "-q",
                 cwd=tmp_path)
         assert json.loads(again.read_text())["total_cost"] == json.loads(path.read_text())["total_cost"]
+
+
+def test_another_host_s_pace_is_given_by_flag_cluster_file_or_plan_file(tmp_path):
+    """``--host-ms`` (a cluster file's ``host_ms``) puts another host's
+    pace in place of the framework's figure: the wait scales with it, 0
+    takes it away, a framework without a figure (torchtitan) waits too,
+    and the notes say whose figure it is.  A plan file records the figure
+    in force and whether the framework supplied it: evaluated again it
+    keeps a given figure, a supplied one follows the framework then in
+    force.  The paper's model refuses it, in one line."""
+    from frameworks import FRAMEWORKS
+
+    where = ROOT / "tests" / "data" / "families" / "qwen3_moe"
+    args = ("-g", where, "-p", 8, "-b", 8, "--seq", 1024, "--device", "h100", "--plan", "dp=8,ep=8")
+    mg = FRAMEWORKS["megatron"].moe_host_ms
+    own = planned(*args, "--framework", "megatron")
+    device = own.step_seconds - own.cost_model.cluster.seconds(own.host)
+    assert own.host > 0
+    for ms in (2 * mg, 4 * mg):
+        given = planned(*args, "--framework", "megatron", "--host-ms", ms)
+        assert given.step_seconds > own.step_seconds and given.host > own.host
+        assert given.step_seconds - given.cost_model.cluster.seconds(given.host) == pytest.approx(device, rel=1e-9)
+    # the wait is the host's layers beyond the device's: doubling the host's figure again adds its whole growth
+    two, four = (planned(*args, "--framework", "megatron", "--host-ms", k * mg) for k in (2, 4))
+    from graph import operators
+    from models import build_graph
+
+    dispatches = sum(op.kind.name == "Dispatch" for op in operators(build_graph(str(where), batch=8, seq=1024)))
+    layers = (four.host - two.host) / (2 * mg * 1e-3 * own.cost_model.cluster.flops * 1e12)
+    assert dispatches > 0 and layers == pytest.approx(dispatches, rel=1e-9)
+    none = planned(*args, "--framework", "megatron", "--host-ms", 0)
+    assert none.host == 0 and none.step_seconds == pytest.approx(device, rel=1e-9)
+    titan = planned(*args, "--framework", "torchtitan")
+    titan_given = planned(*args, "--framework", "torchtitan", "--host-ms", 4 * mg)
+    assert titan.host == 0 and titan_given.host > 0
+    out = run_cli(*args, "--framework", "megatron", "--host-ms", 3.5, "-q").stdout
+    assert "each dropless expert layer at least the given 3.5 ms of host launches" in out
+    out = run_cli(*args, "--framework", "megatron", "-q").stdout
+    assert f"at least Megatron-LM's {mg:g} ms of host launches" in out
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"device": "h100", "host_ms": 4 * mg}))
+    from_file = planned("-g", where, "-p", 8, "-b", 8, "--seq", 1024, "--plan", "dp=8,ep=8",
+                        "--framework", "megatron", "--cluster", cluster)
+    assert from_file.step_seconds == pytest.approx(four.step_seconds, rel=1e-12)
+    # plan files: the figure in force, and whether the framework supplied it
+    supplied, given = tmp_path / "supplied.json", tmp_path / "given.json"
+    run_cli(*args, "--framework", "megatron", "--output", supplied, "-q", cwd=tmp_path)
+    run_cli(*args, "--framework", "megatron", "--host-ms", 4 * mg, "--output", given, "-q", cwd=tmp_path)
+    rec_s, rec_g = json.loads(supplied.read_text()), json.loads(given.read_text())
+    assert rec_s["cluster"]["host_ms"] == mg and "host_ms" in rec_s["framework"]["supplied"]
+    assert rec_g["cluster"]["host_ms"] == 4 * mg and "host_ms" not in rec_g["framework"]["supplied"]
+    for path, framework, waits in ((supplied, "torchtitan", False), (given, "torchtitan", True),
+                                   (supplied, "megatron", True)):
+        again = tmp_path / "again.json"
+        run_cli("-g", where, "--evaluate", path, "--framework", framework, "--output", again, "-q", cwd=tmp_path)
+        assert (json.loads(again.read_text()).get("host", 0) > 0) is waits
+    bad = run_cli("-g", where, "-p", 8, "-b", 8, "--host-ms", 3, "-q", ok=False)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines()[-1] == ("scheduler.py: error: --host-ms belongs to the realistic model: "
+                                                   "give a real --device (or --mem-bw)")
