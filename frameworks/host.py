@@ -31,7 +31,8 @@ import math
 
 import numpy as np
 
-__all__ = ["host_ms", "waits", "in_expert_blocks", "moe_nodes", "wait", "micro_batch", "stage_waits", "graph_wait", "REPLAY"]
+__all__ = ["host_ms", "waits", "in_expert_blocks", "moe_nodes", "wait", "micro_batch", "stage_waits", "graph_wait",
+           "REPLAY"]
 
 #: a forward pass's share of a layer's launches (the backward pass launches about twice the forward's)
 REPLAY = 1.0 / 3.0
