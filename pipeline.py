@@ -482,7 +482,7 @@ def stage_result(sub, decisions, model, q: int, ctx=None):
 
     sc = evaluate(sub, decisions, model, q, ctx=ctx)
     sync = stage_sync(sub, decisions, model, q, ctx)
-    r = make_result(sub, sc, model, q, "evaluate", host=0.0)  # the stage's wait: stage_waits
+    r = make_result(sub, sc, model, q, "evaluate", ctx=ctx, host=0.0)  # the stage's wait: stage_waits
     return replace(r, sync=sync)
 
 
@@ -590,10 +590,10 @@ def as_result(g, pipe: Pipeline, model, p: int, batch: int, mode: str, **fields)
         words += r.words * pipe.m + 2.0 * pipe.schedule.v * s.sends * pipe.m
     first, slow = pipe.stages[0].result, max(pipe.stages, key=lambda s: s.time)  # slow: the critical path
     params = tuple((k, batch if k == "batch" else v) for k, v in first.params)
+    fields.setdefault("pooled", math.fsum(s.result.pooled for s in pipe.stages))  # per micro-batch, every stage
     if model.realistic:  # the model's FLOP for the whole batch
         fields.setdefault("model_flops", model_flops(g, model) * pipe.m)
-        decisions = [layer.decision for layer in layers]
-        fields.setdefault("recomputed_flops", recomputed_flops(g, decisions, model) * pipe.m)
+        fields.setdefault("recomputed_flops", recomputed_flops(g, [x.decision for x in layers], model) * pipe.m)
     return Result(mode, g.graph["name"], params, p, model, tuple(layers), tuple(edges),
                   parameters=first.parameters if len(pipe.stages) == 1 else parameter_count(g),
                   model_source=first.model_source, defaults=first.defaults, words=words,

@@ -101,7 +101,10 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     ``incumbent`` (the step of a plan found otherwise), only one faster,
     else ``None``.  ``build(b)``
     makes the graph at a micro-batch of ``b`` samples; ``model`` the cost
-    model (its cluster's capacity bounds every stage)."""
+    model (its cluster's capacity bounds every stage).  Its stages cost what
+    their operators' own costs sum to, the currency of the bounds that rank
+    and drop candidates (its blocks' collectives not pooled:
+    :func:`as_plan` costs the answer as a plan)."""
     from blocks import find_chains
     from cost_model import build_costs, with_edges
     from dp_search import search as plain_search, stage_costs
@@ -299,7 +302,7 @@ def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, t
         except _Slower:
             continue
         decisions = [d for key in keys for d in plans[key]]
-        pipe = evaluate(g, model, p, pp, m, micro, sched, ranges, decisions)
+        pipe = evaluate(g, replace(model, pooled=False), p, pp, m, micro, sched, ranges, decisions)  # as bounded
         if capacity is not None and pipe.peak_memory > capacity * (1 + 1e-12):
             continue
         fitted += 1
@@ -313,6 +316,14 @@ def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, t
             return None
         raise PipelineDoesNotFit(max(pps), capacity, failed[0] if math.isfinite(failed[0]) else smallest[0])
     return best
+
+
+def as_plan(g, model, p: int, pipe: Pipeline) -> Pipeline:
+    """``pipe`` (as :func:`search` compares pipelines: its blocks'
+    collectives not pooled) costed again as a plan under ``model``."""
+    ranges = [(s.nodes[0], s.nodes[-1] + 1) for s in pipe.stages]
+    decisions = [layer.decision for s in pipe.stages for layer in s.result.layers]
+    return evaluate(g, model, p, pipe.pp, pipe.m, pipe.micro, pipe.schedule, ranges, decisions, pipe.bound)
 
 
 def _stage(sub, capacity, threads, in_flight):

@@ -107,6 +107,8 @@ def record(r: Result) -> dict:
     }
     if r.host > 0:  # what dropless expert layers wait on the host's launches (frameworks.host), of total_cost
         rec["host"] = r.host
+    if r.pooled > 0:  # what pooling each block's overlapped collectives saved, out of the operators' communication
+        rec["pooled"] = r.pooled
     rec["parameters"] = r.parameters
     if r.active_parameters is not None:
         rec["active_parameters"] = r.active_parameters

@@ -77,9 +77,13 @@ def _pipeline_lines(r: Result) -> list[str]:
     """The stages of a pipelined plan: what each holds and costs."""
     pipe, cl = r.pipeline, r.cost_model.cluster
     if pipe.pp == 1:  # one stage: the batch's micro-batches one after the other, gradients accumulated
+        fw = r.cost_model.framework
+        each = fw is not None and fw.sharded_every_micro_batch and pipe.stages[0].result.sharded_gradients
+        reduced = ("each micro-batch's sharded gradients reduce-scattered under its backward pass" if each
+                   else "the gradients reduced once per step")
         return [f"Gradient accumulation: {pipe.m} micro-batches of {pipe.micro} sample{'s' * (pipe.micro > 1)}, one "
                 f"after the other on all {pipe.stages[0].devices} devices, each "
-                f"{fmt_time(cl.seconds(pipe.stages[0].time))}; the gradients reduced once per step"]
+                f"{fmt_time(cl.seconds(pipe.stages[0].time))}; {reduced}"]
     lines = [f"Pipeline: {pipe.pp} stages of {pipe.stages[0].devices} devices, {pipe.m} micro-batches of "
              f"{pipe.micro} sample{'s' * (pipe.micro > 1)}, {pipe.schedule}; bubble {100 * pipe.bubble:.1f}% of "
              f"the slowest stage's busy time" + (f"; each stage's plan {pipe.bound}" if pipe.bound else "")]
@@ -158,6 +162,8 @@ def _bound_lines(r: Result) -> list[str]:
     b = r.bound
     head = f"Within {fmt_bytes(b.capacity)} per device: "
     host = " (before its expert layers' wait on the host)" if r.host > 0 else ""  # no operator's: unsearched
+    if r.pooled > 0:  # the search's costs window each collective by its own operator's passes
+        host += " (of the operators' own costs, before their blocks pool their collectives)"
     if b.status == "unconstrained optimum fits":
         return [head + "the unconstrained optimum fits (exact)" + host]
     searches = f"  {b.searches} searches, lambda {b.lam:.3g} FLOP/byte"
@@ -280,6 +286,9 @@ def render_text(r: Result, summary: bool = False) -> str:
     per = " per micro-batch, every stage" if r.pipeline is not None else ""
     lines.append(f"Operators{per}: {r.operators_cost:.4e} (compute {r.compute:.4e}, "
                  f"communication {r.operators_comm:.4e})")
+    if r.pooled > 0:
+        lines.append(f"  the repeated blocks' overlapped collectives under each block's passes: {r.pooled:.4e} less "
+                     f"exposed than under each operator's own")
     lines.append(f"Edges (re-distribution){per}: {r.edges_cost:.4e}")
     if r.pipeline is not None:
         lines += _pipeline_lines(r)

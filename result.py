@@ -160,6 +160,9 @@ class Result:
     pipeline: object = None  # a pipelined plan (pipeline.Pipeline): its stages, schedule and step
     host: float = 0.0  # what expert layers wait on the host per step beyond their operators' costs (frameworks.host;
     #                    a pipeline: its slowest stage's, within its step)
+    pooled: float = 0.0  # what the repeated blocks' overlapped collectives, pooled under each block's passes, expose
+    #                      less than under each operator's own, out of the operators' communication already
+    #                      (cost.evaluate.block_credits; a pipeline: per micro-batch, every stage's)
 
     # -- totals -----------------------------------------------------------------------
     @property

@@ -48,7 +48,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from errors import InputError
-from frameworks.host import in_expert_blocks, micro_batch, wait, waits
+from frameworks.host import micro_batch, wait, waits
+from standard_layout import Layout
 
 __all__ = ["Costing", "Estimate"]
 
@@ -92,170 +93,6 @@ class _EdgeTable:
         self.m = m
 
 
-class _Layout:
-    """One graph (the model at a micro-batch): its operators' classes, its
-    edges' classes, and the sums of ranges of operators (stages).
-
-    Built from the whole graph, or from the model with only its first
-    blocks (``blocks``: how many the whole model has): every block beyond
-    the first and before the last is then the second one again (the
-    same classes and edges, block after block), which is what the whole
-    graph holds (:meth:`Costing.layout` checks its chain against the whole
-    model's)."""
-
-    def __init__(self, g, blocks: int | None = None):
-        from blocks import find_chains
-        from graph import operators
-        from options import contexts
-
-        self.g = g
-        self.short = blocks is not None
-        ops = operators(g)
-        chains = find_chains(g)
-        chain = max(chains, key=lambda c: c.count * c.size) if chains else None
-        ctx = contexts(g, chains)
-        ids: dict = {}
-        node_class = []
-        self.reps = []  # per class: (operator, context)
-        for op, c in zip(ops, ctx):
-            key = (op, c.key)
-            if key not in ids:
-                ids[key] = len(ids)
-                self.reps.append((op, c))
-            node_class.append(ids[key])
-        self.nc = len(self.reps)
-        edges = sorted((u, v, d["out"], d["inp"]) for u, v, d in g.edges(data=True))
-        eids: dict = {}
-        edge_class = []
-        self.edge_reps = []  # per class: (source class, output, target class, input)
-        for u, v, o, i in edges:
-            key = (node_class[u], o, node_class[v], i)
-            if key not in eids:
-                eids[key] = len(eids)
-                self.edge_reps.append(key)
-            edge_class.append(eids[key])
-        self.ne = len(self.edge_reps)
-        sizes = [ops[u].outputs[o].size for u, _, o, _ in edges]
-        group = [("block", c.block) if c.block is not None else ("op", v) for v, c in enumerate(ctx)]
-        edges = [(u, v, o, e, z) for (u, v, o, _), e, z in zip(edges, edge_class, sizes)]
-        self.chain = chain
-        from pipeline import block_layers
-
-        self.layers = block_layers(g, chain) if chain is not None else 1  # read once: every point's split asks it
-        if blocks is not None and (chain is None or chain.count != 3 or blocks < 3):
-            raise ValueError("the model's first layers are not three blocks")
-        if blocks is not None:  # the blocks beyond the second and before the last, added
-            from dataclasses import replace as copy
-
-            node_class, edges, group = _stretch(chain, blocks, node_class, edges, group)
-            self.chain = copy(chain, count=blocks)
-        self.n = len(node_class)
-        self.node_class = np.asarray(node_class, dtype=np.intp)
-        self.eu = np.asarray([e[0] for e in edges], dtype=np.intp)
-        self.ev = np.asarray([e[1] for e in edges], dtype=np.intp)
-        self.eout = np.asarray([e[2] for e in edges], dtype=np.intp)
-        self.edge_class = np.asarray([e[3] for e in edges], dtype=np.intp)
-        self.esize = np.asarray([e[4] for e in edges], dtype=np.int64)
-        # the groups whose transients add up (a block; an operator outside blocks alone), by kind
-        groups: dict = {}
-        for v, key in enumerate(group):
-            groups.setdefault(key, []).append(v)
-        kinds: dict = {}
-        first, group_kind = [], []
-        for members in groups.values():
-            counts = np.bincount(self.node_class[members], minlength=self.nc)
-            group_kind.append(kinds.setdefault(counts.tobytes(), len(kinds)))
-            first.append(members[0])
-        self.kinds = np.zeros((len(kinds), self.nc))
-        for key, k in kinds.items():
-            self.kinds[k] = np.frombuffer(key, dtype=np.intp)
-        self.group_kind = np.asarray(group_kind, dtype=np.intp)
-        self.group_first = np.asarray(first, dtype=np.intp)
-        # whether each node is in a block that dispatches tokens to experts (frameworks.host), and is a dispatch
-        experts = {c for c, (op, _) in enumerate(self.reps) if op.kind.name == "Dispatch"}
-        dispatches = [c in experts for c in node_class]
-        self.moe = np.asarray(in_expert_blocks(dispatches, [k if k[0] == "block" else None for k in group]))
-        self.dispatch = np.asarray(dispatches, dtype=bool) & self.moe
-        self.moe_classes = {c for c, inside in zip(node_class, self.moe) if inside}
-        self._ranges: dict = {}
-        self._moe: dict = {}
-
-    def experts(self, lo: int, hi: int):
-        """The operators ``[lo, hi)`` in blocks that dispatch tokens to
-        experts: their count by class, their edges' count by class, and how
-        many dispatches (expert layers) they hold."""
-        key = (lo, hi)
-        if key not in self._moe:
-            mine = self.moe[lo:hi]
-            cc = np.bincount(self.node_class[lo:hi][mine], minlength=self.nc).astype(float)
-            sel = (self.eu >= lo) & (self.eu < hi) & (self.ev >= lo) & (self.ev < hi) & self.moe[self.eu]
-            ec = np.bincount(self.edge_class[sel], minlength=self.ne).astype(float)
-            self._moe[key] = (cc, ec, int(self.dispatch[lo:hi].sum()))
-        return self._moe[key]
-
-    def summary(self, lo: int, hi: int):
-        """The operators ``[lo, hi)``: their count by class, their edges'
-        count by class, the kinds of transient groups they hold, and the
-        elements they send to later operators."""
-        key = (lo, hi)
-        if key not in self._ranges:
-            cc = np.bincount(self.node_class[lo:hi], minlength=self.nc).astype(float)
-            inside = (self.eu >= lo) & (self.eu < hi) & (self.ev >= lo) & (self.ev < hi)
-            ec = np.bincount(self.edge_class[inside], minlength=self.ne).astype(float)
-            kinds = np.unique(self.group_kind[(self.group_first >= lo) & (self.group_first < hi)])
-            out = (self.eu >= lo) & (self.eu < hi) & (self.ev >= hi)
-            pairs = np.unique(np.stack([self.eu[out], self.eout[out]], axis=1), axis=0) if out.any() else ()
-            sizes = {(int(u), int(o)): int(s) for u, o, s in zip(self.eu[out], self.eout[out], self.esize[out])}
-            crossing = float(sum(sizes[(int(u), int(o))] for u, o in pairs))
-            self._ranges[key] = (cc, ec, self.kinds[kinds], crossing)
-        return self._ranges[key]
-
-
-def _stretch(chain, blocks: int, node_class, edges, group):
-    """The classes, edges ``(source, target, output, class, elements)`` and
-    transient groups of a model of ``blocks`` blocks, from those of the
-    same model with the three blocks of ``chain``: the operators before the
-    chain, its first block, the second block ``blocks - 2`` times, its last
-    block, and what follows (node ids shifted); each block's edges, and
-    those from one block to the next, as in the blocks they repeat."""
-    k, size, start = chain.count, chain.size, chain.start
-    extra = (blocks - k) * size  # nodes added
-
-    def where(v):  # -1 before the chain, the block, or k after it
-        return -1 if v < start else k if v >= chain.stop else (v - start) // size
-
-    def moved(v, to):  # node v of its block (or after the chain), in block ``to`` of the long model
-        b = where(v)
-        return v + extra if b == k else v if b < 0 else v + (to - b) * size
-
-    def spread(b):  # the blocks of the long model block ``b`` of the short one stands for
-        return [0] if b == 0 else range(1, blocks - 1) if b == 1 else [blocks - 1]
-
-    cls = list(node_class[:start + size])
-    for _ in range(blocks - 2):
-        cls += node_class[start + size:start + 2 * size]
-    cls += node_class[chain.stop - size:]
-    out = []
-    for u, v, o, e, z in edges:
-        bu, bv = where(u), where(v)
-        if bu == bv and 0 <= bu < k:  # inside a block
-            out += [(moved(u, t), moved(v, t), o, e, z) for t in spread(bu)]
-        elif 0 <= bu < k and bv == bu + 1 < k:  # from one block to the next: the last one's, else the first's
-            targets = [blocks - 2] if bu == k - 2 and bu > 0 else range(0, blocks - 2) if bu == 0 else []
-            out += [(moved(u, t), moved(v, t + 1), o, e, z) for t in targets]
-        else:  # before or after the chain, into its first block, out of its last
-            out.append((moved(u, blocks - 1 if bu == k - 1 else 0), moved(v, 0), o, e, z))
-    grp = []
-    for v in range(len(cls)):
-        if v < start:
-            grp.append(group[v])
-        elif v >= start + blocks * size:
-            grp.append(group[v - extra])
-        else:
-            grp.append(("block", (v - start) // size))
-    return cls, out, grp
-
-
 class _Part:
     """What :func:`pipeline.assemble` reads of a stage's result."""
 
@@ -292,7 +129,7 @@ class Costing:
         """The whole graphs built so far, by batch, with their chains."""
         return {micro: (L.g, L.chain) for micro, L in self._layouts.items() if not L.short}
 
-    def layout(self, micro: int) -> _Layout:
+    def layout(self, micro: int) -> Layout:
         """The graph at a batch of ``micro`` samples: built with three of its
         blocks when ``first_layers(micro, 3)`` can (a graph and how many
         blocks the model has), and its chain stretched is the whole
@@ -303,12 +140,12 @@ class Costing:
                 got = self._first(micro, 3)
                 if got is not None:
                     try:
-                        L = _Layout(*got)
+                        L = Layout(*got)
                     except ValueError:
                         L = None
                     if L is not None and L.chain != self._chain:
                         L = None
-            self._layouts[micro] = L if L is not None else _Layout(self.build(micro))
+            self._layouts[micro] = L if L is not None else Layout(self.build(micro))
         return self._layouts[micro]
 
     def shape(self, std):
@@ -333,7 +170,7 @@ class Costing:
             self._models[variant] = model
         return micro, variant, staged
 
-    def decisions(self, L: _Layout, micro: int, std) -> tuple:
+    def decisions(self, L: Layout, micro: int, std) -> tuple:
         """One decision per class of ``L`` (:func:`standard.decide`); an
         :class:`InputError` when the model cannot take ``std``."""
         key = (micro, std.tp, std.dp, std.cp, std.ep, std.etp, std.sp, std.recompute, std.zero)
@@ -363,7 +200,7 @@ class Costing:
             raise out
         return out
 
-    def _options(self, L: _Layout, micro: int, c: int, recompute: str, zero: int) -> dict:
+    def _options(self, L: Layout, micro: int, c: int, recompute: str, zero: int) -> dict:
         """The options of class ``c`` under ``recompute`` and ``zero``
         (those that apply to it, as :func:`standard.decide` sets them)."""
         key = (micro, c, recompute, zero)
@@ -377,7 +214,7 @@ class Costing:
             self._decided[key] = out
         return out
 
-    def stages(self, L: _Layout, std) -> tuple[list, list]:
+    def stages(self, L: Layout, std) -> tuple[list, list]:
         """``(counts, ranges)`` of the stages of ``std`` on ``L`` (as
         ``planner._standard_pipeline`` cuts them); an :class:`InputError`
         when they cannot be cut so."""
@@ -411,8 +248,9 @@ class Costing:
 
     # -- the cost model, once per class, for many configurations at once ---------------
     def _fill_ops(self, micro, variant, c, options, configs) -> dict:
-        from cost.tables import node_arrays, with_options
-        from cost.time import price_stage
+        from cost.evaluate import RECORD, overlap_record
+        from cost.tables import with_options
+        from cost.time import price, price_stage
         from options import OPTIONS
 
         table = self._ops.setdefault((micro, variant, c, options), {})
@@ -424,20 +262,23 @@ class Costing:
         given = {name: dict(options).get(name, OPTIONS[name].default) for name in OPTIONS}
         K, priced = len(todo), None  # priced: the staged variant's extents and work records, for the host's wait
         self.calls += 1
-        if variant[0] == PLAIN:
-            na = node_arrays(op, todo, model, ctx, given=given)
-            comp, comm, sync, parts, trans = na.compute, na.comm, np.zeros(K), na.parts, na.transient
-        else:  # one of the stage's micro-batches (a framework spreads its once-a-step work over them)
+        if variant[0] != PLAIN:  # one of the stage's micro-batches (a framework spreads its once-a-step work over them)
             model = replace(model, micro_batches=self.batch // micro)
-            C, work, fp = with_options(op, todo, model, ctx, given)
+        C, work, fp = with_options(op, todo, model, ctx, given)
+        if variant[0] == PLAIN:
+            comp, comm, sync = (*price(work, C, model, op), 0.0)
+        else:
             priced = (C, work)
-            comp, comm, sync = (np.broadcast_to(x, (K,)).astype(float) for x in price_stage(work, C, model, op))
-            parts = np.stack([np.broadcast_to(x, (K,)) for x in fp.parts]).astype(float)
-            trans = np.broadcast_to(fp.transient, (K,)).astype(float)
+            comp, comm, sync = price_stage(work, C, model, op)
+        comp, comm, sync = (np.broadcast_to(x, (K,)).astype(float) for x in (comp, comm, sync))
+        parts = np.stack([np.broadcast_to(x, (K,)) for x in fp.parts]).astype(float)
+        trans = np.broadcast_to(fp.transient, (K,)).astype(float)
         micro_time = np.zeros(K)  # an expert block's operator: its micro-batch's device time (frameworks.host)
         if waits(model) and c in self.layout(micro).moe_classes:
             micro_time = np.broadcast_to(micro_batch(op, todo, model, ctx, given, priced), (K,))
-        rows = np.column_stack([comp, comm, sync, parts.T, trans, micro_time])  # (K, 9)
+        # a block's operator: what its overlapped collectives leave exposed, and its passes (pooled in its block)
+        pool = overlap_record(work, C, model, op) if ctx.block is not None else np.zeros((len(RECORD), K))
+        rows = np.column_stack([comp, comm, sync, parts.T, trans, micro_time, pool.T])  # (K, 14)
         for cfg, row in zip(todo, rows):
             table[cfg] = row
         return table
@@ -475,7 +316,7 @@ class Costing:
         return table
 
     def _figures(self, micro, variant, decs) -> np.ndarray:
-        """(classes, 9) figures of the decisions ``decs``, costed for every
+        """(classes, 14) figures of the decisions ``decs``, costed for every
         configuration registered on the same graph and cluster when missing."""
         wanted = self._wanted.get((micro, variant))
         rows = []
@@ -490,7 +331,7 @@ class Costing:
             rows.append(row)
         return np.asarray(rows)
 
-    def _edge_figures(self, micro, variant, L: _Layout, decs) -> np.ndarray:
+    def _edge_figures(self, micro, variant, L: Layout, decs) -> np.ndarray:
         out = np.empty(L.ne)
         wanted = self._wanted.get((micro, variant))
         for e, (cu, _, cv, _) in enumerate(L.edge_reps):
@@ -533,7 +374,7 @@ class Costing:
 
     # -- a configuration's figures -----------------------------------------------------
     @staticmethod
-    def _wait(model, L: _Layout, lo: int, hi: int, per_class, E, std) -> float:
+    def _wait(model, L: Layout, lo: int, hi: int, per_class, E, std) -> float:
         """What the expert blocks among ``L``'s operators ``[lo, hi)`` wait on
         the host per micro-batch under ``model`` (:func:`frameworks.host.wait`),
         their classes' micro-batch costing ``per_class`` (without what a
@@ -559,9 +400,10 @@ class Costing:
         E = self._edge_figures(micro, variant, L, decs)
         model = self._models[variant]
         host = waits(model)
+        pool = F[:, 9:]  # what the blocks' overlapped collectives leave exposed, and their passes
         if not staged:
             cc, ec, kinds, _ = L.summary(0, L.n)
-            cost = float(cc @ F[:, 0] + cc @ F[:, 1] + ec @ E)
+            cost = float(cc @ F[:, 0] + cc @ F[:, 1] + ec @ E) - L.pooled(0, L.n, pool)
             if host:
                 cost += self._wait(model, L, 0, L.n, F[:, 8], E, std)
             trans = float((kinds @ F[:, 7]).max()) if len(kinds) else 0.0
@@ -578,7 +420,8 @@ class Costing:
             key = (i == 0, i == pp - 1, counts[i])
             if key not in done:
                 trans = float((kinds @ F[:, 7]).max()) if len(kinds) else 0.0
-                done[key] = _Part(float(cc @ F[:, 0]), float(cc @ comm + ec @ E), float(cc @ F[:, 2]),
+                done[key] = _Part(float(cc @ F[:, 0]), float(cc @ comm + ec @ E) - L.pooled(lo, hi, pool),
+                                  float(cc @ F[:, 2]),
                                   tuple(float(cc @ F[:, 3 + k]) for k in range(4)), trans, std.zero >= 2)
             parts.append(done[key])
             sends.append(crossing)

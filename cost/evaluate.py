@@ -4,11 +4,26 @@ tables are built from (:func:`evaluate`, any configuration that divides,
 inside the search space or not), and turned into a :class:`result.Result`
 (:func:`make_result`) with the model FLOP, the recomputed FLOP and the
 words moved that the report shows.
+
+On a real device a block's overlapped collectives (its weights' gathers,
+its gradients' reductions) run under the block's passes as a whole, not
+each under its own operator's: a framework gathers a block's weights (an
+FSDP unit's) while the block before it computes, and its gradients'
+buckets fill over the block's backward pass.  The operators' prices
+(:mod:`cost.time`) window each collective by its own operator's pass;
+:func:`block_credits` gives back, block by block, what pooling them
+saves: ``sum_i max(0, o g_i - t_i)`` less ``max(0, sum_i o g_i - sum_i
+t_i)``, forward and backward apart (the backward's window with the
+forward pass re-run under it).  The result (:func:`make_result`) carries
+it in its operators' communication; the per-operator search does not see
+it (it is no operator's own).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+
 import numpy as np
 
 from cluster import Cluster
@@ -24,9 +39,90 @@ from kinds import Extents
 from result import Layer, Result
 
 __all__ = ["check_strategy", "StrategyCost", "evaluate", "model_flops", "recomputed_flops", "make_result",
-           "words_moved"]
+           "words_moved", "overlap_record", "pooled_saving", "block_credits", "RECORD"]
 
 # -- strategies ----------------------------------------------------------------------
+
+#: the rows of :func:`overlap_record`
+RECORD = ("exposed", "forward gathers", "backward collectives", "forward pass", "backward pass")
+
+
+def overlap_record(work, C, model: CostModel, op) -> np.ndarray:
+    """(5, K): at each configuration, what an operator's overlapped
+    collectives leave exposed beyond their own operator's passes (the part
+    of them that may overlap, ``max(0, o g - t)``, forward and backward),
+    the overlapping share of its weights' forward gathers and of what runs
+    under its backward pass (the backward gathers, the gradients' reduction
+    where each micro-batch pays it), and its forward pass and backward
+    pass (with the forward re-run under it): :data:`RECORD`.  Zeros on the
+    paper's model."""
+    from cost.rules import every_micro_batch, overlap_share
+    from cost.time import _real_parts
+
+    K = len(C)
+    if not model.cluster.realistic:
+        return np.zeros((len(RECORD), K))
+    t_fwd, t_bwd, _, gathers, sync, overlapped_bwd, _, _ = _real_parts(work, C, model, op)
+    o = overlap_share(model, work.sharded)
+    if model.micro_batches is None:
+        under = overlapped_bwd
+    else:
+        under = gathers + sync if every_micro_batch(work, model) else gathers
+    fwd, bwd = o * np.asarray(gathers, dtype=float), o * np.asarray(under, dtype=float)
+    exposed = np.maximum(fwd - t_fwd, 0.0) + np.maximum(bwd - t_bwd, 0.0)
+    rows = (exposed, fwd, bwd, t_fwd, t_bwd + work.replays * np.asarray(t_fwd, dtype=float))
+    return np.stack([np.broadcast_to(np.asarray(x, dtype=float), (K,)) for x in rows])
+
+
+def pooled_saving(sums):
+    """What a block saves pooling its overlapped collectives under its
+    passes, from the sums over its operators of the :data:`RECORD` rows
+    (``sums``: their 5 numbers last, for one block or many): each
+    operator's exposure less the block's."""
+    exposed, fwd, bwd, t_fwd, t_bwd = np.moveaxis(np.asarray(sums, dtype=float), -1, 0)
+    saved = np.maximum(0.0, exposed - np.maximum(0.0, fwd - t_fwd) - np.maximum(0.0, bwd - t_bwd))
+    return np.where(exposed > 0.0, saved, 0.0)
+
+
+def block_credits(g, strategy, model: CostModel, ctx=None) -> tuple | None:
+    """Each operator's share of what its block saves pooling its
+    overlapped collectives (:func:`pooled_saving`; shared in proportion to
+    what each operator's own leave exposed); ``None`` where nothing is
+    saved (the paper's model, no repeated blocks, windows enough).
+    ``ctx``: the operators' contexts in the whole model (a pipeline
+    stage's), else the graph's own, as :func:`evaluate` costs them."""
+    if not model.cluster.realistic or not model.pooled:
+        return None
+    from blocks import block_of, find_chains
+    from options import OPTIONS, contexts
+
+    ops = operators(g)
+    if ctx is not None:  # a stage's operators, their blocks the whole model's
+        groups = [c.block for c in ctx]
+    else:
+        chains = find_chains(g)
+        groups = block_of(chains, len(ops))
+        ctx = contexts(g, chains if _by_blocks(strategy, model) else ())
+    if all(b is None for b in groups):
+        return None
+    records, seen = {}, {}
+    for v, (op, d) in enumerate(zip(ops, strategy)):
+        if groups[v] is None:
+            continue
+        key = (op, d, ctx[v].key)
+        if key not in seen:
+            C, work, _ = with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
+            seen[key] = overlap_record(work, C, model, op)[:, 0]
+        records.setdefault(groups[v], []).append((v, seen[key]))
+    credit = [0.0] * len(ops)
+    for members in records.values():
+        rows = np.array([r for _, r in members])
+        saved = float(pooled_saving([math.fsum(rows[:, k]) for k in range(len(RECORD))]))
+        if saved > 0.0:
+            total = math.fsum(rows[:, 0])
+            for v, r in members:
+                credit[v] = saved * r[0] / total
+    return tuple(credit) if any(credit) else None
 
 
 def check_strategy(g, strategy, p: int | None = None) -> list[Decision]:
@@ -139,9 +235,16 @@ def _by_blocks(strategy, model) -> bool:
     return bool(any(d.options for d in strategy) or model.options or (fw is not None and fw.float8))
 
 
-def make_result(g, sc, model, p: int, mode: str, **fields) -> Result:
-    """A :class:`result.Result` for graph ``g`` from a :class:`StrategyCost`."""
+def make_result(g, sc, model, p: int, mode: str, ctx=None, **fields) -> Result:
+    """A :class:`result.Result` for graph ``g`` from a :class:`StrategyCost`,
+    its operators' communication less what pooling each block's
+    overlapped collectives saves (:func:`block_credits`; ``ctx``: the
+    operators' contexts in the whole model, for a pipeline stage's)."""
     shared = shared_weights(g)
+    credits = block_credits(g, sc.strategy, model, ctx)
+    if credits is not None:
+        sc = replace(sc, comm=tuple(c - x for c, x in zip(sc.comm, credits)))
+        fields.setdefault("pooled", math.fsum(credits))
 
     def saves(v, op, d):  # what the options save on what the operator keeps
         if not d.options:

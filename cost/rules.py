@@ -61,6 +61,11 @@ class CostModel:
     micro-batch pays, and the gradients' synchronisation, paid once per
     step, shared among them.
 
+    ``pooled``: a result's repeated blocks pool their overlapped
+    collectives under their passes (:func:`cost.evaluate.block_credits`);
+    the searches compare their candidates without, in the operators' own
+    costs their bounds are of.
+
     ``framework``: the training framework that runs the plan
     (:class:`frameworks.Framework`), or ``None``: the tool's own model.
     Its model states replace :meth:`parameter_bytes`' layout, and the time
@@ -76,6 +81,7 @@ class CostModel:
     options: tuple = ()
     micro_batches: int | None = None
     framework: object = None
+    pooled: bool = True
 
     def __post_init__(self):
         if not isinstance(self.cluster, Cluster):
@@ -213,6 +219,15 @@ def overlap_share(model: CostModel, sharded: bool) -> float:
     ``Result.sharded_gradients``)."""
     fw = model.framework
     return model.cluster.overlap if fw is None else fw.overlap_of(model.cluster.overlap, sharded)
+
+
+def every_micro_batch(work, model: CostModel) -> bool:
+    """Whether ``work``'s gradients are reduced after every micro-batch
+    rather than once a step: sharded (ZeRO 2 and 3, ``Work.sharded``) under
+    a framework that reduce-scatters them so (its
+    ``sharded_every_micro_batch``)."""
+    fw = model.framework
+    return bool(work.sharded and fw is not None and fw.sharded_every_micro_batch)
 
 
 def check_procs(p) -> int:

@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from cluster import Cluster
-from cost.rules import CostModel, extents, gathered_in_fp8, overlap_share, regathered
+from cost.rules import CostModel, every_micro_batch, extents, gathered_in_fp8, overlap_share, regathered
 from graph import Operator
 from kinds import Extents, need, shard, tensor_splits
 from kinds.base import OVERLAPPED, Comm, Work
@@ -244,13 +244,10 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
 
 
 def _contention(model: CostModel, share: float, overlapped, window):
-    """The computation a framework's collectives slow down while they run
-    under it: ``contention`` times the part of them that overlaps (their
-    ``share`` that may)."""
+    """The computation a framework's collectives slow down while they run under it: ``contention``
+    times the part of them that overlaps (their ``share`` that may)."""
     fw = model.framework
-    if fw is None or not fw.contention:
-        return 0.0
-    return fw.contention * np.minimum(share * overlapped, window)
+    return 0.0 if fw is None or not fw.contention else fw.contention * np.minimum(share * overlapped, window)
 
 
 def pass_times(work: Work, C: Extents, model: CostModel, op: Operator):
@@ -488,12 +485,11 @@ def ring_heads(op: Operator, C: Extents, fw) -> np.ndarray:
 
 def price_stage(work: Work, C: Extents, model: CostModel, op: Operator, once: bool = True):
     """(compute, communication, synchronisation) of a work record in a
-    pipeline stage: the compute and communication one micro-batch pays
-    (:func:`price`'s, the gradients' collectives left out; on a real device
-    the gathered weights still overlapped with their pass; with ``once``, a
-    micro-batch's share of the optimizer step), and the gradients'
-    collectives, paid once per step (on a real device their whole time:
-    the step's end overlaps them, see ``pipeline.py``)."""
+    pipeline stage: what one micro-batch pays (:func:`price`'s, without the
+    gradients' collectives but where :func:`every_micro_batch` reduces them
+    under its backward pass; with ``once``, its share of the optimizer
+    step), and the gradients' collectives paid once per step (on a real
+    device their whole time: the step's end overlaps them, ``pipeline.py``)."""
     net = model.cluster
     K = len(C)
     if not net.realistic:
@@ -508,10 +504,13 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator, once: bo
         return np.broadcast_to(compute, (K,)), np.broadcast_to(comm, (K,)), np.broadcast_to(sync, (K,))
     t_fwd, t_bwd, blocking, gathers, sync, _, inputs, step = _real_parts(work, C, model, op)
     o = overlap_share(model, work.sharded)
-    exposed = _exposed(gathers, t_bwd, o) + _exposed(gathers, t_fwd, o)
+    under_bwd = gathers  # and the sharded gradients where each micro-batch's are reduce-scattered under its backward
+    if every_micro_batch(work, model):
+        under_bwd, sync = gathers + sync, 0.0 * sync
+    exposed = _exposed(under_bwd, t_bwd, o) + _exposed(gathers, t_fwd, o)
     if inputs is not None:  # inputs gathered again, under the backward pass
         exposed = exposed + _exposed(inputs, t_bwd, 1.0)
-    exposed = exposed + _contention(model, o, gathers, t_bwd) + _contention(model, o, gathers, t_fwd)
+    exposed = exposed + _contention(model, o, under_bwd, t_bwd) + _contention(model, o, gathers, t_fwd)
     compute = t_fwd * (1.0 + work.replays) + t_bwd
     if step is not None and once:  # once per step: a micro-batch's share of it
         compute = compute + step / float(model.micro_batches or 1)

@@ -140,7 +140,12 @@ class Framework:
 
     ZeRO: ``zero_stages`` the stages the framework runs (what ``--search
     standard`` tries), ``pipeline_zero_stages`` those it runs beside
-    pipeline stages.
+    pipeline stages; ``sharded_every_micro_batch``: where gradients are
+    sharded (stages 2 and 3) and a step accumulates several micro-batches,
+    each micro-batch's are reduce-scattered after its own backward pass,
+    under it (there is no whole gradient to accumulate them in), rather
+    than once a step; a framework that keeps a pipeline stage's gradients
+    whole over its micro-batches (``staged``) reduces them once.
 
     Experts: ``experts`` the rule by which the framework parallelises a
     mixture of experts (:meth:`runs_experts`): ``""`` any standard
@@ -219,6 +224,7 @@ class Framework:
     sharded_overlap: float | None = None
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     pipeline_zero_stages: tuple[int, ...] = (0, 1)
+    sharded_every_micro_batch: bool = False
     fitted: tuple[str, ...] = ()  # the published rows its fitted constants come from ("source: row")
     compiled: bool = False
     float8: bool = False

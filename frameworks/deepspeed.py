@@ -38,6 +38,9 @@ DEEPSPEED = register(Framework(
     grad_precision="",  # communication_data_type: the model's 16-bit type (deepspeed/runtime/config.py)
     bucket_mb=1000.0,  # reduce_bucket_size 5e8 elements of 2 bytes (deepspeed/runtime/zero/config.py)
     overlap=1.0,  # overlap_comm, on by default with stage 3 (and prefetching its parameters)
+    # stages 2 and 3 reduce each micro-batch's gradients into their partitions (deepspeed/runtime/engine.py,
+    # allreduce_gradients: "ZeRO stage >= 2 communicates during non gradient accumulation boundaries as well")
+    sharded_every_micro_batch=True,
     kernels="eager",  # a PyTorch model run eagerly, unless compiled (deepspeed's compile option)
     loss_passes=(18.0, 26.0),  # PyTorch's cross_entropy of fp32 logits, as torchtitan's
     # DeepSpeed's FusedAdam (multi_tensor_adam) over the fp32 partition: reads gradient, parameter, moments

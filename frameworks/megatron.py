@@ -74,6 +74,9 @@ MEGATRON = register(Framework(
     # gradients' reduce-scatters under the backward pass (megatron_fsdp.py: optim_grads_params sets
     # overlap_param_gather, and sharded gradients require overlap_grad_reduce)
     sharded_overlap=1.0,
+    # and reduce-scatters them after every micro-batch's backward pass (megatron_fsdp.py: grad_reduce_every_bprop
+    # for optim_grads and optim_grads_params; only no_shard and optim wait for the last micro-batch)
+    sharded_every_micro_batch=True,
     # fused kernels: apex/Transformer Engine layer norm, bias-GeLU, scaled masked softmax, bias-dropout-add
     # (megatron/core/fusions): one kernel per operator
     kernels="fused",

@@ -379,7 +379,8 @@ def _idle_note(result, model, p: int) -> str:
 def _plain(job: Job, progress, cutoff: float | None = None):
     """The per-operator search of the job's whole batch (no stages): its
     result, and the profile's text with ``job.profile``; with ``cutoff`` (the step of
-    a plan found otherwise), ``None`` when it cannot be faster (its
+    a plan found otherwise, in the operators' own costs: its blocks' collectives not
+    pooled, as the bounds here), ``None`` when it cannot be faster (its
     operators at their cheapest, its pieces searched alone, or the search's
     bound, reach it: :func:`dp_search.pieces_bound`)."""
     from cost_model import build_costs, with_edges
@@ -404,7 +405,7 @@ def _plain(job: Job, progress, cutoff: float | None = None):
         result, profile = _search(job, costed, progress, cutoff)
     except NotBetter:
         return None, None
-    if cutoff is not None and not result.total_cost < cutoff:
+    if cutoff is not None and not result.total_cost + result.pooled < cutoff:  # in the operators' own costs
         return None, None
     most = max(int(c.prod(axis=1).max()) for c in costed.configs)
     if most < job.procs:
@@ -482,7 +483,9 @@ def _pipeline(s: Settings, job: Job, progress=None, with_plain: bool = False):
             plain = None
         if plain is not None:
             return plain, profile
-    return pipeline.as_result(job.graph(pipe.micro), pipe, job.model, job.procs, batch, "search"), None
+    g = job.graph(pipe.micro)
+    pipe = pipeline_search.as_plan(g, job.model, job.procs, pipe)  # its blocks' collectives pooled
+    return pipeline.as_result(g, pipe, job.model, job.procs, batch, "search"), None
 
 
 def _nothing_fits(s: Settings, model, *errors):

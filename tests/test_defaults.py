@@ -48,8 +48,8 @@ def test_a_real_device_searches_recomputation_zero_and_stages(tmp_path):
 
 
 def test_the_default_is_as_fast_as_the_plan_without_stages():
-    """Llama 2 7B on 64 H100s: the plan without stages (322 ms) beats the
-    best pipeline (349 ms); the default, which searches both, finds it.
+    """Llama 2 7B on 64 H100s: the plan without stages (302 ms) beats the
+    best pipeline; the default, which searches both, finds it.
     The bound that skips the search without stages must hold with ZeRO
     searched: its reduce-scatter of the gradients costs less than the
     all-reduce it replaces, so an operator's cheapest is no lower bound
@@ -61,10 +61,12 @@ def test_the_default_is_as_fast_as_the_plan_without_stages():
     default, plain = _plan(*args), _plan(*args, "--pp", "1")
     assert default.result.pipeline is None
     assert default.result.total_cost == plain.result.total_cost
-    assert round(default.result.step_seconds * 1e3) == 322
+    assert round(default.result.step_seconds * 1e3) == 302  # 322 ms before its blocks pooled their collectives
     costed = build_costs(plain.graph, 64, plain.result.cost_model, edges=False)
-    assert costed.least_cost <= plain.result.total_cost
-    assert math.fsum(float(c.min()) for c in costed.node_costs) > plain.result.total_cost  # the old bound's failure
+    searched = plain.result.total_cost + plain.result.pooled  # the operators' own costs, the bounds' currency
+    assert plain.result.pooled > 0
+    assert costed.least_cost <= searched
+    assert math.fsum(float(c.min()) for c in costed.node_costs) > searched  # the old bound's failure
     assert any(float(t.cost.min()) < 0 for ts in costed.tables for t in ts)
 
 
