@@ -250,7 +250,7 @@ class Costing:
     def _fill_ops(self, micro, variant, c, options, configs) -> dict:
         from cost.evaluate import RECORD, overlap_record
         from cost.tables import with_options
-        from cost.time import price, price_stage
+        from cost.time import _real_parts, price, price_stage
         from options import OPTIONS
 
         table = self._ops.setdefault((micro, variant, c, options), {})
@@ -265,11 +265,12 @@ class Costing:
         if variant[0] != PLAIN:  # one of the stage's micro-batches (a framework spreads its once-a-step work over them)
             model = replace(model, micro_batches=self.batch // micro)
         C, work, fp = with_options(op, todo, model, ctx, given)
+        real = _real_parts(work, C, model, op) if model.cluster.realistic else None  # read by both prices below
         if variant[0] == PLAIN:
-            comp, comm, sync = (*price(work, C, model, op), 0.0)
+            comp, comm, sync = (*price(work, C, model, op, real), 0.0)
         else:
             priced = (C, work)
-            comp, comm, sync = price_stage(work, C, model, op)
+            comp, comm, sync = price_stage(work, C, model, op, parts=real)
         comp, comm, sync = (np.broadcast_to(x, (K,)).astype(float) for x in (comp, comm, sync))
         parts = np.stack([np.broadcast_to(x, (K,)) for x in fp.parts]).astype(float)
         trans = np.broadcast_to(fp.transient, (K,)).astype(float)
@@ -277,7 +278,7 @@ class Costing:
         if waits(model) and c in self.layout(micro).moe_classes:
             micro_time = np.broadcast_to(micro_batch(op, todo, model, ctx, given, priced), (K,))
         # a block's operator: what its overlapped collectives leave exposed, and its passes (pooled in its block)
-        pool = overlap_record(work, C, model, op) if ctx.block is not None else np.zeros((len(RECORD), K))
+        pool = overlap_record(work, C, model, op, real) if ctx.block is not None else np.zeros((len(RECORD), K))
         rows = np.column_stack([comp, comm, sync, parts.T, trans, micro_time, pool.T])  # (K, 14)
         for cfg, row in zip(todo, rows):
             table[cfg] = row

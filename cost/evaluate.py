@@ -47,7 +47,7 @@ __all__ = ["check_strategy", "StrategyCost", "evaluate", "model_flops", "recompu
 RECORD = ("exposed", "forward gathers", "backward collectives", "forward pass", "backward pass")
 
 
-def overlap_record(work, C, model: CostModel, op) -> np.ndarray:
+def overlap_record(work, C, model: CostModel, op, parts=None) -> np.ndarray:
     """(5, K): at each configuration, what an operator's overlapped
     collectives leave exposed beyond their own operator's passes (the part
     of them that may overlap, ``max(0, o g - t)``, forward and backward),
@@ -55,14 +55,15 @@ def overlap_record(work, C, model: CostModel, op) -> np.ndarray:
     under its backward pass (the backward gathers, the gradients' reduction
     where each micro-batch pays it), and its forward pass and backward
     pass (with the forward re-run under it): :data:`RECORD`.  Zeros on the
-    paper's model."""
+    paper's model.  ``parts``: the record's :func:`cost.time._real_parts`,
+    when the caller has them."""
     from cost.rules import every_micro_batch, overlap_share
     from cost.time import _real_parts
 
     K = len(C)
     if not model.cluster.realistic:
         return np.zeros((len(RECORD), K))
-    t_fwd, t_bwd, _, gathers, sync, overlapped_bwd, _, _ = _real_parts(work, C, model, op)
+    t_fwd, t_bwd, _, gathers, sync, overlapped_bwd, _, _ = parts or _real_parts(work, C, model, op)
     o = overlap_share(model, work.sharded)
     if model.micro_batches is None:
         under = overlapped_bwd

@@ -188,9 +188,9 @@ def _pass_times(op, C: Extents, work: Work, net: Cluster, eff: float, per_byte: 
     return t_fwd, t_bwd
 
 
-def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
+def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None, parts=None):
     """(compute, communication) FLOP of a work record on the model's
-    cluster, for each configuration.
+    cluster, for each configuration (``parts``: its :func:`_real_parts`).
 
     The paper's model: the record's compute (plus its forward part per
     replay), and each collective's cost times its count, added in the
@@ -219,7 +219,7 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
     """
     net = model.cluster
     if model.micro_batches is not None:
-        compute, comm, sync = price_stage(work, C, model, op)
+        compute, comm, sync = price_stage(work, C, model, op, parts=parts)
         return compute, comm + sync / float(model.micro_batches)
     if not net.realistic:
         comm = None
@@ -230,7 +230,7 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None):
             comm = x if comm is None else comm + x
         compute = work.compute if not work.replays else work.compute + work.replays * work.forward
         return compute, np.zeros(len(C)) if comm is None else comm
-    t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step = _real_parts(work, C, model, op)
+    t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step = parts or _real_parts(work, C, model, op)
     o = overlap_share(model, work.sharded)
     exposed = _exposed(overlapped_bwd, t_bwd, o) + _exposed(gathers, t_fwd, o)
     if inputs is not None:  # inputs gathered again, under the backward pass
@@ -483,7 +483,7 @@ def ring_heads(op: Operator, C: Extents, fw) -> np.ndarray:
     return group
 
 
-def price_stage(work: Work, C: Extents, model: CostModel, op: Operator, once: bool = True):
+def price_stage(work: Work, C: Extents, model: CostModel, op: Operator, once: bool = True, parts=None):
     """(compute, communication, synchronisation) of a work record in a
     pipeline stage: what one micro-batch pays (:func:`price`'s, without the
     gradients' collectives but where :func:`every_micro_batch` reduces them
@@ -502,7 +502,7 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator, once: bo
                 comm = comm + x
         compute = work.compute if not work.replays else work.compute + work.replays * work.forward
         return np.broadcast_to(compute, (K,)), np.broadcast_to(comm, (K,)), np.broadcast_to(sync, (K,))
-    t_fwd, t_bwd, blocking, gathers, sync, _, inputs, step = _real_parts(work, C, model, op)
+    t_fwd, t_bwd, blocking, gathers, sync, _, inputs, step = parts or _real_parts(work, C, model, op)
     o = overlap_share(model, work.sharded)
     under_bwd = gathers  # and the sharded gradients where each micro-batch's are reduce-scattered under its backward
     if every_micro_batch(work, model):
