@@ -77,10 +77,13 @@ def _pipeline_lines(r: Result) -> list[str]:
     """The stages of a pipelined plan: what each holds and costs."""
     pipe, cl = r.pipeline, r.cost_model.cluster
     if pipe.pp == 1:  # one stage: the batch's micro-batches one after the other, gradients accumulated
-        fw = r.cost_model.framework
-        each = fw is not None and fw.sharded_every_micro_batch and pipe.stages[0].result.sharded_gradients
-        reduced = ("each micro-batch's sharded gradients reduce-scattered under its backward pass" if each
-                   else "the gradients reduced once per step")
+        fw, stage = r.cost_model.framework, pipe.stages[0].result
+        weighted = [x for x in stage.layers if x.weights > 0]
+        some = fw is not None and fw.sharded_every_micro_batch and any(
+            (x.decision.option("zero") or 0) >= 2 for x in weighted)
+        reduced = ("the gradients reduced once per step" if not some else
+                   "each micro-batch's sharded gradients reduce-scattered under its backward pass"
+                   + ("" if stage.sharded_gradients else ", the others' once per step"))
         return [f"Gradient accumulation: {pipe.m} micro-batches of {pipe.micro} sample{'s' * (pipe.micro > 1)}, one "
                 f"after the other on all {pipe.stages[0].devices} devices, each "
                 f"{fmt_time(cl.seconds(pipe.stages[0].time))}; {reduced}"]

@@ -163,6 +163,7 @@ class Result:
     pooled: float = 0.0  # what the repeated blocks' overlapped collectives, pooled under each block's passes, expose
     #                      less than under each operator's own, out of the operators' communication already
     #                      (cost.evaluate.block_credits; a pipeline: per micro-batch, every stage's)
+    credits: tuple = ()  # each operator's share of ``pooled`` (empty: none)
 
     # -- totals -----------------------------------------------------------------------
     @property

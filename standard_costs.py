@@ -35,7 +35,9 @@ the pipeline's time without the gradients' synchronisation after the last
 micro-batch (a busier stage may hide more of it).  ZeRO stages 0 to 2
 take the same time, but with a framework stages 1 and 2 shorten the
 optimizer step (each device updates its shard), so they are bounded apart
-from 0 there; stage 3 is bounded apart.  :meth:`Costing.least_states`
+from 0 there (where a framework reduce-scatters stage 2's gradients after
+every micro-batch, stage 1's floor still bounds it: the same step and
+more collectives); stage 3 is bounded apart.  :meth:`Costing.least_states`
 bounds its memory from below without costing anything: the weights,
 gradients and optimizer state of the parameters at their most sharded.
 """
@@ -91,6 +93,11 @@ class _EdgeTable:
         for b in targets:
             self.tgt[b] = len(self.tgt)
         self.m = m
+
+
+def _contention(model) -> float:
+    """The framework's computation slowed per second of collective under it."""
+    return model.framework.contention if model.framework is not None else 0.0
 
 
 class _Part:
@@ -279,7 +286,7 @@ class Costing:
             micro_time = np.broadcast_to(micro_batch(op, todo, model, ctx, given, priced), (K,))
         # a block's operator: what its overlapped collectives leave exposed, and its passes (pooled in its block)
         pool = overlap_record(work, C, model, op, real) if ctx.block is not None else np.zeros((len(RECORD), K))
-        rows = np.column_stack([comp, comm, sync, parts.T, trans, micro_time, pool.T])  # (K, 14)
+        rows = np.column_stack([comp, comm, sync, parts.T, trans, micro_time, pool.T])  # (K, 15)
         for cfg, row in zip(todo, rows):
             table[cfg] = row
         return table
@@ -317,7 +324,7 @@ class Costing:
         return table
 
     def _figures(self, micro, variant, decs) -> np.ndarray:
-        """(classes, 14) figures of the decisions ``decs``, costed for every
+        """(classes, 15) figures of the decisions ``decs``, costed for every
         configuration registered on the same graph and cluster when missing."""
         wanted = self._wanted.get((micro, variant))
         rows = []
@@ -375,15 +382,17 @@ class Costing:
 
     # -- a configuration's figures -----------------------------------------------------
     @staticmethod
-    def _wait(model, L: Layout, lo: int, hi: int, per_class, E, std) -> float:
+    def _wait(model, L: Layout, lo: int, hi: int, per_class, E, std, pool) -> float:
         """What the expert blocks among ``L``'s operators ``[lo, hi)`` wait on
         the host per micro-batch under ``model`` (:func:`frameworks.host.wait`),
         their classes' micro-batch costing ``per_class`` (without what a
-        step does once) and their edges ``E``."""
+        step does once) and their edges ``E``, less what pooling their
+        collectives saves (``pool``: the classes' overlap records)."""
         cc, ec, layers = L.experts(lo, hi)
         if not layers:
             return 0.0
-        return wait(model, layers, float(cc @ per_class + ec @ E), layers if std.recompute == "full" else 0)
+        device = float(cc @ per_class + ec @ E) - L.pooled(lo, hi, pool, _contention(model), experts=True)
+        return wait(model, layers, device, layers if std.recompute == "full" else 0)
 
     def estimate(self, std) -> Estimate:
         """``std``'s step and peak memory (see the module docstring); an
@@ -402,11 +411,12 @@ class Costing:
         model = self._models[variant]
         host = waits(model)
         pool = F[:, 9:]  # what the blocks' overlapped collectives leave exposed, and their passes
+        contention = _contention(model)
         if not staged:
             cc, ec, kinds, _ = L.summary(0, L.n)
-            cost = float(cc @ F[:, 0] + cc @ F[:, 1] + ec @ E) - L.pooled(0, L.n, pool)
+            cost = float(cc @ F[:, 0] + cc @ F[:, 1] + ec @ E) - L.pooled(0, L.n, pool, _contention(model))
             if host:
-                cost += self._wait(model, L, 0, L.n, F[:, 8], E, std)
+                cost += self._wait(model, L, 0, L.n, F[:, 8], E, std, pool)
             trans = float((kinds @ F[:, 7]).max()) if len(kinds) else 0.0
             memory = math.fsum([float(cc @ F[:, 3 + k]) for k in range(4)] + [trans])
             return Estimate(cost, memory, (F.tobytes(), E.tobytes(), micro), cost)
@@ -421,7 +431,7 @@ class Costing:
             key = (i == 0, i == pp - 1, counts[i])
             if key not in done:
                 trans = float((kinds @ F[:, 7]).max()) if len(kinds) else 0.0
-                done[key] = _Part(float(cc @ F[:, 0]), float(cc @ comm + ec @ E) - L.pooled(lo, hi, pool),
+                done[key] = _Part(float(cc @ F[:, 0]), float(cc @ comm + ec @ E) - L.pooled(lo, hi, pool, contention),
                                   float(cc @ F[:, 2]),
                                   tuple(float(cc @ F[:, 3 + k]) for k in range(4)), trans, std.zero >= 2)
             parts.append(done[key])
@@ -433,7 +443,7 @@ class Costing:
                             for a, b in pipeline.chunk_ranges(L.chain, lo, hi, sched.v)) for lo, hi in ranges]
             share = pipeline.chunk_share(counts, sched.v)
         if host:
-            hosts = [self._wait(model, L, lo, hi, F[:, 8], E, std) for lo, hi in ranges]
+            hosts = [self._wait(model, L, lo, hi, F[:, 8], E, std, pool) for lo, hi in ranges]
         else:
             hosts = None
         pipe = pipeline.assemble(L.g, model, self.p, pp, m, micro, sched, ranges, parts,

@@ -108,6 +108,7 @@ class Layout:
             self.block_cc[i] = np.bincount(self.node_class[members], minlength=self.nc)
         self.block_lo = np.asarray([m[0] for m in blocks], dtype=np.intp)
         self.block_hi = np.asarray([m[-1] + 1 for m in blocks], dtype=np.intp)
+        self.block_moe = np.asarray([bool(self.moe[m].any()) for m in blocks], dtype=bool)
         self._ranges: dict = {}
         self._moe: dict = {}
         self._blocks: dict = {}
@@ -125,18 +126,21 @@ class Layout:
             self._moe[key] = (cc, ec, int(self.dispatch[lo:hi].sum()))
         return self._moe[key]
 
-    def pooled(self, lo: int, hi: int, records) -> float:
+    def pooled(self, lo: int, hi: int, records, contention: float = 0.0, experts: bool = False) -> float:
         """What the repeated blocks among the operators ``[lo, hi)`` save
         pooling their overlapped collectives under their passes
-        (:func:`cost.evaluate.pooled_saving`), from each class's figures of
-        :data:`cost.evaluate.RECORD` (``records``: classes x 5)."""
+        (:func:`cost.evaluate.pooled_saving`, with the framework's
+        ``contention``), from each class's figures of
+        :data:`cost.evaluate.RECORD` (``records``: classes x rows); with
+        ``experts``, the blocks that dispatch tokens to experts alone."""
         from cost.evaluate import pooled_saving
 
-        key = (lo, hi)
-        if key not in self._blocks:
-            self._blocks[key] = self.block_cc[(self.block_lo >= lo) & (self.block_hi <= hi)]
+        key = (lo, hi, experts)
+        if key not in self._blocks:  # the blocks within the range (a standard stage holds whole blocks)
+            inside = (self.block_lo >= lo) & (self.block_hi <= hi)
+            self._blocks[key] = self.block_cc[inside & self.block_moe if experts else inside]
         counts = self._blocks[key]
-        return float(pooled_saving(counts @ records).sum()) if len(counts) else 0.0
+        return float(pooled_saving(counts @ records, contention).sum()) if len(counts) else 0.0
 
     def summary(self, lo: int, hi: int):
         """The operators ``[lo, hi)``: their count by class, their edges'

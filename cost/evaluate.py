@@ -5,18 +5,22 @@ inside the search space or not), and turned into a :class:`result.Result`
 (:func:`make_result`) with the model FLOP, the recomputed FLOP and the
 words moved that the report shows.
 
-On a real device a block's overlapped collectives (its weights' gathers,
-its gradients' reductions) run under the block's passes as a whole, not
-each under its own operator's: a framework gathers a block's weights (an
-FSDP unit's) while the block before it computes, and its gradients'
-buckets fill over the block's backward pass.  The operators' prices
-(:mod:`cost.time`) window each collective by its own operator's pass;
-:func:`block_credits` gives back, block by block, what pooling them
-saves: ``sum_i max(0, o g_i - t_i)`` less ``max(0, sum_i o g_i - sum_i
-t_i)``, forward and backward apart (the backward's window with the
-forward pass re-run under it).  The result (:func:`make_result`) carries
-it in its operators' communication; the per-operator search does not see
-it (it is no operator's own).
+On a real device a repeated block's overlapped collectives (its
+weights' gathers, its gradients' reductions) run under the block's passes
+as a whole, not each under its own operator's: a framework gathers a
+layer's weights (an FSDP unit's) while the layer before it computes, and
+its gradients' buckets fill over the backward pass.  The operators'
+prices (:mod:`cost.time`) window each collective by its own operator's
+pass; :func:`block_credits` gives back, block by block (the model's
+repeating unit: a layer, or the few layers a pattern repeats, as
+:func:`blocks.find_chains` finds them), what pooling them saves: ``sum_i
+max(0, o g_i - t_i)`` less ``max(0, sum_i o g_i - sum_i t_i)``, forward
+and backward apart (the backward's window with the forward pass re-run
+under it), less a framework's contention on what more runs under the
+passes.  The result (:func:`make_result`) carries it in its operators'
+communication; the per-operator search does not see it (it is no
+operator's own), and expert layers waiting on the host gain nothing from
+it (:mod:`frameworks.host`).
 """
 
 from __future__ import annotations
@@ -44,19 +48,20 @@ __all__ = ["check_strategy", "StrategyCost", "evaluate", "model_flops", "recompu
 # -- strategies ----------------------------------------------------------------------
 
 #: the rows of :func:`overlap_record`
-RECORD = ("exposed", "forward gathers", "backward collectives", "forward pass", "backward pass")
+RECORD = ("exposed", "forward gathers", "backward collectives", "forward pass", "backward pass", "overlapped")
 
 
 def overlap_record(work, C, model: CostModel, op, parts=None) -> np.ndarray:
-    """(5, K): at each configuration, what an operator's overlapped
+    """(6, K): at each configuration, what an operator's overlapped
     collectives leave exposed beyond their own operator's passes (the part
     of them that may overlap, ``max(0, o g - t)``, forward and backward),
     the overlapping share of its weights' forward gathers and of what runs
     under its backward pass (the backward gathers, the gradients' reduction
-    where each micro-batch pays it), and its forward pass and backward
-    pass (with the forward re-run under it): :data:`RECORD`.  Zeros on the
-    paper's model.  ``parts``: the record's :func:`cost.time._real_parts`,
-    when the caller has them."""
+    where each micro-batch pays it), its forward pass and backward pass
+    (with the forward re-run under it), and what of its collectives runs
+    under its own passes (``min(o g, t)``, what a framework's contention
+    slows): :data:`RECORD`.  Zeros on the paper's model.  ``parts``: the
+    record's :func:`cost.time._real_parts`, when the caller has them."""
     from cost.rules import every_micro_batch, overlap_share
     from cost.time import _real_parts
 
@@ -71,18 +76,23 @@ def overlap_record(work, C, model: CostModel, op, parts=None) -> np.ndarray:
         under = gathers + sync if every_micro_batch(work, model) else gathers
     fwd, bwd = o * np.asarray(gathers, dtype=float), o * np.asarray(under, dtype=float)
     exposed = np.maximum(fwd - t_fwd, 0.0) + np.maximum(bwd - t_bwd, 0.0)
-    rows = (exposed, fwd, bwd, t_fwd, t_bwd + work.replays * np.asarray(t_fwd, dtype=float))
+    under = np.minimum(fwd, t_fwd) + np.minimum(bwd, t_bwd)
+    rows = (exposed, fwd, bwd, t_fwd, t_bwd + work.replays * np.asarray(t_fwd, dtype=float), under)
     return np.stack([np.broadcast_to(np.asarray(x, dtype=float), (K,)) for x in rows])
 
 
-def pooled_saving(sums):
+def pooled_saving(sums, contention: float = 0.0):
     """What a block saves pooling its overlapped collectives under its
     passes, from the sums over its operators of the :data:`RECORD` rows
-    (``sums``: their 5 numbers last, for one block or many): each
-    operator's exposure less the block's."""
-    exposed, fwd, bwd, t_fwd, t_bwd = np.moveaxis(np.asarray(sums, dtype=float), -1, 0)
-    saved = np.maximum(0.0, exposed - np.maximum(0.0, fwd - t_fwd) - np.maximum(0.0, bwd - t_bwd))
-    return np.where(exposed > 0.0, saved, 0.0)
+    (``sums``: their numbers last, for one block or many): each operator's
+    exposure less the block's, less the framework's ``contention`` (its
+    computation slowed per second of collective under it) on what more
+    runs under the passes."""
+    exposed, fwd, bwd, t_fwd, t_bwd, under = np.moveaxis(np.asarray(sums, dtype=float), -1, 0)
+    saved = exposed - np.maximum(0.0, fwd - t_fwd) - np.maximum(0.0, bwd - t_bwd)
+    if contention:
+        saved = saved - contention * (np.minimum(fwd, t_fwd) + np.minimum(bwd, t_bwd) - under)
+    return np.where(exposed > 0.0, np.maximum(saved, 0.0), 0.0)
 
 
 def block_credits(g, strategy, model: CostModel, ctx=None) -> tuple | None:
@@ -116,9 +126,10 @@ def block_credits(g, strategy, model: CostModel, ctx=None) -> tuple | None:
             seen[key] = overlap_record(work, C, model, op)[:, 0]
         records.setdefault(groups[v], []).append((v, seen[key]))
     credit = [0.0] * len(ops)
+    contention = model.framework.contention if model.framework is not None else 0.0
     for members in records.values():
         rows = np.array([r for _, r in members])
-        saved = float(pooled_saving([math.fsum(rows[:, k]) for k in range(len(RECORD))]))
+        saved = float(pooled_saving([math.fsum(rows[:, k]) for k in range(len(RECORD))], contention))
         if saved > 0.0:
             total = math.fsum(rows[:, 0])
             for v, r in members:
@@ -246,6 +257,7 @@ def make_result(g, sc, model, p: int, mode: str, ctx=None, **fields) -> Result:
     if credits is not None:
         sc = replace(sc, comm=tuple(c - x for c, x in zip(sc.comm, credits)))
         fields.setdefault("pooled", math.fsum(credits))
+        fields.setdefault("credits", credits)
 
     def saves(v, op, d):  # what the options save on what the operator keeps
         if not d.options:
@@ -265,7 +277,7 @@ def make_result(g, sc, model, p: int, mode: str, ctx=None, **fields) -> Result:
     if "host" not in fields:  # a single micro-batch: the expert blocks' wait on the host (frameworks.host)
         from frameworks.host import graph_wait
 
-        fields["host"] = graph_wait(g, layers, edges, model)
+        fields["host"] = graph_wait(g, layers, edges, model, credits or ())
     if model.realistic and "model_flops" not in fields:
         fields["model_flops"] = model_flops(g, model)
         fields["recomputed_flops"] = recomputed_flops(g, sc.strategy, model)

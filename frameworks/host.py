@@ -88,9 +88,10 @@ def micro_batch(op, configs, model, ctx, options, priced=None) -> np.ndarray:
     """The device time (FLOP at its peak) one micro-batch of ``op`` takes
     at each of ``configs`` with its execution ``options`` (its context
     ``ctx``; ``priced``: its extents and work record for them, when the
-    caller has them): its passes and their collectives, without what a
-    step does once (the gradients' reduction, the optimizer step), which
-    no micro-batch's launches can hide under."""
+    caller has them): its passes and their collectives (the gradients'
+    reduction where each micro-batch pays it), without what a step does
+    once (the gradients' reduction otherwise, the optimizer step), which no
+    micro-batch's launches can hide under."""
     from cost.tables import with_options
     from cost.time import price_stage
 
@@ -111,13 +112,15 @@ def stage_waits(g, ctx, ranges, results, model) -> list[float] | None:
 
     ops = operators(g)
     moe, seen = moe_nodes(ops, ctx), {}
-    return [_wait(model, ops, moe, ctx, lo, r.layers, r.edges, seen) for (lo, hi), r in zip(ranges, results)]
+    return [_wait(model, ops, moe, ctx, lo, r.layers, r.edges, seen, r.credits)
+            for (lo, hi), r in zip(ranges, results)]
 
 
-def graph_wait(g, layers, edges, model) -> float:
+def graph_wait(g, layers, edges, model, credits=()) -> float:
     """What the expert blocks of graph ``g`` run as one micro-batch (its
-    ``layers``, :class:`result.Layer`, and ``edges``, ``(u, v, cost)``)
-    wait on the host."""
+    ``layers``, :class:`result.Layer`, and ``edges``, ``(u, v, cost)``;
+    ``credits``: what pooling their blocks' collectives saves each
+    operator, :func:`cost.evaluate.block_credits`) wait on the host."""
     if not waits(model) or model.micro_batches is not None:
         return 0.0
     from blocks import find_chains
@@ -126,14 +129,17 @@ def graph_wait(g, layers, edges, model) -> float:
 
     ops = operators(g)
     ctx = contexts(g, find_chains(g))
-    return _wait(model, ops, moe_nodes(ops, ctx), ctx, 0, layers, edges, {})
+    return _wait(model, ops, moe_nodes(ops, ctx), ctx, 0, layers, edges, {}, credits)
 
 
-def _wait(model, ops, inside, ctx, lo: int, layers, edges, seen: dict) -> float:
+def _wait(model, ops, inside, ctx, lo: int, layers, edges, seen: dict, credits=()) -> float:
     """The wait of the expert blocks among ``layers`` (numbered from
     ``lo`` in the graph's ``ops``; ``inside``: whether each operator is in
     one), their micro-batch's device time priced by :func:`micro_batch`
-    (``seen``: those priced already, by operator, decision and context)."""
+    (``seen``: those priced already, by operator, decision and context),
+    less what pooling their blocks' collectives saves (``credits``, by
+    layer: the step takes it off their communication, so a layer waiting
+    on the host gains nothing from it)."""
     from options import OPTIONS
 
     mine = [x for x in layers if inside[lo + x.id]]
@@ -145,7 +151,8 @@ def _wait(model, ops, inside, ctx, lo: int, layers, edges, seen: dict) -> float:
             options = {n: x.decision.option(n) for n in OPTIONS}
             seen[key] = float(micro_batch(op, [x.decision.config], model, c, options)[0])
         times.append(seen[key])
-    device = math.fsum([*times, *(e for u, _, e in edges if inside[lo + u])])
+    device = math.fsum([*times, *(e for u, _, e in edges if inside[lo + u]),
+                        *(-credits[x.id] for x in mine if credits)])
     dispatches = [x for x in mine if x.kind == "Dispatch"]  # a layer each (a block may hold several)
     full = sum(x.decision.option("recompute") == "full" for x in dispatches)
     return wait(model, len(dispatches), device, full)

@@ -348,7 +348,8 @@ def _beside_the_optimum(s: Settings, result, best, batch: int, progress, graphs)
     result = result.with_baselines(result.baselines + (optimum,))
     gap = 1.0 - optimum.total_cost / result.total_cost  # the table's convention: the share of the cost saved
     why = ("its search does not see what its expert layers wait on the host" if optimum.host > 0 else
-           "its search is bounded")
+           "its search does not see its blocks' collectives pooled under their passes"
+           if result.pooled > optimum.pooled else "its search is bounded")
     note = (f"The per-operator optimum costs {100 * gap:.1f}% less than the best standard configuration "
             f"({result.total_cost / optimum.total_cost:.2f}x faster)" if gap > 1e-9 else
             "The best standard configuration is as fast as the per-operator optimum"
