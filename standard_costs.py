@@ -387,11 +387,11 @@ class Costing:
         the host per micro-batch under ``model`` (:func:`frameworks.host.wait`),
         their classes' micro-batch costing ``per_class`` (without what a
         step does once) and their edges ``E``, less what pooling their
-        collectives saves (``pool``: the classes' overlap records)."""
+        collectives saves (``pool``: each kind of block's, :meth:`Layout.block_savings`)."""
         cc, ec, layers = L.experts(lo, hi)
         if not layers:
             return 0.0
-        device = float(cc @ per_class + ec @ E) - L.pooled(lo, hi, pool, _contention(model), experts=True)
+        device = float(cc @ per_class + ec @ E) - L.pooled(lo, hi, pool, experts=True)
         return wait(model, layers, device, layers if std.recompute == "full" else 0)
 
     def estimate(self, std) -> Estimate:
@@ -410,11 +410,10 @@ class Costing:
         E = self._edge_figures(micro, variant, L, decs)
         model = self._models[variant]
         host = waits(model)
-        pool = F[:, 9:]  # what the blocks' overlapped collectives leave exposed, and their passes
-        contention = _contention(model)
+        pool = L.block_savings(F[:, 9:], _contention(model))  # what each kind of block saves pooled
         if not staged:
             cc, ec, kinds, _ = L.summary(0, L.n)
-            cost = float(cc @ F[:, 0] + cc @ F[:, 1] + ec @ E) - L.pooled(0, L.n, pool, _contention(model))
+            cost = float(cc @ F[:, 0] + cc @ F[:, 1] + ec @ E) - L.pooled(0, L.n, pool)
             if host:
                 cost += self._wait(model, L, 0, L.n, F[:, 8], E, std, pool)
             trans = float((kinds @ F[:, 7]).max()) if len(kinds) else 0.0
@@ -431,7 +430,7 @@ class Costing:
             key = (i == 0, i == pp - 1, counts[i])
             if key not in done:
                 trans = float((kinds @ F[:, 7]).max()) if len(kinds) else 0.0
-                done[key] = _Part(float(cc @ F[:, 0]), float(cc @ comm + ec @ E) - L.pooled(lo, hi, pool, contention),
+                done[key] = _Part(float(cc @ F[:, 0]), float(cc @ comm + ec @ E) - L.pooled(lo, hi, pool),
                                   float(cc @ F[:, 2]),
                                   tuple(float(cc @ F[:, 3 + k]) for k in range(4)), trans, std.zero >= 2)
             parts.append(done[key])

@@ -109,6 +109,10 @@ class Layout:
         self.block_lo = np.asarray([m[0] for m in blocks], dtype=np.intp)
         self.block_hi = np.asarray([m[-1] + 1 for m in blocks], dtype=np.intp)
         self.block_moe = np.asarray([bool(self.moe[m].any()) for m in blocks], dtype=bool)
+        # blocks alike (the same classes) save alike: each block's kind, and each kind's count by class
+        self.block_kinds, self.block_kind = (np.unique(self.block_cc, axis=0, return_inverse=True) if len(blocks)
+                                             else (np.zeros((0, self.nc)), np.zeros(0, dtype=np.intp)))
+        self.block_kind = np.asarray(self.block_kind, dtype=np.intp).reshape(-1)
         self._ranges: dict = {}
         self._moe: dict = {}
         self._blocks: dict = {}
@@ -126,21 +130,25 @@ class Layout:
             self._moe[key] = (cc, ec, int(self.dispatch[lo:hi].sum()))
         return self._moe[key]
 
-    def pooled(self, lo: int, hi: int, records, contention: float = 0.0, experts: bool = False) -> float:
-        """What the repeated blocks among the operators ``[lo, hi)`` save
-        pooling their overlapped collectives under their passes
-        (:func:`cost.evaluate.pooled_saving`, with the framework's
-        ``contention``), from each class's figures of
-        :data:`cost.evaluate.RECORD` (``records``: classes x rows); with
-        ``experts``, the blocks that dispatch tokens to experts alone."""
+    def block_savings(self, records, contention: float = 0.0) -> np.ndarray:
+        """What each kind of repeated block saves pooling its overlapped
+        collectives under its passes (:func:`cost.evaluate.pooled_saving`,
+        with the framework's ``contention``), from each class's figures of
+        :data:`cost.evaluate.RECORD` (``records``: classes x rows)."""
         from cost.evaluate import pooled_saving
 
+        return pooled_saving(self.block_kinds @ records, contention) if len(self.block_kinds) else np.zeros(0)
+
+    def pooled(self, lo: int, hi: int, savings, experts: bool = False) -> float:
+        """What the repeated blocks among the operators ``[lo, hi)`` save,
+        each kind's :meth:`block_savings` (``savings``); with ``experts``,
+        the blocks that dispatch tokens to experts alone."""
         key = (lo, hi, experts)
-        if key not in self._blocks:  # the blocks within the range (a standard stage holds whole blocks)
+        if key not in self._blocks:  # the blocks within the range (a standard stage holds whole blocks), by kind
             inside = (self.block_lo >= lo) & (self.block_hi <= hi)
-            self._blocks[key] = self.block_cc[inside & self.block_moe if experts else inside]
-        counts = self._blocks[key]
-        return float(pooled_saving(counts @ records, contention).sum()) if len(counts) else 0.0
+            mine = self.block_kind[inside & self.block_moe if experts else inside]
+            self._blocks[key] = np.bincount(mine, minlength=len(self.block_kinds)).astype(float)
+        return float(self._blocks[key] @ savings) if len(savings) else 0.0
 
     def summary(self, lo: int, hi: int):
         """The operators ``[lo, hi)``: their count by class, their edges'
