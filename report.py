@@ -78,9 +78,7 @@ def _pipeline_lines(r: Result) -> list[str]:
     pipe, cl = r.pipeline, r.cost_model.cluster
     if pipe.pp == 1:  # one stage: the batch's micro-batches one after the other, gradients accumulated
         fw, stage = r.cost_model.framework, pipe.stages[0].result
-        weighted = [x for x in stage.layers if x.weights > 0]
-        some = fw is not None and fw.sharded_every_micro_batch and any(
-            (x.decision.option("zero") or 0) >= 2 for x in weighted)
+        some = fw is not None and fw.sharded_every_micro_batch and stage.some_sharded_gradients
         reduced = ("the gradients reduced once per step" if not some else
                    "each micro-batch's sharded gradients reduce-scattered under its backward pass"
                    + ("" if stage.sharded_gradients else ", the others' once per step"))

@@ -256,8 +256,17 @@ class Result:
     def sharded_gradients(self) -> bool:
         """Whether every operator with weights shards its gradients (ZeRO
         stage 2 or 3)."""
-        weighted = [x for x in self.layers if x.weights > 0]
-        return bool(weighted) and all((x.decision.option("zero") or 0) >= 2 for x in weighted)
+        sharded = self._sharding()
+        return bool(sharded) and all(sharded)
+
+    @property
+    def some_sharded_gradients(self) -> bool:
+        """Whether some operator with weights shards its gradients."""
+        return any(self._sharding())
+
+    def _sharding(self) -> list[bool]:
+        """Per operator with weights, whether it shards its gradients."""
+        return [(x.decision.option("zero") or 0) >= 2 for x in self.layers if x.weights > 0]
 
     @property
     def fits(self) -> bool | None:

@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from cost.rules import contention_of
 from errors import InputError
 from frameworks.host import micro_batch, wait, waits
 from standard_layout import Layout
@@ -93,11 +94,6 @@ class _EdgeTable:
         for b in targets:
             self.tgt[b] = len(self.tgt)
         self.m = m
-
-
-def _contention(model) -> float:
-    """The framework's computation slowed per second of collective under it."""
-    return model.framework.contention if model.framework is not None else 0.0
 
 
 class _Part:
@@ -410,7 +406,7 @@ class Costing:
         E = self._edge_figures(micro, variant, L, decs)
         model = self._models[variant]
         host = waits(model)
-        pool = L.block_savings(F[:, 9:], _contention(model))  # what each kind of block saves pooled
+        pool = L.block_savings(F[:, 9:], contention_of(model))  # what each kind of block saves pooled
         if not staged:
             cc, ec, kinds, _ = L.summary(0, L.n)
             cost = float(cc @ F[:, 0] + cc @ F[:, 1] + ec @ E) - L.pooled(0, L.n, pool)

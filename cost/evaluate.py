@@ -33,7 +33,8 @@ import numpy as np
 from cluster import Cluster
 from config_space import Decision, in_space
 from cost.memory import footprint, shared_weights
-from cost.rules import CostModel, extents, float8_input, gathered_in_fp8
+from cost.rules import (CostModel, contention_of, extents, float8_input, gathered_in_fp8, overlap_share,
+                        under_backward)
 from cost.tables import StrategyCost, node_arrays, tp_room, with_options
 from cost.time import edge_costs, ring_words
 from errors import InputError
@@ -62,7 +63,6 @@ def overlap_record(work, C, model: CostModel, op, parts=None) -> np.ndarray:
     under its own passes (``min(o g, t)``, what a framework's contention
     slows): :data:`RECORD`.  Zeros on the paper's model.  ``parts``: the
     record's :func:`cost.time._real_parts`, when the caller has them."""
-    from cost.rules import every_micro_batch, overlap_share
     from cost.time import _real_parts
 
     K = len(C)
@@ -70,14 +70,11 @@ def overlap_record(work, C, model: CostModel, op, parts=None) -> np.ndarray:
         return np.zeros((len(RECORD), K))
     t_fwd, t_bwd, _, gathers, sync, overlapped_bwd, _, _ = parts or _real_parts(work, C, model, op)
     o = overlap_share(model, work.sharded)
-    if model.micro_batches is None:
-        under = overlapped_bwd
-    else:
-        under = gathers + sync if every_micro_batch(work, model) else gathers
+    under = overlapped_bwd if model.micro_batches is None else under_backward(work, model, gathers, sync)[0]
     fwd, bwd = o * np.asarray(gathers, dtype=float), o * np.asarray(under, dtype=float)
     exposed = np.maximum(fwd - t_fwd, 0.0) + np.maximum(bwd - t_bwd, 0.0)
-    under = np.minimum(fwd, t_fwd) + np.minimum(bwd, t_bwd)
-    rows = (exposed, fwd, bwd, t_fwd, t_bwd + work.replays * np.asarray(t_fwd, dtype=float), under)
+    hidden = np.minimum(fwd, t_fwd) + np.minimum(bwd, t_bwd)
+    rows = (exposed, fwd, bwd, t_fwd, t_bwd + work.replays * np.asarray(t_fwd, dtype=float), hidden)
     return np.stack([np.broadcast_to(np.asarray(x, dtype=float), (K,)) for x in rows])
 
 
@@ -126,7 +123,7 @@ def block_credits(g, strategy, model: CostModel, ctx=None) -> tuple | None:
             seen[key] = overlap_record(work, C, model, op)[:, 0]
         records.setdefault(groups[v], []).append((v, seen[key]))
     credit = [0.0] * len(ops)
-    contention = model.framework.contention if model.framework is not None else 0.0
+    contention = contention_of(model)
     for members in records.values():
         rows = np.array([r for _, r in members])
         saved = float(pooled_saving([math.fsum(rows[:, k]) for k in range(len(RECORD))], contention))

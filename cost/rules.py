@@ -230,6 +230,22 @@ def every_micro_batch(work, model: CostModel) -> bool:
     return bool(work.sharded and fw is not None and fw.sharded_every_micro_batch)
 
 
+def under_backward(work, model: CostModel, gathers, sync):
+    """``(under, left)``: of a pipeline stage's micro-batch, the collectives
+    that run under its backward pass (its weights' backward gathers, and
+    the gradients' reduction where :func:`every_micro_batch`), and the
+    gradients' reduction left for the step's end."""
+    if every_micro_batch(work, model):
+        return gathers + sync, 0.0 * sync
+    return gathers, sync
+
+
+def contention_of(model: CostModel) -> float:
+    """The computation a framework's collectives slow per second they run
+    under it (0 without a framework)."""
+    return model.framework.contention if model.framework is not None else 0.0
+
+
 def check_procs(p) -> int:
     if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not 1 <= p <= MAX_PROCS:
         raise SettingError("p", f"must be an integer from 1 to {MAX_PROCS:,}, got {shown(p)}")

@@ -20,7 +20,8 @@ from dataclasses import replace
 import numpy as np
 
 from cluster import Cluster
-from cost.rules import CostModel, every_micro_batch, extents, gathered_in_fp8, overlap_share, regathered
+from cost.rules import (CostModel, contention_of, extents, gathered_in_fp8, overlap_share, regathered,
+                        under_backward)
 from graph import Operator
 from kinds import Extents, need, shard, tensor_splits
 from kinds.base import OVERLAPPED, Comm, Work
@@ -246,8 +247,8 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None, 
 def _contention(model: CostModel, share: float, overlapped, window):
     """The computation a framework's collectives slow down while they run under it: ``contention``
     times the part of them that overlaps (their ``share`` that may)."""
-    fw = model.framework
-    return 0.0 if fw is None or not fw.contention else fw.contention * np.minimum(share * overlapped, window)
+    c = contention_of(model)
+    return c * np.minimum(share * overlapped, window) if c else 0.0
 
 
 def pass_times(work: Work, C: Extents, model: CostModel, op: Operator):
@@ -486,7 +487,7 @@ def ring_heads(op: Operator, C: Extents, fw) -> np.ndarray:
 def price_stage(work: Work, C: Extents, model: CostModel, op: Operator, once: bool = True, parts=None):
     """(compute, communication, synchronisation) of a work record in a
     pipeline stage: what one micro-batch pays (:func:`price`'s, without the
-    gradients' collectives but where :func:`every_micro_batch` reduces them
+    gradients' collectives but where :func:`cost.rules.under_backward` runs them
     under its backward pass; with ``once``, its share of the optimizer
     step), and the gradients' collectives paid once per step (on a real
     device their whole time: the step's end overlaps them, ``pipeline.py``)."""
@@ -504,9 +505,7 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator, once: bo
         return np.broadcast_to(compute, (K,)), np.broadcast_to(comm, (K,)), np.broadcast_to(sync, (K,))
     t_fwd, t_bwd, blocking, gathers, sync, _, inputs, step = parts or _real_parts(work, C, model, op)
     o = overlap_share(model, work.sharded)
-    under_bwd = gathers  # and the sharded gradients where each micro-batch's are reduce-scattered under its backward
-    if every_micro_batch(work, model):
-        under_bwd, sync = gathers + sync, 0.0 * sync
+    under_bwd, sync = under_backward(work, model, gathers, sync)
     exposed = _exposed(under_bwd, t_bwd, o) + _exposed(gathers, t_fwd, o)
     if inputs is not None:  # inputs gathered again, under the backward pass
         exposed = exposed + _exposed(inputs, t_bwd, 1.0)
