@@ -515,7 +515,7 @@ def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
     from options import contexts
 
     q = p // pp
-    stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m)
+    stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m, pipelined=pp > 1)
     chains = find_chains(g)
     ctx = contexts(g, chains)  # each operator's place among the whole model's blocks
     results, done = [], {}  # stages alike with the same decisions cost the same

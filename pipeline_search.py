@@ -141,7 +141,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             chains_of[micro] = find_chains(graphs[micro])
             known_of[micro] = {}
         g = graphs[micro]
-        stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m)
+        stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m, pipelined=pp > 1)
         costed = build_costs(g, q, stage_model, memory_limit=memory_limit, edges=False, chains=chains_of[micro],
                              known=known_of[micro])
         # a bound: every stage's operators at their cheapest (with their options' cheapest), edges free

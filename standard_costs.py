@@ -154,22 +154,26 @@ class Costing:
     def shape(self, std):
         """``(micro, variant, staged)``: the graph's batch, the variant of
         the cost model the operators are costed under (where they run: the
-        whole cluster or a stage's devices; and whether a framework keeps
-        sequence-parallel activations), and whether the step is a
+        whole cluster or a stage's devices; whether the stage is one of
+        several where the framework keeps a stage's states whole over the
+        step, :func:`cost.rules.keeps_stage_whole`; and whether a framework
+        keeps sequence-parallel activations), and whether the step is a
         pipeline's (stages, or micro-batches accumulated)."""
         staged = std.pp > 1 or std.microbatch * std.dp < self.batch
-        sp = bool(std.sp) and self.model.framework is not None  # only a framework's rules read it
+        fw = self.model.framework
+        sp = bool(std.sp) and fw is not None  # only a framework's rules read it
         if not staged:
             micro, variant = self.batch, (PLAIN, sp)
         else:
             from pipeline import stage_cluster
 
             cluster = stage_cluster(self.model.cluster, self.p // std.pp)
-            micro, variant = std.microbatch * std.dp, (("stage", cluster.gpus_per_node), sp)
+            whole = std.pp > 1 and fw is not None and any(fw.staged)  # else a stage of several costs as one
+            micro, variant = std.microbatch * std.dp, (("stage", cluster.gpus_per_node, whole), sp)
         if variant not in self._models:
             model = self.model.with_sequence_parallel(sp)
             if staged:
-                model = replace(model, cluster=cluster, micro_batches=None)
+                model = replace(model, cluster=cluster, micro_batches=None, pipelined=variant[0][2])
             self._models[variant] = model
         return micro, variant, staged
 

@@ -59,7 +59,11 @@ class CostModel:
     ``micro_batches``: the costs are those of a pipeline stage's operators
     for one of that many micro-batches (:func:`price`): what each
     micro-batch pays, and the gradients' synchronisation, paid once per
-    step, shared among them.
+    step, shared among them; ``pipelined``: that stage is one of several
+    (``pp > 1``), where a framework may keep the stage's gathered weights
+    and whole gradients over the step's micro-batches (its ``staged``),
+    rather than the micro-batches of one stage accumulated one after the
+    other (gradient accumulation).
 
     ``pooled``: a result's repeated blocks pool their overlapped
     collectives under their passes (:func:`cost.evaluate.block_credits`);
@@ -80,6 +84,7 @@ class CostModel:
     optimizer: str = "adam"
     options: tuple = ()
     micro_batches: int | None = None
+    pipelined: bool = False
     framework: object = None
     pooled: bool = True
 
@@ -94,6 +99,8 @@ class CostModel:
         m = self.micro_batches
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             raise SettingError("micro_batches", f"must be an integer >= 1, got {shown(m)}")
+        if not isinstance(self.pipelined, bool):
+            raise SettingError("pipelined", f"must be true or false, got {shown(self.pipelined)}")
         u = self.distinct_rows
         if u is not None and (isinstance(u, bool) or not isinstance(u, int) or u < 1):
             raise SettingError("distinct_rows", f"must be an integer >= 1, got {shown(u)}")
@@ -221,13 +228,23 @@ def overlap_share(model: CostModel, sharded: bool) -> float:
     return model.cluster.overlap if fw is None else fw.overlap_of(model.cluster.overlap, sharded)
 
 
+def keeps_stage_whole(model: CostModel) -> bool:
+    """Whether the costs are of one of several pipeline stages whose
+    framework keeps the stage's gathered weights and whole gradients over
+    the step's micro-batches (its ``staged``: torchtitan's FSDP2 under
+    ``torch.distributed.pipelining``), reducing the gradients once."""
+    fw = model.framework
+    return bool(fw is not None and model.pipelined and any(fw.staged))
+
+
 def every_micro_batch(work, model: CostModel) -> bool:
     """Whether ``work``'s gradients are reduced after every micro-batch
     rather than once a step: sharded (ZeRO 2 and 3, ``Work.sharded``) under
     a framework that reduce-scatters them so (its
-    ``sharded_every_micro_batch``)."""
+    ``sharded_every_micro_batch``), unless it keeps a pipeline stage's
+    gradients whole (:func:`keeps_stage_whole`)."""
     fw = model.framework
-    return bool(work.sharded and fw is not None and fw.sharded_every_micro_batch)
+    return bool(work.sharded and fw is not None and fw.sharded_every_micro_batch and not keeps_stage_whole(model))
 
 
 def under_backward(work, model: CostModel, gathers, sync):

@@ -145,7 +145,8 @@ class Framework:
     each micro-batch's are reduce-scattered after its own backward pass,
     under it (there is no whole gradient to accumulate them in), rather
     than once a step; a framework that keeps a pipeline stage's gradients
-    whole over its micro-batches (``staged``) reduces them once.
+    whole over its micro-batches (``staged``) reduces them once in a
+    pipeline of several stages (:func:`cost.rules.keeps_stage_whole`).
 
     Experts: ``experts`` the rule by which the framework parallelises a
     mixture of experts (:meth:`runs_experts`): ``""`` any standard

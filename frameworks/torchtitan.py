@@ -133,6 +133,11 @@ TORCHTITAN = register(Framework(
     # optimizer state alone (zero 1) or with the gradients (zero 2)
     zero_stages=(0, 3),
     pipeline_zero_stages=(0, 3),
+    # micro-batches accumulated without pipeline stages (train.py's train_step: forward_backward_step, then
+    # loss.backward(), once per micro-batch, nothing switching gradient synchronisation off): FSDP2 reshards
+    # after each forward and backward pass and reduce-scatters each micro-batch's gradients into the sharded
+    # fp32 ones; pipeline stages keep theirs whole (staged) and reduce them once
+    sharded_every_micro_batch=True,
     # experts split by tensor parallelism without expert parallelism; with it, unsplit over ranks borrowed from
     # dp_shard x cp x tp (torchtitan/distributed/parallel_dims.py: efsdp = dp_shard x cp x tp / ep), the FSDP ranks
     experts="torchtitan",

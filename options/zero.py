@@ -66,21 +66,23 @@ class Zero(Option):
         holds the gathered weights while the operator runs, the one in use
         and the next one prefetched, and its gradient before the
         reduce-scatter (a transient).  As a framework keeps them (its bytes
-        per copy and stage); in a pipeline stage, a framework may keep the
-        gathered weights and whole gradients for the step (``staged``).
+        per copy and stage); in a pipeline stage (of several), a framework
+        may keep the gathered weights and whole gradients for the step
+        (``staged``, :func:`cost.rules.keeps_stage_whole`); micro-batches
+        accumulated without a pipeline gather and reduce them each.
         A Float8 product whose framework gathers its weights in FP8 before
         each pass holds them gathered at a byte per element (a pipeline
         stage's weights kept for the step are counted as without Float8:
         no published run states what FSDP2 keeps of them then)."""
         if value == 0:
             return footprint
-        from cost.rules import float8_product, gathered_in_fp8
+        from cost.rules import float8_product, gathered_in_fp8, keeps_stage_whole
         from kinds.base import shard
 
         (w_whole, w_sh), (g_whole, g_sh), (o_whole, o_sh) = rules.stage_bytes(value)
         gathered = rules.gathered_bytes()
         fw = rules.framework
-        staged = value >= 3 and fw is not None and rules.micro_batches is not None and any(fw.staged)
+        staged = value >= 3 and keeps_stage_whole(rules)
         if staged:  # a pipeline stage's weights gathered once, its gradients accumulated whole (a bf16 gradient
             # held while its operator runs)
             w_whole, g_whole, gathered = w_whole + fw.staged[0], g_whole + fw.staged[1], 2.0

@@ -150,6 +150,64 @@ def test_sharded_gradients_are_reduced_after_every_micro_batch_where_the_framewo
     assert "the gradients reduced once per step" in out
 
 
+LLAMA8B = ROOT / "tests" / "data" / "configs" / "llama3-8b"
+
+
+def test_torchtitan_reduces_each_micro_batch_without_a_pipeline_and_keeps_a_stage_whole_with_one():
+    """torchtitan accumulating micro-batches without pipeline stages
+    (train.py: one loss.backward() per micro-batch, FSDP2's gradient
+    synchronisation left on) reshards and reduce-scatters after each: a
+    step of four micro-batches holds what one micro-batch's step holds,
+    leaves nothing for the step's end and says so; in a pipeline of two
+    stages FSDP2 keeps the stage's bf16 weights and fp32 gradients whole
+    over the step and reduces them once."""
+    from cost.rules import keeps_stage_whole
+
+    base = ("-g", LLAMA8B, "-p", 8, "--seq", 8192, "--device", "h100-96gb", "--framework", "torchtitan", "--compile")
+    spec = "dp=8,zero=3,recompute=selective,microbatch=2"
+    one = planned(*base, "-b", 16, "--plan", spec)
+    four = planned(*base, "-b", 64, "--plan", spec)
+    assert four.pipeline.m == 4 and not keeps_stage_whole(four.pipeline.stages[0].result.cost_model)
+    assert four.memory == pytest.approx(one.memory, rel=1e-12)
+    assert four.memory_bytes == pytest.approx(one.memory_bytes, rel=1e-12)
+    assert four.pipeline.stages[0].sync == 0.0 and four.pipeline.sync == 0.0
+    assert 4 * 0.95 * one.step_seconds < four.step_seconds < 4 * 1.05 * one.step_seconds
+    out = run_cli(*base, "-b", 64, "--plan", spec, "-q").stdout
+    assert ("Gradient accumulation: 4 micro-batches of 16 samples, one after the other on all 8 devices, each "
+            in out and "; each micro-batch's sharded gradients reduce-scattered under its backward pass\n" in out)
+    staged = planned(*base, "-b", 64, "--plan", "dp=4,pp=2,zero=3,recompute=selective,microbatch=2")
+    stage = staged.pipeline.stages[0]
+    assert keeps_stage_whole(stage.result.cost_model) and stage.sync > 0
+    weights, grads = stage.result.memory[:2]
+    params = 8_030_261_248 / 2  # about half the model's parameters in each stage
+    assert 0.9 * params * (2 + 4 / 4) < weights < 1.1 * params * (2 + 4 / 4)  # bf16 whole and fp32 a quarter
+    assert 0.9 * params * (4 + 4 / 4) < grads < 1.1 * params * (4 + 4 / 4)  # fp32 whole and fp32 a quarter
+
+
+@pytest.mark.parametrize("spec", ["dp=8,zero=3,recompute=selective,microbatch=2",
+                                  "dp=4,pp=2,zero=3,recompute=selective,microbatch=2"])
+def test_the_standard_search_estimates_torchtitan_s_accumulation_as_the_plan_costs_it(spec):
+    """The standard search's estimate of a torchtitan step with
+    micro-batches accumulated, without and with pipeline stages, is the
+    plan's own cost and peak."""
+    import planner
+    from cli.args import parse_args
+    from models import build_graph
+    from planner import Job, cost_model_for
+    from standard import complete, parse
+
+    s = parse_args(["-g", str(LLAMA8B), "-p", "8", "-b", "64", "--seq", "8192", "--device", "h100-96gb",
+                    "--framework", "torchtitan", "--compile"])
+    g = build_graph(s.graph, batch=64, seq=8192)
+    job = Job.of(s, cost_model_for(s), 2**40)
+    job.seed(g)
+    std = complete(parse(spec), 8, 64)
+    exact = planner._standard_result(job, std)
+    est = planner.standard_costing(job, 64).estimate(std)
+    assert est.cost == pytest.approx(exact.total_cost, rel=1e-12)
+    assert est.memory == pytest.approx(exact.memory_bytes, rel=1e-12)
+
+
 def test_the_model_zoo_s_megatron_fsdp_run_held_out(tmp_path, monkeypatch):
     """The Megatron-MoE Model Zoo's Qwen3-235B-A22B on 256 H100s with
     Megatron-FSDP (TP 2 x EP 8, micro-batch 4 of a global 2,048, full
