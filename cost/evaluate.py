@@ -33,8 +33,8 @@ import numpy as np
 from cluster import Cluster
 from config_space import Decision, in_space
 from cost.memory import footprint, shared_weights
-from cost.rules import (CostModel, contention_of, extents, float8_input, gathered_in_fp8, overlap_share,
-                        under_backward)
+from cost.rules import (CostModel, contention_of, extents, float8_input, gather_share, gathered_in_fp8,
+                        overlap_share, under_backward)
 from cost.tables import StrategyCost, node_arrays, tp_room, with_options
 from cost.time import edge_costs, ring_words
 from errors import InputError
@@ -61,7 +61,10 @@ def overlap_record(work, C, model: CostModel, op, parts=None) -> np.ndarray:
     where each micro-batch pays it), its forward pass and backward pass
     (with the forward re-run under it), and what of its collectives runs
     under its own passes (``min(o g, t)``, what a framework's contention
-    slows): :data:`RECORD`.  Zeros on the paper's model.  ``parts``: the
+    slows): :data:`RECORD`.  A pipeline stage kept whole over the step
+    (:func:`cost.rules.keeps_stage_whole`) gathers once, under the first
+    micro-batch's forward pass: the forward rows are a micro-batch's share
+    (:func:`cost.rules.gather_share`) of that gather and that pass.  Zeros on the paper's model.  ``parts``: the
     record's :func:`cost.time._real_parts`, when the caller has them."""
     from cost.time import _real_parts
 
@@ -72,9 +75,11 @@ def overlap_record(work, C, model: CostModel, op, parts=None) -> np.ndarray:
     o = overlap_share(model, work.sharded)
     under = overlapped_bwd if model.micro_batches is None else under_backward(work, model, gathers, sync)[0]
     fwd, bwd = o * np.asarray(gathers, dtype=float), o * np.asarray(under, dtype=float)
-    exposed = np.maximum(fwd - t_fwd, 0.0) + np.maximum(bwd - t_bwd, 0.0)
-    hidden = np.minimum(fwd, t_fwd) + np.minimum(bwd, t_bwd)
-    rows = (exposed, fwd, bwd, t_fwd, t_bwd + work.replays * np.asarray(t_fwd, dtype=float), hidden)
+    share = gather_share(model)  # a stage kept whole: a micro-batch's share of the step's one gather and its window
+    exposed = share * np.maximum(fwd - t_fwd, 0.0) + np.maximum(bwd - t_bwd, 0.0)
+    hidden = share * np.minimum(fwd, t_fwd) + np.minimum(bwd, t_bwd)
+    rows = (exposed, share * fwd, bwd, share * np.asarray(t_fwd, dtype=float),
+            t_bwd + work.replays * np.asarray(t_fwd, dtype=float), hidden)
     return np.stack([np.broadcast_to(np.asarray(x, dtype=float), (K,)) for x in rows])
 
 

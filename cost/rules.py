@@ -251,10 +251,22 @@ def under_backward(work, model: CostModel, gathers, sync):
     """``(under, left)``: of a pipeline stage's micro-batch, the collectives
     that run under its backward pass (its weights' backward gathers, and
     the gradients' reduction where :func:`every_micro_batch`), and the
-    gradients' reduction left for the step's end."""
+    gradients' reduction left for the step's end.  A stage kept whole
+    (:func:`keeps_stage_whole`) gathers nothing backward."""
+    if keeps_stage_whole(model):
+        return 0.0 * gathers, sync
     if every_micro_batch(work, model):
         return gathers + sync, 0.0 * sync
     return gathers, sync
+
+
+def gather_share(model: CostModel) -> float:
+    """The share of its weights' forward gather (and of what that gather
+    leaves exposed under the forward pass) a micro-batch pays: its own,
+    or, where the stage is kept whole (:func:`keeps_stage_whole`), its
+    share of the one gather a step makes, under the first micro-batch's
+    forward pass."""
+    return 1.0 / float(model.micro_batches or 1) if keeps_stage_whole(model) else 1.0
 
 
 def contention_of(model: CostModel) -> float:

@@ -20,8 +20,8 @@ from dataclasses import replace
 import numpy as np
 
 from cluster import Cluster
-from cost.rules import (CostModel, contention_of, extents, gathered_in_fp8, overlap_share, regathered,
-                        under_backward)
+from cost.rules import (CostModel, contention_of, extents, gather_share, gathered_in_fp8, overlap_share,
+                        regathered, under_backward)
 from graph import Operator
 from kinds import Extents, need, shard, tensor_splits
 from kinds.base import OVERLAPPED, Comm, Work
@@ -488,9 +488,10 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator, once: bo
     """(compute, communication, synchronisation) of a work record in a
     pipeline stage: what one micro-batch pays (:func:`price`'s, without the
     gradients' collectives but where :func:`cost.rules.under_backward` runs them
-    under its backward pass; with ``once``, its share of the optimizer
-    step), and the gradients' collectives paid once per step (on a real
-    device their whole time: the step's end overlaps them, ``pipeline.py``)."""
+    under its backward pass, its weights' gathers :func:`cost.rules.gather_share`
+    of them; with ``once``, its share of the optimizer step), and the gradients'
+    collectives paid once per step (on a real device their whole time: the
+    step's end overlaps them, ``pipeline.py``)."""
     net = model.cluster
     K = len(C)
     if not net.realistic:
@@ -506,10 +507,11 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator, once: bo
     t_fwd, t_bwd, blocking, gathers, sync, _, inputs, step = parts or _real_parts(work, C, model, op)
     o = overlap_share(model, work.sharded)
     under_bwd, sync = under_backward(work, model, gathers, sync)
-    exposed = _exposed(under_bwd, t_bwd, o) + _exposed(gathers, t_fwd, o)
+    share = gather_share(model)
+    exposed = _exposed(under_bwd, t_bwd, o) + share * _exposed(gathers, t_fwd, o)
     if inputs is not None:  # inputs gathered again, under the backward pass
         exposed = exposed + _exposed(inputs, t_bwd, 1.0)
-    exposed = exposed + _contention(model, o, under_bwd, t_bwd) + _contention(model, o, gathers, t_fwd)
+    exposed = exposed + _contention(model, o, under_bwd, t_bwd) + share * _contention(model, o, gathers, t_fwd)
     compute = t_fwd * (1.0 + work.replays) + t_bwd
     if step is not None and once:  # once per step: a micro-batch's share of it
         compute = compute + step / float(model.micro_batches or 1)

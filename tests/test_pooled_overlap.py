@@ -184,6 +184,29 @@ def test_torchtitan_reduces_each_micro_batch_without_a_pipeline_and_keeps_a_stag
     assert 0.9 * params * (4 + 4 / 4) < grads < 1.1 * params * (4 + 4 / 4)  # fp32 whole and fp32 a quarter
 
 
+def test_torchtitan_s_pipeline_stage_gathers_its_weights_once_a_step(monkeypatch):
+    """A torchtitan pipeline stage (FSDP2 not resharding after the
+    forward pass, the schedule keeping the weights through the backward
+    passes) gathers its weights once a step, under the first
+    micro-batch's forward pass, and reduce-scatters their gradients once:
+    without tensor parallelism, all an operator's communication is once a
+    step, each of the m micro-batches paying 1/m of it; without pipeline
+    stages each micro-batch gathers its own, whatever m is."""
+    base = ("-g", LLAMA8B, "-p", 8, "--seq", 2048, "--device", "h100-96gb", "--framework", "torchtitan", "--compile")
+
+    def comms(spec, batch):
+        r = unpooled(monkeypatch, *base, "-b", batch, "--plan", spec)
+        return np.array([layer.communication for layer in r.pipeline.stages[0].result.layers])
+
+    staged = "dp=4,pp=2,zero=3,microbatch=1"  # 4 samples a micro-batch
+    c2, c4, c8 = (comms(staged, 4 * m) for m in (2, 4, 8))
+    assert c2.sum() > 0
+    np.testing.assert_allclose(2 * c2, 4 * c4, rtol=1e-9)
+    np.testing.assert_allclose(2 * c2, 8 * c8, rtol=1e-9)
+    accumulated = "dp=8,zero=3,microbatch=1"  # 8 samples a micro-batch
+    np.testing.assert_allclose(comms(accumulated, 16), comms(accumulated, 64), rtol=1e-12)
+
+
 @pytest.mark.parametrize("spec", ["dp=8,zero=3,recompute=selective,microbatch=2",
                                   "dp=4,pp=2,zero=3,recompute=selective,microbatch=2"])
 def test_the_standard_search_estimates_torchtitan_s_accumulation_as_the_plan_costs_it(spec):
