@@ -168,10 +168,8 @@ def grid(std, framework=None) -> list[tuple[int, str]]:
     ZeRO stages the framework runs (its ``zero_stages``, with pipeline
     stages its ``pipeline_zero_stages``; without one, 0 to 3, and 0 and 1
     with stages)."""
-    if framework is not None:
-        zeros = framework.zero_stages if std.pp == 1 else framework.pipeline_zero_stages
-        if std.ep > 1:  # the stages the framework runs its experts with
-            zeros = tuple(z for z in zeros if framework.runs_experts(std, z))
+    if framework is not None:  # the stages the framework runs (with its experts, where there are)
+        zeros = tuple(z for z in range(4) if not framework.refuses(replace(std, zero=z), std.ep > 1))
     else:
         zeros = (0, 1, 2, 3) if std.pp == 1 else (0, 1)
     return [(z, r) for r in RECOMPUTE for z in zeros]

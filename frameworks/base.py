@@ -19,6 +19,13 @@ SEQUENCE_PARALLEL = ("gathered", "shard")
 RINGS = ("", "allgather", "p2p")
 PIPELINE_SPLITS = ("", "embedding_loss")
 EXPERT_RULES = ("", "megatron", "torchtitan")
+#: each rule of EXPERT_RULES, as a report says it (Framework.refuses)
+EXPERT_RULE_TEXT = {
+    "": "",
+    "megatron": "its MoE layer splits the experts by tensor parallelism only under sequence parallelism (sp=1)",
+    "torchtitan": "it splits the experts by tensor parallelism only without expert parallelism; with it, each "
+                  "expert whole (tp=1 or etp=1, under sequence parallelism) over its FSDP ranks (zero=3)",
+}
 EXPERT_WEIGHTS = ("", "activation")
 ARCHITECTURES = ("volta", "ampere", "hopper", "blackwell")  # the device presets' (cluster.presets.Device.arch)
 FLOAT8_GATHERS = ("weights", "inputs")
@@ -246,6 +253,21 @@ class Framework:
             return (std.tp == 1 or (std.expert_tp == 1 and bool(std.sp))) and zero in (None, 3)
         return True
 
+    def refuses(self, std, experts: bool) -> str:
+        """Why the framework does not run the standard configuration
+        ``std`` (of a model with ``experts`` or without) as it is costed:
+        a ZeRO stage it does not run (beside pipeline stages, its
+        ``pipeline_zero_stages``), or experts parallelised against its
+        rule; ``""`` where it runs it (what ``--search standard`` tries)."""
+        staged = std.pp > 1
+        zeros = self.pipeline_zero_stages if staged else self.zero_stages
+        if std.zero not in zeros:
+            return (f"{self.title} runs ZeRO {_either(zeros)}{' beside pipeline stages' if staged else ''}, "
+                    f"not zero={std.zero}")
+        if experts and not self.runs_experts(std, std.zero):
+            return f"{self.title} does not parallelise the experts so: {EXPERT_RULE_TEXT[self.experts]}"
+        return ""
+
     def overlap_of(self, overlap: float, sharded: bool) -> float:
         """The share of gradient collectives and weight gathers that runs
         under computation, the cluster's being ``overlap``: its
@@ -380,3 +402,9 @@ def known(name: str) -> Framework:
         raise SettingError("framework", f"{shown(name)} is not a known framework; choose one of "
                                         f"{', '.join(FRAMEWORKS)}")
     return fw
+
+
+def _either(values) -> str:
+    """``0 or 3``: the values, the last after "or"."""
+    v = [str(x) for x in values]
+    return v[0] if len(v) == 1 else f"{', '.join(v[:-1])} or {v[-1]}"

@@ -261,7 +261,14 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
 
         spec = parse(s.plan)
         check_roles(g, spec)  # a degree the model cannot take, said before the devices' arithmetic
-        result = _standard_result(job, complete(spec, s.procs, g.graph["batch"]))
+        std = complete(spec, s.procs, g.graph["batch"])
+        result = _standard_result(job, std)
+        refused = model.framework.refuses(std, g.graph.get("active_parameters") is not None) \
+            if model.framework is not None else ""
+        if refused:  # costed as asked, for comparison; the search does not try it
+            result = replace(result, notes=result.notes + (
+                f"{refused}: costed as given, though the framework would not run it (--search standard tries "
+                f"only what it runs).",))
     elif pipelined and file is not None:
         result = _recorded_pipeline(job, file, s.evaluate)
     elif pipelined:

@@ -302,6 +302,50 @@ def test_the_search_tries_what_the_framework_runs_and_its_export_takes(tmp_path,
     assert proc.stdout.startswith("PaSE standard configuration") and "PASE_" in out.read_text()
 
 
+LLAMA8B = str(ROOT / "tests" / "data" / "configs" / "llama3-8b" / "config.json")
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "megatron", "deepspeed"])
+def test_a_plan_the_framework_would_not_run_is_costed_and_said_so(framework):
+    """``--plan`` costs what it is given; where the framework would not run
+    it (a ZeRO stage it does not run, beside pipeline stages or not, or
+    experts against its rule: Framework.refuses, the rule the standard
+    search keeps to) the report says so in one note, and exactly then the
+    framework's export refuses it too (DeepSpeed has no export: its
+    pipeline engine runs ZeRO 0 and 1 only)."""
+    from errors import InputError
+    from exports.frameworks import FRAMEWORKS
+    from exports.frameworks.plans import PlanView
+    from planner import plan
+    from settings import Settings
+
+    cases = [(LLAMA8B, 8, 32, spec) for spec in ("dp=8,zero=1", "dp=8,zero=2", "dp=8,zero=3",
+                                                 "dp=4,pp=2,zero=1,microbatch=1", "dp=4,pp=2,zero=2,microbatch=1",
+                                                 "dp=4,pp=2,zero=3,microbatch=1")]
+    cases += [(MIXTRAL, 64, 256, spec) for spec in ("tp=2,ep=8,etp=1,sp=1,zero=3", "tp=2,ep=8,sp=1,zero=3",
+                                                     "tp=2,zero=3", "ep=8,zero=0")]
+    noted = []
+    for graph, procs, batch, spec in cases:
+        p = plan(Settings(graph=graph, procs=procs, batch=batch, seq=1024, device="h100", framework=framework,
+                          plan=spec))
+        notes = [n for n in p.result.notes if "though the framework would not run it" in n]
+        assert len(notes) <= 1, notes
+        noted.append(bool(notes))
+        if notes:
+            assert notes[0].endswith(": costed as given, though the framework would not run it (--search standard "
+                                     "tries only what it runs).")
+        if framework in FRAMEWORKS:
+            try:
+                FRAMEWORKS[framework].render(PlanView(p.settings, p.graph, p.result))
+                exported = True
+            except InputError:
+                exported = False
+            assert exported != bool(notes), (graph, spec, notes)
+    expected = {"torchtitan": [1, 1, 0, 1, 1, 0, 0, 1, 0, 1], "megatron": [0, 0, 0, 0, 1, 1, 0, 0, 1, 0],
+                "deepspeed": [0, 0, 0, 0, 1, 1, 0, 0, 0, 0]}[framework]
+    assert noted == [bool(x) for x in expected]
+
+
 def test_the_report_says_what_the_time_model_leaves_out_of_a_mixture_of_experts():
     """On a real device a mixture of experts' report notes the limit the
     published runs show (docs/frameworks.md), and the host's launches
