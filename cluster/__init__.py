@@ -466,7 +466,11 @@ class Cluster:
         forwards the copies for its other devices inside it: between
         nodes ``words / k x (q_out - 1) x`` that chance, inside the node
         the copies for the node's own other devices and the forwarded
-        ``(q - q_in)/q x (q_in - 1)/q_in`` of ``words``."""
+        ``(q - q_in)/q x (q_in - 1)/q_in`` of ``words``.  With ``once``
+        ``(k, E, G, M)`` (node-limited routing, DeepSeek-V3's: the experts
+        in ``G`` groups, contiguous as the devices hold them, a token's
+        from ``M`` of them, each chosen group holding some): the chance a
+        node holds none of them is :func:`_missed_limited`'s."""
         import numpy as np  # here, so that importing the cluster stays light
 
         q = C[letters]
@@ -481,19 +485,18 @@ class Cluster:
     def alltoall_words(self, words, C, letters: str, once: tuple = ()):
         """The elements a device's all-to-all (:meth:`alltoall`) sends
         inside its node and to other nodes: ``(inside, between)``."""
-        import numpy as np  # here, so that importing the cluster stays light
-
         q = C[letters]
         q_out = self.across(C, letters)
         q_in = q / q_out
         inside_words = words * (q_in - 1.0) / q
         between_words = words * (q - q_in) / q
         if once:
-            k, experts = once
+            k, experts = once[:2]
             held = experts / q_out  # experts on each node of the group
-            missed = np.ones_like(held, dtype=float)  # the chance a node holds none of a token's k experts
-            for i in range(int(k)):
-                missed = missed * np.clip((experts - held - i) / (experts - i), 0.0, None)
+            if len(once) == 4:
+                missed = _missed_limited(k, experts, once[2], once[3], q_out)
+            else:
+                missed = _missed(experts, held, k)  # the chance a node holds none of a token's k experts
             between_words = words / k * (q_out - 1.0) * (1.0 - missed)
             inside_words = inside_words + words * (q - q_in) / q * (q_in - 1.0) / q_in
         return inside_words, between_words
@@ -508,6 +511,37 @@ class Cluster:
         if cross is None:
             return self.word * words + step
         return self.word * (words - cross) + self.inter_word * cross + step
+
+
+def _missed(n, held, k):
+    """The chance that none of ``k`` of ``n`` things, chosen alike, is among
+    the ``held`` ones (arrays or numbers): ``C(n - held, k) / C(n, k)``."""
+    import numpy as np  # here, so that importing the cluster stays light
+
+    missed = np.ones_like(np.asarray(held, dtype=float))
+    for i in range(int(k)):
+        missed = missed * np.clip((n - held - i) / (n - i), 0.0, None)
+    return missed
+
+
+def _missed_limited(k: int, experts: int, groups: int, chosen: int, q_out):
+    """The chance that a node of ``q_out`` (an array) holds none of a
+    token's ``k`` experts when they come from ``chosen`` of ``groups``
+    groups of ``experts`` experts (node-limited routing), the groups
+    contiguous over the nodes, each chosen group holding some of the
+    token's experts (at most ``k`` groups, ``k / chosen`` experts each):
+    a node holding whole groups (``q_out <= groups``) is missed when none
+    of its ``groups / q_out`` is chosen; one holding part of a group, when
+    that group is not chosen or its share of the token's experts falls on
+    its other nodes."""
+    import numpy as np  # here, so that importing the cluster stays light
+
+    q_out = np.asarray(q_out, dtype=float)
+    m = min(int(chosen), int(k))
+    whole = _missed(float(groups), groups / q_out, m)
+    per_group = experts / groups
+    part = 1.0 - m / groups * (1.0 - _missed(per_group, experts / q_out, max(1, round(k / m))))
+    return np.where(q_out <= groups, whole, part)
 
 
 #: every cluster field and its declaration, in the order of the fields

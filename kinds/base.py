@@ -208,7 +208,9 @@ class Comm:
     ``(q - 1) / q`` leaves it; with ``once`` ``(k, experts)``: the words
     are tokens' copies to ``k`` of ``experts`` experts spread over the
     group, and a token crosses to another node once, however many of its
-    experts the node holds: DeepEP's dispatch); ``cheapest``: whichever of
+    experts the node holds: DeepEP's dispatch; ``(k, experts, G, M)``: the
+    experts in ``G`` groups, a token's from ``M`` of them, node-limited
+    routing); ``cheapest``: whichever of
     ``options`` costs less.  The group is the devices that differ from one
     another only in the coordinates of ``letters``.  ``words``: elements per
     device, a vector over the configurations (K,) or a number; ``count``:

@@ -79,9 +79,14 @@ class TopKGating(Kind):
         return op.inputs + op.outputs
 
 
-def _routed(name: str, tokens, routing, k: int, experts: int, capacity: int):
+def _routed(name: str, tokens, routing, k: int, experts: int, capacity: int, limit: tuple = ()):
     """The checks and tensors dispatch and combine share: tokens ``(b, s,
-    e)`` and routing ``(b, s, k)``, split by ``bx``, ``s`` and ``e``."""
+    e)`` and routing ``(b, s, k)``, split by ``bx``, ``s`` and ``e``;
+    ``limit`` ``(G, M)``: ``M`` of ``G`` groups that divide the experts."""
+    if limit and not (len(limit) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in limit)
+                      and 1 <= limit[1] < limit[0] and experts % limit[0] == 0):
+        raise InputError(f"{name}: a token's experts from {limit!r} (M of G groups, 1 <= M < G, G dividing the "
+                         f"{experts} experts)")
     if tokens.letters[:2] != "bs" or len(tokens.shape) != 3:
         raise InputError(f"{name}: tokens {tokens.shape} ({tokens.letters!r}) are not (b, s, e)")
     if routing.shape != tokens.shape[:2] + (k,):
@@ -104,13 +109,14 @@ def _exchange(op, D, C, k: int):
     return k * tokens, tokens
 
 
-def _alltoall(copies, k: int, experts: int, rules) -> Comm:
+def _alltoall(copies, k: int, experts: int, rules, limit: tuple = ()) -> Comm:
     """The all-to-all of a device's ``copies`` (each token's ``k``, to
     ``k`` of ``experts`` experts), forward and backward: each copy
     separately, or, where the framework runs DeepEP (its ``deepep``), each
-    token once to each other node holding one of its experts."""
+    token once to each other node holding one of its experts (``limit``:
+    ``(G, M)``, its experts from ``M`` of ``G`` groups)."""
     fw = getattr(rules, "framework", None)
-    once = (k, experts) if fw is not None and fw.deepep else ()
+    once = (k, experts, *limit) if fw is not None and fw.deepep else ()
     return Comm("exchange", "alltoall", copies, "x", count=2.0, once=once)
 
 
@@ -133,15 +139,17 @@ class Dispatch(Kind):
     k: int
     experts: int
     capacity: int
+    limit: tuple = ()  # (G, M): the experts in G groups, a token's from M of them (node-limited routing)
 
     def build(self, name, refs):
         tokens, routing = refs
-        dims, space, t_in, r_in, buffer = _routed(name, tokens, routing, self.k, self.experts, self.capacity)
+        dims, space, t_in, r_in, buffer = _routed(name, tokens, routing, self.k, self.experts, self.capacity,
+                                                  self.limit)
         return Operator(self, dims, space, (t_in, r_in), (buffer,), name), (dims,)
 
     def work(self, op, D, C, rules):
         copies, tokens = _exchange(op, D, C, self.k)
-        return Work(2.0 * copies, forward=copies, comms=(_alltoall(copies, self.k, self.experts, rules),),
+        return Work(2.0 * copies, forward=copies, comms=(_alltoall(copies, self.k, self.experts, rules, self.limit),),
                     moved=tokens + copies, moved_back=2.0 * copies)
 
     def never_split(self, op):
@@ -165,6 +173,7 @@ class Combine(Kind):
 
     k: int
     experts: int
+    limit: tuple = ()  # as Dispatch's
 
     def build(self, name, refs):
         buffer, routing = refs
@@ -172,7 +181,7 @@ class Combine(Kind):
             raise InputError(f"{name}: expert outputs {buffer.shape} are not ({self.experts}, b, c, e)")
         x, b, capacity, e = buffer.shape
         tokens = Ref(None, 0, (b, routing.shape[1], e), "bs" + buffer.letters[3])
-        dims, space, t_out, r_in, buf = _routed(name, tokens, routing, self.k, self.experts, capacity)
+        dims, space, t_out, r_in, buf = _routed(name, tokens, routing, self.k, self.experts, capacity, self.limit)
         buf = Tensor(buf.shape, buf.axes, buffer.role)
         return Operator(self, dims, space, (buf, r_in), (Tensor(t_out.shape, t_out.axes),), name), \
             ("bs" + dims[3],)
@@ -182,7 +191,7 @@ class Combine(Kind):
 
     def work(self, op, D, C, rules):
         copies, tokens = _exchange(op, D, C, self.k)
-        comms = (_alltoall(copies, self.k, self.experts, rules),)
+        comms = (_alltoall(copies, self.k, self.experts, rules, self.limit),)
         return Work(6.0 * copies, forward=2.0 * copies, comms=comms,
                     moved=2.0 * copies + tokens, moved_back=3.0 * copies)
 

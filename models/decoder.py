@@ -256,9 +256,10 @@ class _Parts:
         capacity = -(-k * self.seq // X)
         logits = self.add(f"{pre}/router", Einsum("bse,eo->bso", bias=cfg.router_bias, unsplit="o"), n, B.weight((e, X), "eo"))
         routing = self.add(f"{pre}/gate", TopKGating(k, cfg.groups), logits)
-        buffers = self.add(f"{pre}/dispatch", Dispatch(k, X, capacity), n, routing)
+        limit = (cfg.groups, cfg.group_limit) if 0 < cfg.group_limit < cfg.groups else ()  # node-limited routing
+        buffers = self.add(f"{pre}/dispatch", Dispatch(k, X, capacity, limit), n, routing)
         y = self.gated(pre, buffers, "xbs", "x", cfg.expert_ffn, cfg.expert_bias)
-        y = self.add(f"{pre}/combine", Combine(k, X), y, routing)
+        y = self.add(f"{pre}/combine", Combine(k, X, limit), y, routing)
         per_expert = 3 * e * cfg.expert_ffn + (2 * cfg.expert_ffn + e if cfg.expert_bias else 0)
         self.inactive -= (X - k) * per_expert  # the experts a token does not use
         if cfg.shared_ffn:

@@ -80,6 +80,7 @@ class DecoderConfig:
     expert_bias: bool = False
     router_bias: bool = False
     groups: int = 0  # groups of experts a token's experts come from
+    group_limit: int = 0  # of them, how many a token's experts come from (DeepSeek's topk_group; 0: any)
     sinks: bool = False
     norm_kind: str = "rms"  # "rms", "layer", "scale" or "plain" (models.hf_families.Family.norm)
     mlp_kind: str = "gated"  # "gated" or "plain"
@@ -213,7 +214,7 @@ class _Reader:
         positions = integer("max_position_embeddings", default=None)
         tied = flag("tie_word_embeddings", parts.tied)
         moe = moe_layers(parts, layers, self.checked_get(layers))
-        experts = top_k = expert_ffn = shared_ffn = groups = 0
+        experts = top_k = expert_ffn = shared_ffn = groups = group_limit = 0
         if any(moe):
             experts = integer("num_local_experts", "num_experts", "n_routed_experts")
             top_k = integer("num_experts_per_tok", "experts_per_token")
@@ -229,7 +230,11 @@ class _Reader:
             n_group = integer("n_group", default=0, low=0)
             if n_group > 1 and experts % n_group:
                 self.fail(f"n_group {n_group} does not divide the {experts} experts")
-            groups = n_group if n_group > 1 else 0
+            groups = n_group if n_group > 1 and self.get("topk_method") != "greedy" else 0  # greedy: any group
+            if groups:  # node-limited routing: a token's experts from topk_group of the groups
+                group_limit = integer("topk_group", default=groups, low=1)
+                if group_limit > groups:
+                    self.fail(f"topk_group {group_limit} is more than the {groups} groups (n_group)")
         dense_ffn = integer(parts.dense_ffn) if not all(moe) else integer(parts.dense_ffn, default=0, low=0)
         windows = self.windows(layers)
         mla = ()
@@ -252,7 +257,7 @@ class _Reader:
             positions_key="max_position_embeddings" if positions is not None else "", mla=mla, qk_norm=qk_norm,
             norms=parts.norms, windows=windows, moe=tuple(moe), expert_ffn=expert_ffn, shared_ffn=shared_ffn,
             shared_gate=parts.shared_gate and shared_ffn > 0, expert_bias=parts.expert_bias,
-            router_bias=parts.router_bias, groups=groups, sinks=parts.sinks,
+            router_bias=parts.router_bias, groups=groups, group_limit=group_limit, sinks=parts.sinks,
             softcap=self.get("attn_logit_softcapping") is not None,
             logit_softcap=self.get("final_logit_softcapping") is not None, **attn_bias)
 

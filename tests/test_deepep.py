@@ -51,6 +51,75 @@ def test_a_token_crosses_once_to_each_node_holding_its_experts():
     assert one == pytest.approx(cheap.alltoall(1000.0, C, "x")[0] - cheap.word * 1000 * 7 / 32, rel=1e-12)
 
 
+DEEPSEEK_V3 = ROOT / "tests" / "data" / "families" / "deepseek_v3" / "config.json"  # 256 experts, 8 groups, 4 chosen
+
+
+def test_node_limited_routing_crosses_to_the_nodes_of_the_chosen_groups():
+    """DeepSeek-V3's node-limited routing (256 experts in 8 groups, a
+    token's top-8 from 4 of them): on 8 nodes, a group each, a token
+    crosses to each other node whose group is chosen, half of them,
+    ``1 - C(7, 4) / C(8, 4)``, where 8 experts chosen freely reach 66% of
+    the nodes; on 4 nodes of two groups, ``1 - C(6, 4) / C(8, 4)``; on 16
+    nodes, half a group each, a node is reached when its group is chosen
+    and one of the token's 2 experts there falls on it.  Inside a node,
+    as without the limit."""
+    from cluster import Cluster
+    from kinds import Extents
+
+    cheap = Cluster(gpus_per_node=8, inter_bw=2.0)
+    words = 8.0 * 1000  # 1,000 tokens' 8 copies
+    for q, hit in ((64, 1 - math.comb(7, 4) / math.comb(8, 4)), (32, 1 - math.comb(6, 4) / math.comb(8, 4)),
+                   (128, 4 / 8 * (1 - math.comb(16, 2) / math.comb(32, 2)))):
+        C = Extents("xb", np.array([[float(q), 1.0]]))
+        nodes = q // 8
+        inside, between = cheap.alltoall_words(words, C, "x", once=(8, 256, 8, 4))
+        free_inside, free_between = cheap.alltoall_words(words, C, "x", once=(8, 256))
+        assert between[0] == pytest.approx(1000 * (nodes - 1) * hit, rel=1e-12), q
+        assert inside[0] == pytest.approx(free_inside[0], rel=1e-12)
+        if q == 64:
+            free = 1 - math.comb(256 - 32, 8) / math.comb(256, 8)
+            assert free_between[0] == pytest.approx(1000 * 7 * free, rel=1e-12)
+            assert free == pytest.approx(0.662, abs=1e-3)
+            assert between[0] < 0.77 * free_between[0]
+
+
+def test_deepseek_v3_s_node_limited_routing_shortens_its_dispatch(tmp_path):
+    """DeepSeek-V3 read from its config (``n_group`` 8, ``topk_group`` 4)
+    over 8 nodes of expert parallelism with DeepEP: its dispatch and
+    combine cross between nodes less than the same model routed over all
+    its groups (``topk_group`` 8, as a config without the key reads), the
+    compute the same; ``topk_method`` ``greedy`` ignores the groups;
+    without DeepEP the limit changes nothing; a ``topk_group`` beyond
+    ``n_group`` is refused in one line."""
+    from cli.args import parse_args
+    from planner import plan
+
+    cfg = json.loads(DEEPSEEK_V3.read_text())
+    assert (cfg["n_group"], cfg["topk_group"]) == (8, 4)
+    free = tmp_path / "free"
+    free.mkdir()
+    (free / "config.json").write_text(json.dumps({**cfg, "topk_group": 8}))
+    unset = tmp_path / "unset"
+    unset.mkdir()
+    (unset / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "topk_group"}))
+    base = ["-p", "256", "-b", "256", "--seq", "4096", "--device", "h100", "--framework", "megatron", "--plan",
+            "pp=4,ep=64,dp=64,zero=1,microbatch=1,recompute=full"]
+
+    def run(graph, *more):
+        return plan(parse_args(["-g", str(graph), *base, *more])).result
+
+    limited, routed = run(DEEPSEEK_V3, "--deepep"), run(free, "--deepep")
+    assert limited.compute == pytest.approx(routed.compute, rel=1e-12)
+    assert limited.step_seconds < 0.97 * routed.step_seconds
+    assert run(unset, "--deepep").total_cost == routed.total_cost
+    (unset / "config.json").write_text(json.dumps({**cfg, "topk_method": "greedy"}))  # any group: no limit
+    assert run(unset, "--deepep").step_seconds > limited.step_seconds
+    assert run(DEEPSEEK_V3).total_cost == run(free).total_cost
+    (free / "config.json").write_text(json.dumps({**cfg, "topk_group": 9}))
+    proc = run_cli("-g", free, *base, ok=False)
+    assert proc.returncode == 2 and "topk_group 9 is more than the 8 groups (n_group)" in one_line_error(proc)
+
+
 def test_the_switch_needs_megatron_and_the_report_says_it(tmp_path):
     """``--deepep`` is Megatron-LM's switch: refused in one line under
     another framework or none; under Megatron the report's header names
