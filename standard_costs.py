@@ -286,7 +286,7 @@ class Costing:
             micro_time = np.broadcast_to(micro_batch(op, todo, model, ctx, given, priced), (K,))
         # a block's operator: what its overlapped collectives leave exposed, and its passes (pooled in its block)
         pool = overlap_record(work, C, model, op, real) if ctx.block is not None else np.zeros((len(RECORD), K))
-        rows = np.column_stack([comp, comm, sync, parts.T, trans, micro_time, pool.T])  # (K, 15)
+        rows = np.column_stack([comp, comm, sync, parts.T, trans, micro_time, pool.T])  # (K, 9 + len(RECORD))
         for cfg, row in zip(todo, rows):
             table[cfg] = row
         return table
@@ -324,7 +324,7 @@ class Costing:
         return table
 
     def _figures(self, micro, variant, decs) -> np.ndarray:
-        """(classes, 15) figures of the decisions ``decs``, costed for every
+        """(classes, 9 + len(RECORD)) figures of the decisions ``decs``, costed for every
         configuration registered on the same graph and cluster when missing."""
         wanted = self._wanted.get((micro, variant))
         rows = []

@@ -34,52 +34,63 @@ from cluster import Cluster
 from config_space import Decision, in_space
 from cost.memory import footprint, shared_weights
 from cost.rules import (CostModel, contention_of, extents, float8_input, gather_share, gathered_in_fp8,
-                        overlap_share, under_backward)
+                        nvlink_windows, overlap_share, under_backward)
 from cost.tables import StrategyCost, node_arrays, tp_room, with_options
-from cost.time import edge_costs, ring_words
+from cost.time import edge_costs, ring_kv
 from errors import InputError
-from graph import operators, parameter_count
-from kinds.base import Comm
+from graph import Operator, operators, parameter_count
+from kinds.base import Comm, Work
 from kinds import Extents
 from result import Layer, Result
 
 __all__ = ["check_strategy", "StrategyCost", "evaluate", "model_flops", "recomputed_flops", "make_result",
-           "words_moved", "overlap_record", "pooled_saving", "block_credits", "RECORD"]
+           "words_moved", "ring_words", "overlap_record", "pooled_saving", "block_credits", "RECORD"]
 
 # -- strategies ----------------------------------------------------------------------
 
 #: the rows of :func:`overlap_record`
-RECORD = ("exposed", "forward gathers", "backward collectives", "forward pass", "backward pass", "overlapped")
+RECORD = ("exposed", "forward gathers", "backward collectives", "forward gathers between nodes",
+          "backward collectives between nodes", "forward pass", "backward pass", "forward inside a node",
+          "backward inside a node", "overlapped")
 
 
 def overlap_record(work, C, model: CostModel, op, parts=None) -> np.ndarray:
-    """(6, K): at each configuration, what an operator's overlapped
+    """(10, K): at each configuration, what an operator's overlapped
     collectives leave exposed beyond their own operator's passes (the part
-    of them that may overlap, ``max(0, o g - t)``, forward and backward),
-    the overlapping share of its weights' forward gathers and of what runs
-    under its backward pass (the backward gathers, the gradients' reduction
-    where each micro-batch pays it), its forward pass and backward pass
-    (with the forward re-run under it), and what of its collectives runs
+    of them that may overlap, ``max(0, o g - t)``, forward and backward;
+    ``t`` with its blocking collectives inside a node where they cross
+    nodes), the overlapping share of its weights' forward gathers and of
+    what runs under its backward pass (the backward gathers, the gradients'
+    reduction where each micro-batch pays it), inside a node or between
+    nodes, its forward pass and backward pass (with the forward re-run
+    under it), its blocking collectives inside a node, forward and
+    backward (:func:`cost.rules.nvlink_parts`: collectives between nodes
+    run under them, on other links), and what of its collectives runs
     under its own passes (``min(o g, t)``, what a framework's contention
     slows): :data:`RECORD`.  A pipeline stage kept whole over the step
     (:func:`cost.rules.keeps_stage_whole`) gathers once, under the first
     micro-batch's forward pass: the forward rows are a micro-batch's share
-    (:func:`cost.rules.gather_share`) of that gather and that pass.  Zeros on the paper's model.  ``parts``: the
-    record's :func:`cost.time._real_parts`, when the caller has them."""
+    (:func:`cost.rules.gather_share`) of that gather and that pass.  Zeros
+    on the paper's model.  ``parts``: the record's
+    :func:`cost.time._real_parts`, when the caller has them."""
     from cost.time import _real_parts
 
     K = len(C)
     if not model.cluster.realistic:
         return np.zeros((len(RECORD), K))
-    t_fwd, t_bwd, _, gathers, sync, overlapped_bwd, _, _ = parts or _real_parts(work, C, model, op)
+    t_fwd, t_bwd, _, gathers, sync, overlapped_bwd, _, _, nvlink = parts or _real_parts(work, C, model, op)
     o = overlap_share(model, work.sharded)
     under = overlapped_bwd if model.micro_batches is None else under_backward(work, model, gathers, sync)[0]
     fwd, bwd = o * np.asarray(gathers, dtype=float), o * np.asarray(under, dtype=float)
     share = gather_share(model)  # a stage kept whole: a micro-batch's share of the step's one gather and its window
-    exposed = share * np.maximum(fwd - t_fwd, 0.0) + np.maximum(bwd - t_bwd, 0.0)
+    nv_fwd, nv_bwd = nvlink_windows(nvlink)
+    t_fwd = np.asarray(t_fwd, dtype=float)
+    exposed = share * np.maximum(fwd - t_fwd - nv_fwd, 0.0) + np.maximum(bwd - t_bwd - nv_bwd, 0.0)
     hidden = share * np.minimum(fwd, t_fwd) + np.minimum(bwd, t_bwd)
-    rows = (exposed, share * fwd, bwd, share * np.asarray(t_fwd, dtype=float),
-            t_bwd + work.replays * np.asarray(t_fwd, dtype=float), hidden)
+    cross = np.asarray(nvlink[2], dtype=bool)
+    rows = (exposed, share * np.where(cross, 0.0, fwd), np.where(cross, 0.0, bwd), share * np.where(cross, fwd, 0.0),
+            np.where(cross, bwd, 0.0), share * t_fwd, t_bwd + work.replays * t_fwd, share * nvlink[0], nvlink[1],
+            hidden)
     return np.stack([np.broadcast_to(np.asarray(x, dtype=float), (K,)) for x in rows])
 
 
@@ -89,11 +100,19 @@ def pooled_saving(sums, contention: float = 0.0):
     (``sums``: their numbers last, for one block or many): each operator's
     exposure less the block's, less the framework's ``contention`` (its
     computation slowed per second of collective under it) on what more
-    runs under the passes."""
-    exposed, fwd, bwd, t_fwd, t_bwd, under = np.moveaxis(np.asarray(sums, dtype=float), -1, 0)
-    saved = exposed - np.maximum(0.0, fwd - t_fwd) - np.maximum(0.0, bwd - t_bwd)
+    runs under the passes.  In each pass the collectives inside a node
+    run under the computation ``t``, and those between nodes under what
+    of it they leave and under the blocking collectives inside a node
+    (``n``): ``max(0, g_in - t) + max(0, g_x - max(0, t - g_in) - n)``."""
+    exposed, f_in, b_in, f_x, b_x, t_fwd, t_bwd, n_fwd, n_bwd, under = np.moveaxis(
+        np.asarray(sums, dtype=float), -1, 0)
+    left_f, left_b = np.maximum(0.0, t_fwd - f_in), np.maximum(0.0, t_bwd - b_in)
+    saved = (exposed - np.maximum(0.0, f_in - t_fwd) - np.maximum(0.0, f_x - left_f - n_fwd)
+             - np.maximum(0.0, b_in - t_bwd) - np.maximum(0.0, b_x - left_b - n_bwd))
     if contention:
-        saved = saved - contention * (np.minimum(fwd, t_fwd) + np.minimum(bwd, t_bwd) - under)
+        pooled_under = (np.minimum(f_in, t_fwd) + np.minimum(f_x, left_f) + np.minimum(b_in, t_bwd)
+                        + np.minimum(b_x, left_b))
+        saved = saved - contention * (pooled_under - under)
     return np.where(exposed > 0.0, np.maximum(saved, 0.0), 0.0)
 
 
@@ -305,6 +324,19 @@ def _elements(c: Comm, C: Extents, net=None):
     if c.pattern in ("allgather", "reducescatter", "alltoall"):
         return c.words * (q - 1.0) / q
     return np.where(q > 1, c.words, 0.0)
+
+
+def ring_words(op: Operator, C: Extents, work: Work, model: CostModel) -> np.ndarray:
+    """Elements a device receives per step passing ``op``'s keys and values
+    (and their gradients) around its ring (K,): with ``kv`` those the
+    kernels read (the whole sequence's, :func:`ring_heads` each head) and
+    ``c`` devices, ``(c - 1) / c`` of ``kv`` in each forward pass (the
+    recomputation's too) and again backward, and ``c`` times ``kv / c``
+    gradients at ``ring_grad_bytes`` (counted in elements of the training
+    precision); nothing where ``c = 1``."""
+    c, kv, b, g = ring_kv(op, C, model)
+    passes = 2.0 + np.asarray(work.replays, dtype=float)  # forward, its replays, backward
+    return np.where(c > 1, passes * kv * (c - 1.0) / c + kv * g / b, 0.0)
 
 
 def words_moved(g, sc, model) -> float:

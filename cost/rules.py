@@ -269,6 +269,39 @@ def gather_share(model: CostModel) -> float:
     return 1.0 / float(model.micro_batches or 1) if keeps_stage_whole(model) else 1.0
 
 
+def inside_node(x, c, C: Extents, net: Cluster):
+    """``x``, the time of the collective ``c``, where its group lies inside
+    one node of a cluster of several (else 0)."""
+    return np.where(np.asarray(net.across(C, c.letters)) == 1, x, 0.0) if net.two_level else 0.0
+
+
+def nvlink_parts(work, C: Extents, net: Cluster, t_fwd, t_bwd, inside) -> tuple:
+    """``(forward, backward, crossing)``: the blocking collectives of
+    ``work`` inside one node (``inside``, FLOP-equivalents), shared between
+    the passes as their times are (the forward's replays in the backward
+    pass), and whether its overlapped collectives (weights, gradients)
+    all cross nodes: those run under the others' time too, on other
+    links (:func:`nvlink_windows`)."""
+    from kinds.base import OVERLAPPED
+
+    cross = [c for c in work.comms if c.role in OVERLAPPED and c.role != "inputs"]
+    crossing = np.logical_and.reduce([np.asarray(net.across(C, c.letters)) > 1 for c in cross]) \
+        if cross and net.two_level else False
+    if not np.any(inside):
+        return 0.0, 0.0, crossing
+    t_fwd = np.asarray(t_fwd, dtype=float)
+    fwd = inside * t_fwd / np.maximum(t_fwd * (1.0 + work.replays) + t_bwd, 1e-300)
+    return fwd, inside - fwd, crossing
+
+
+def nvlink_windows(nvlink) -> tuple:
+    """``(forward, backward)``: of :func:`nvlink_parts`, the time inside a
+    node an operator's own overlapped collectives run under (where they
+    cross nodes; zero where not)."""
+    fwd, bwd, crossing = nvlink
+    return np.where(crossing, fwd, 0.0), np.where(crossing, bwd, 0.0)
+
+
 def contention_of(model: CostModel) -> float:
     """The computation a framework's collectives slow per second they run
     under it (0 without a framework)."""

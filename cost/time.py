@@ -20,14 +20,14 @@ from dataclasses import replace
 import numpy as np
 
 from cluster import Cluster
-from cost.rules import (CostModel, contention_of, extents, gather_share, gathered_in_fp8, overlap_share,
-                        regathered, under_backward)
+from cost.rules import (CostModel, contention_of, extents, gather_share, gathered_in_fp8, inside_node,
+                        nvlink_parts, nvlink_windows, overlap_share, regathered, under_backward)
 from graph import Operator
 from kinds import Extents, need, shard, tensor_splits
 from kinds.base import OVERLAPPED, Comm, Work
 
 __all__ = ["op_work", "collective_cost", "wave_share", "traffic", "price", "price_stage", "op_cost_parts", "op_costs",
-           "edge_costs", "TILE", "as_run", "ring_parts", "ring_kv", "ring_heads", "ring_words", "pass_times",
+           "edge_costs", "TILE", "as_run", "ring_parts", "ring_kv", "ring_heads", "pass_times",
            "tp_overlapped", "TP_ROLES"]
 
 def op_work(op: Operator, configs, model: CostModel) -> Work:
@@ -110,12 +110,14 @@ def _in_grad_precision(c: Comm, net: Cluster) -> Comm:
                    options=tuple(_in_grad_precision(o, net) for o in c.options))
 
 
-def _exposed(overlapped, window, share: float):
+def _exposed(overlapped, window, share: float, nvlink=0.0):
     """What a collective of ``overlapped`` FLOP-equivalents leaves exposed
-    when the share ``share`` of it may run under ``window`` of computation."""
+    when the share ``share`` of it may run under ``window`` of computation
+    (and, a collective between nodes, under ``nvlink`` of collectives
+    inside one node that block the computation: it uses other links)."""
     if share == 1.0:
-        return np.maximum(overlapped - window, 0.0)
-    return (1.0 - share) * overlapped + np.maximum(share * overlapped - window, 0.0)
+        return np.maximum(overlapped - window - nvlink, 0.0)
+    return (1.0 - share) * overlapped + np.maximum(share * overlapped - window - nvlink, 0.0)
 
 
 TILE = 128  # the output tile of a matrix product, a side (elements)
@@ -231,9 +233,11 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None, 
             comm = x if comm is None else comm + x
         compute = work.compute if not work.replays else work.compute + work.replays * work.forward
         return compute, np.zeros(len(C)) if comm is None else comm
-    t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step = parts or _real_parts(work, C, model, op)
+    t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step, nvlink = parts or _real_parts(
+        work, C, model, op)
     o = overlap_share(model, work.sharded)
-    exposed = _exposed(overlapped_bwd, t_bwd, o) + _exposed(gathers, t_fwd, o)
+    nv_fwd, nv_bwd = nvlink_windows(nvlink)
+    exposed = _exposed(overlapped_bwd, t_bwd, o, nv_bwd) + _exposed(gathers, t_fwd, o, nv_fwd)
     if inputs is not None:  # inputs gathered again, under the backward pass
         exposed = exposed + _exposed(inputs, t_bwd, 1.0)
     exposed = exposed + _contention(model, o, overlapped_bwd, t_bwd) + _contention(model, o, gathers, t_fwd)
@@ -283,7 +287,9 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
     collective, overlapped whatever the cluster's ``overlap``), and what
     the step adds once as a framework runs it (``None`` without one): its
     optimizer step over the weights the device updates and the copies of
-    its gathered weights.
+    its gathered weights; and ``nvlink``, its blocking collectives inside
+    one node and whether its overlapped ones cross nodes
+    (:func:`cost.rules.nvlink_parts`).
 
     A matrix product's own tensor-parallel collectives run piece by piece
     under it where the run overlaps them (``--tp-overlap``,
@@ -292,7 +298,7 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
     fw = model.framework
     t_fwd, t_bwd, per_byte = pass_times(work, C, model, op)
     b = float(net.word_bytes)
-    blocking = gathers = sync = overlapped_bwd = 0.0
+    blocking = gathers = sync = overlapped_bwd = inside = 0.0
     if work.ring:  # ring attention: its merges and gradients' passes, and what its exchanges leave exposed
         more_fwd, more_bwd, exposed_fwd, exposed_bwd = ring_parts(op, C, work, model, t_fwd, t_bwd, per_byte)
         t_fwd, t_bwd = t_fwd + more_fwd, t_bwd + more_bwd
@@ -308,7 +314,8 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
             # partial sums under the forward product, the input gradient's reduction under the weight gradient's
             window = t_fwd if c.role == "partial sums" else t_bwd / 2.0
             pieces = _pieces(C, c.letters, net)
-            blocking = blocking + _pipelined(c.count * collective_cost(c, C, net), window, pieces)
+            x = _pipelined(c.count * collective_cost(c, C, net), window, pieces)
+            blocking, inside = blocking + x, inside + inside_node(x, c, C, net)
             if c.role == "input gradients":
                 piped = piped | (np.asarray(pieces) > 1)
         elif c.role in OVERLAPPED:
@@ -333,7 +340,8 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
                 sync = sync + x
                 overlapped_bwd = overlapped_bwd + x
         else:
-            blocking = blocking + c.count * collective_cost(c, C, net)
+            x = c.count * collective_cost(c, C, net)
+            blocking, inside = blocking + x, inside + inside_node(x, c, C, net)
     if tp and inputs is not None:  # the input gathered again under the input gradient's product alone where the
         # weight gradient's hides its reduction, else under the whole backward pass
         blocking = blocking + np.maximum(inputs - np.where(piped, t_bwd / 2.0, t_bwd), 0.0)
@@ -345,7 +353,8 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
     if fp8_gathers:
         saved = casts_saved * per_byte * (1.0 + fw.overhead)
         t_fwd, t_bwd, step = t_fwd - saved, t_bwd - saved, step - copies_saved * per_byte
-    return t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step
+    nvlink = nvlink_parts(work, C, net, t_fwd, t_bwd, inside)
+    return t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step, nvlink
 
 
 #: the collectives of a matrix product that overlapped tensor parallelism runs piece by piece under it
@@ -442,19 +451,6 @@ def ring_parts(op: Operator, C: Extents, work: Work, model: CostModel, t_fwd, t_
             np.where(split, exposed_fwd, zero), np.where(split, exposed_bwd, zero))
 
 
-def ring_words(op: Operator, C: Extents, work: Work, model: CostModel) -> np.ndarray:
-    """Elements a device receives per step passing ``op``'s keys and values
-    (and their gradients) around its ring (K,): with ``kv`` those the
-    kernels read (the whole sequence's, :func:`ring_heads` each head) and
-    ``c`` devices, ``(c - 1) / c`` of ``kv`` in each forward pass (the
-    recomputation's too) and again backward, and ``c`` times ``kv / c``
-    gradients at ``ring_grad_bytes`` (counted in elements of the training
-    precision); nothing where ``c = 1``."""
-    c, kv, b, g = ring_kv(op, C, model)
-    passes = 2.0 + np.asarray(work.replays, dtype=float)  # forward, its replays, backward
-    return np.where(c > 1, passes * kv * (c - 1.0) / c + kv * g / b, 0.0)
-
-
 def ring_kv(op: Operator, C: Extents, model: CostModel) -> tuple:
     """What every part of ring attention reads of ``op`` (an attention
     operator run as ring attention, its query positions split over ``c``
@@ -504,11 +500,11 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator, once: bo
                 comm = comm + x
         compute = work.compute if not work.replays else work.compute + work.replays * work.forward
         return np.broadcast_to(compute, (K,)), np.broadcast_to(comm, (K,)), np.broadcast_to(sync, (K,))
-    t_fwd, t_bwd, blocking, gathers, sync, _, inputs, step = parts or _real_parts(work, C, model, op)
+    t_fwd, t_bwd, blocking, gathers, sync, _, inputs, step, nvlink = parts or _real_parts(work, C, model, op)
     o = overlap_share(model, work.sharded)
     under_bwd, sync = under_backward(work, model, gathers, sync)
-    share = gather_share(model)
-    exposed = _exposed(under_bwd, t_bwd, o) + share * _exposed(gathers, t_fwd, o)
+    share, (nv_fwd, nv_bwd) = gather_share(model), nvlink_windows(nvlink)
+    exposed = _exposed(under_bwd, t_bwd, o, nv_bwd) + share * _exposed(gathers, t_fwd, o, nv_fwd)
     if inputs is not None:  # inputs gathered again, under the backward pass
         exposed = exposed + _exposed(inputs, t_bwd, 1.0)
     exposed = exposed + _contention(model, o, under_bwd, t_bwd) + share * _contention(model, o, gathers, t_fwd)

@@ -47,18 +47,15 @@ class Recompute(Option):
         """The forward pass runs once more: in every operator of the block
         (``full``), or in those of the attention core (``selective``),
         with the reductions of its partial sums (a tensor-parallel
-        layer's all-reduces run again); under op-level selection, the part
-        of each operator whose result is not saved."""
+        layer's all-reduces run again) and the forward half of its
+        all-to-alls (a mixture of experts' dispatch and combine); under
+        op-level selection, the part of each operator whose result is not
+        saved."""
         if value == "selective" and _by_ops(rules):
-            share = _saved(op, context)
-            again = 1.0 - share
-            if not again:
-                return work
-            more = tuple(replace(c, count=c.count * again) for c in work.comms if c.role == "partial sums")
-            return replace(work, replays=work.replays + again, comms=work.comms + more)
+            again = 1.0 - _saved(op, context)
+            return _replayed(work, again) if again else work
         if value == "full" or value == "selective" and _replays(context, rules):
-            again = tuple(c for c in work.comms if c.role == "partial sums")
-            return replace(work, replays=work.replays + 1.0, comms=work.comms + again)
+            return _replayed(work, 1.0)
         return work
 
     def memory(self, value, op, C, footprint, context, rules):
@@ -171,3 +168,13 @@ def kept_tensors(op):
             next((("out", j) for j, x in enumerate(op.outputs) if x is t), ("own", None))
         out.append((origin, t))
     return out
+
+
+def _replayed(work, again: float):
+    """``work`` with its forward pass run ``again`` times more: its partial
+    sums reduced again, and its all-to-alls (counted forward and
+    backward) sent forward again."""
+    more = tuple(replace(c, count=c.count * again) for c in work.comms if c.role == "partial sums")
+    more += tuple(replace(c, count=c.count * again / 2.0) for c in work.comms
+                  if c.role == "exchange" and c.pattern == "alltoall")
+    return replace(work, replays=work.replays + again, comms=work.comms + more)

@@ -833,7 +833,8 @@ def test_ring_attention_passes_the_keys_and_values_around_the_ring():
     and values of its 32 query heads (8 key heads repeated 4 times) in the
     forward pass and again backward, and a quarter of them as fp32
     gradients at each of the 4 steps."""
-    from cost.time import edge_costs, op_work, ring_words
+    from cost.evaluate import ring_words
+    from cost.time import edge_costs, op_work
 
     r, op, config, C, into = _attention(*CP, "--framework", "torchtitan")
     model = r.cost_model
