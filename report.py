@@ -61,7 +61,7 @@ def _memory_lines(r: Result) -> list[str]:
     cm, cl = r.cost_model, r.cost_model.cluster
     line = f"Memory per device: {fmt_bytes(r.memory_bytes)} ({cm.optimizer}, {cl.precision})"
     if r.capacity is not None:
-        room = fmt_bytes(r.capacity) + (f" ({cl.device_memory:g} GB less {cl.headroom:g} GB headroom)"
+        room = fmt_bytes(r.capacity) + (f" ({cl.device_memory:g} GB less {cl.headroom:.3g} GB headroom)"
                                         if cl.headroom else "")
         line += f": fits the {room}" if r.fits else f": OVER the {room} of a device"
     lines = [line, f"  {parts}"]

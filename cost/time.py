@@ -20,8 +20,9 @@ from dataclasses import replace
 import numpy as np
 
 from cluster import Cluster
-from cost.rules import (CostModel, contention_of, extents, gather_share, gathered_in_fp8, inside_node,
-                        nvlink_parts, nvlink_windows, overlap_share, regathered, under_backward)
+from cost.rules import (CostModel, contention_of, every_micro_batch, extents, gather_share, gathered_in_fp8,
+                        inside_node, keeps_stage_whole, nvlink_parts, nvlink_windows, overlap_share, regathered,
+                        under_backward)
 from graph import Operator
 from kinds import Extents, need, shard, tensor_splits
 from kinds.base import OVERLAPPED, Comm, Work
@@ -243,8 +244,8 @@ def price(work: Work, C: Extents, model: CostModel, op: Operator | None = None, 
     exposed = exposed + _contention(model, o, overlapped_bwd, t_bwd) + _contention(model, o, gathers, t_fwd)
     K = len(C)
     compute = t_fwd * (1.0 + work.replays) + t_bwd
-    if step is not None:
-        compute = compute + step
+    if step is not None:  # one micro-batch: the step's work and the micro-batch's copies
+        compute = compute + step[0] + step[1]
     return np.broadcast_to(compute, (K,)), np.broadcast_to(blocking + exposed, (K,))
 
 
@@ -284,12 +285,15 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
     collectives, what overlaps the backward pass (its half of the gathers
     and the gradients, added in the record's order), the inputs gathered
     again for it (``None``: none; a framework's own asynchronous
-    collective, overlapped whatever the cluster's ``overlap``), and what
-    the step adds once as a framework runs it (``None`` without one): its
-    optimizer step over the weights the device updates and the copies of
-    its gathered weights; and ``nvlink``, its blocking collectives inside
-    one node and whether its overlapped ones cross nodes
-    (:func:`cost.rules.nvlink_parts`).
+    collective, overlapped whatever the cluster's ``overlap``), ``step``
+    what a framework's run adds beyond the passes (``None`` without one),
+    ``(once a step, each micro-batch)``: its optimizer step over the
+    weights the device updates, and the copies of its gathered weights out
+    of the collectives' buffers (``gather_bytes`` per parameter and gather)
+    and of their gradients into them (``reduce_bytes`` per reduction),
+    made as often as the framework gathers and reduces them (:func:`copies`);
+    and ``nvlink``, its blocking collectives inside one node and whether its
+    overlapped ones cross nodes (:func:`cost.rules.nvlink_parts`).
 
     A matrix product's own tensor-parallel collectives run piece by piece
     under it where the run overlaps them (``--tp-overlap``,
@@ -324,10 +328,10 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
                 held = np.asarray(c.words)
                 c = replace(c, words=held / b)
                 # the weights cast where they are held (their shard) rather than where gathered, in each pass
-                # (5 bytes per element: Float8 in as_run), and the gathered copies out of the collectives'
-                # buffers (forward and backward) moved at a byte per element rather than b
+                # (5 bytes per element: Float8 in as_run), and each gather's copy out of the collective's
+                # buffer (read and written) moved at a byte per element rather than b
                 casts_saved = casts_saved + 5.0 * held * (1.0 - 1.0 / C[c.letters])
-                copies_saved = copies_saved + 4.0 * (b - 1.0) * held
+                copies_saved = copies_saved + 2.0 * (b - 1.0) * held
             scale = np.asarray(c.words if c.words is not None else 0.0) * b / bucket  # a bucket's share of latency
             x = c.count * collective_cost(c, C, net, scale if c.role != "inputs" else None)
             if c.role == "weights":  # gathered twice: before the forward and before the backward pass
@@ -348,13 +352,34 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
         inputs = None
     step = None
     if fw is not None:
-        step = (fw.optimizer_bytes * np.asarray(work.updated if work.updated is not None else 0.0)
-                + fw.gather_bytes * gathered) * per_byte
+        per_gather = fw.gather_bytes * np.asarray(gathered) - copies_saved
+        step = copies(work, model, fw.optimizer_bytes * np.asarray(work.updated if work.updated is not None else 0.0),
+                      per_gather, fw.reduce_bytes * np.asarray(gathered), per_byte)
     if fp8_gathers:
         saved = casts_saved * per_byte * (1.0 + fw.overhead)
-        t_fwd, t_bwd, step = t_fwd - saved, t_bwd - saved, step - copies_saved * per_byte
+        t_fwd, t_bwd = t_fwd - saved, t_bwd - saved
     nvlink = nvlink_parts(work, C, net, t_fwd, t_bwd, inside)
     return t_fwd, t_bwd, blocking, gathers, sync, overlapped_bwd, inputs, step, nvlink
+
+
+def copies(work: Work, model: CostModel, optimizer, per_gather, per_reduce, per_byte) -> tuple:
+    """``(once a step, each micro-batch)`` FLOP-equivalents of what a
+    framework's step adds to ``work`` beyond its passes: the optimizer
+    step over its updated weights (``optimizer`` bytes, once), and the
+    copies of its gathered weights (``per_gather`` bytes a gather) and of
+    their gradients (``per_reduce`` bytes a reduction).  Each micro-batch
+    gathers its weights before the forward and again before the backward
+    pass, and reduces its gradients where the framework reduces them after
+    every micro-batch (:func:`cost.rules.every_micro_batch`; else once a
+    step); a pipeline stage kept whole over the step
+    (:func:`cost.rules.keeps_stage_whole`) gathers once, before its first
+    forward pass, and reduces once.  One micro-batch: the same as before
+    micro-batches were told apart (two gathers, one reduction)."""
+    if keeps_stage_whole(model):
+        return (optimizer + per_gather + per_reduce) * per_byte, 0.0
+    if every_micro_batch(work, model):
+        return optimizer * per_byte, (2.0 * per_gather + per_reduce) * per_byte
+    return (optimizer + per_reduce) * per_byte, 2.0 * per_gather * per_byte
 
 
 #: the collectives of a matrix product that overlapped tensor parallelism runs piece by piece under it
@@ -509,8 +534,8 @@ def price_stage(work: Work, C: Extents, model: CostModel, op: Operator, once: bo
         exposed = exposed + _exposed(inputs, t_bwd, 1.0)
     exposed = exposed + _contention(model, o, under_bwd, t_bwd) + share * _contention(model, o, gathers, t_fwd)
     compute = t_fwd * (1.0 + work.replays) + t_bwd
-    if step is not None and once:  # once per step: a micro-batch's share of it
-        compute = compute + step / float(model.micro_batches or 1)
+    if step is not None:  # the micro-batch's copies, and with ``once`` its share of the step's work
+        compute = compute + step[1] + (step[0] / float(model.micro_batches or 1) if once else 0.0)
     return (np.broadcast_to(compute, (K,)), np.broadcast_to(blocking + exposed, (K,)),
             np.broadcast_to(sync, (K,)))
 

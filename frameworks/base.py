@@ -103,8 +103,12 @@ class Framework:
     ``compiled_loss_passes`` the same for a compiled loss (with
     ``compiled_loss``; :attr:`loss_moved` is what a run moves); ``optimizer_bytes``
     bytes moved per updated parameter by the optimizer step;
-    ``gather_bytes`` bytes moved per parameter gathered (ZeRO stage 3's
-    copies in and out of the collectives' buffers, per step);
+    ``gather_bytes`` bytes moved per parameter at each gather (ZeRO stage
+    3's copies out of the collectives' buffers) and ``reduce_bytes`` at
+    each reduction of its gradient (copies into them): a micro-batch
+    gathers twice and reduces where the framework reduces after every
+    micro-batch, a pipeline stage kept whole gathers and reduces once a
+    step (:func:`cost.time.copies`);
     ``launch_us`` microseconds per kernel launched; ``contention``:
     seconds of computation lost per second of collective running under it
     (the collectives' multiprocessors and memory traffic); ``overhead``:
@@ -212,6 +216,7 @@ class Framework:
     outside_gb: float
     ring: str = ""
     ring_grad_bytes: float = 0.0
+    reduce_bytes: float = 0.0
     repeat_kv: bool = False
     float8_gathers: tuple[str, ...] = ()
     float8_saved: float = 0.0

@@ -46,7 +46,7 @@ DEEPSPEED = register(Framework(
     # DeepSpeed's FusedAdam (multi_tensor_adam) over the fp32 partition: reads gradient, parameter, moments
     # (16), writes parameter and moments (12), the 16-bit copy (read 4, write 2), the gradient norm (read 4)
     optimizer_bytes=38.0,
-    gather_bytes=4.0,  # gathered 16-bit parameters written into the modules, forward and backward
+    gather_bytes=2.0,  # gathered 16-bit parameters written into the modules at each gather (forward, backward)
     launch_us=4.0,  # eager PyTorch
     contention=0.0,
     overhead=0.0,  # nothing fitted: no published step time to fit on

@@ -89,7 +89,7 @@ MEGATRON = register(Framework(
     # parameter to bf16 (read 4, write 2), the gradient norm for clipping (read 4) and zeroing the gradient
     # buffer (write 4)
     optimizer_bytes=42.0,
-    gather_bytes=4.0,  # the gathered bf16 weights written into their buffers, forward and backward (2 + 2)
+    gather_bytes=2.0,  # the gathered bf16 weights written into their buffers at each gather (forward, backward)
     launch_us=0.0,  # fused kernels of large tensors: launches hide behind the kernels before them
     # its collectives do not run under computation by default (overlap 0), but for the inputs gathered again
     # under sequence parallelism, which Korthikanti et al. report hidden

@@ -110,10 +110,11 @@ TORCHTITAN = register(Framework(
     # (8), lerp of the first moment (12), the second moment's mul and addcmul (8 + 12), sqrt, divide, add
     # epsilon (8 each), addcdiv into the parameter (16); clip_grad_norm_ (read 4, then scale: 8)
     optimizer_bytes=92.0,
-    # FSDP2 per gathered parameter and step: the all-gather's output copied out into the parameters, forward
-    # and backward (read 2, write 2, twice), and the bf16 gradient copied into the fp32 reduce-scatter input
-    # (read 2, write 4)
-    gather_bytes=14.0,
+    # FSDP2 per gathered parameter: the all-gather's output copied out into the parameters at each gather
+    # (read 2, write 2; before the forward and again before the backward pass), and the bf16 gradient copied
+    # into the fp32 reduce-scatter input at each reduction (read 2, write 4)
+    gather_bytes=4.0,
+    reduce_bytes=6.0,
     launch_us=4.0,  # a CUDA kernel launch (eager PyTorch launches each operation's kernels one by one)
     # NCCL's kernels take multiprocessors from the computation they overlap: on NVLink an all-gather or
     # reduce-scatter runs 16 to 32 channels, a block each, of the H100's 132 multiprocessors (NCCL_MIN_NCHANNELS

@@ -21,8 +21,9 @@ kept by the operators of the block that read them, and those operators run
 their forward pass again in the backward pass; torchtitan's
 op-level selective checkpointing (``selective = "ops"``) saves the results
 of matrix products, every second one (the first, third, ... separate
-product of a block, :func:`options.base.products_of`), and of fused
-attention, and recomputes everything else; the block's input stays kept.
+product of a block, :func:`options.base.products_of`), of fused
+attention and of a mixture of experts' all-to-alls (not sent again), and
+recomputes everything else; the block's input stays kept.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class Recompute(Option):
         saved."""
         if value == "selective" and _by_ops(rules):
             again = 1.0 - _saved(op, context)
-            return _replayed(work, again) if again else work
+            return _replayed(work, again, alltoalls=op.kind.name not in A2A_SAVED) if again else work
         if value == "full" or value == "selective" and _replays(context, rules):
             return _replayed(work, 1.0)
         return work
@@ -120,11 +121,18 @@ def _by_ops(rules) -> bool:
     return fw is not None and fw.selective == "ops"
 
 
+#: the operators whose all-to-all's result op-level selection saves (torchtitan's ``_op_sac_save_list``
+#: names ``_c10d_functional.all_to_all_single``, and DeepEP's dispatch and combine, "to avoid
+#: re-communication"): the all-to-all is not sent again, the rest of their forward pass runs again
+A2A_SAVED = ("Dispatch", "Combine")
+
+
 def _saved(op, context) -> float:
     """The share of ``op``'s result op-level selection saves: all of fused
     attention's, the share of a weighted product's output its odd-numbered
     separate products make (counted through the block), none of anything
-    else's."""
+    else's (a dispatch's or combine's all-to-all result is saved, but the
+    rest of its forward pass runs again: :data:`A2A_SAVED`)."""
     from options.base import products_of
 
     if op.kind.name == "FusedAttention":
@@ -154,6 +162,9 @@ def _ops_memory(op, C, footprint, context, rules):
     share = _saved(op, context) if op.kind.name != "FusedAttention" else 0.0
     dropped = sum(gone) if gone else 0.0
     saved = share * shard_bytes(op.outputs[0], C, b) if share else 0.0
+    if op.kind.name in A2A_SAVED:  # the all-to-all's result: the dispatch's output, the experts' results the
+        saved = saved + shard_bytes(op.outputs[0] if op.kind.name == "Dispatch" else op.inputs[0], C, b)  # combine
+        # receives (as many elements as the experts send back)
     return replace(footprint, activations=footprint.activations - dropped + saved,
                    transient=footprint.transient + dropped)
 
@@ -170,11 +181,13 @@ def kept_tensors(op):
     return out
 
 
-def _replayed(work, again: float):
+def _replayed(work, again: float, alltoalls: bool = True):
     """``work`` with its forward pass run ``again`` times more: its partial
     sums reduced again, and its all-to-alls (counted forward and
-    backward) sent forward again."""
+    backward) sent forward again, unless their results are saved
+    (``alltoalls`` false)."""
     more = tuple(replace(c, count=c.count * again) for c in work.comms if c.role == "partial sums")
-    more += tuple(replace(c, count=c.count * again / 2.0) for c in work.comms
-                  if c.role == "exchange" and c.pattern == "alltoall")
+    if alltoalls:
+        more += tuple(replace(c, count=c.count * again / 2.0) for c in work.comms
+                      if c.role == "exchange" and c.pattern == "alltoall")
     return replace(work, replays=work.replays + again, comms=work.comms + more)

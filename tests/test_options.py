@@ -110,6 +110,47 @@ def test_full_recomputation_peak_holds_one_block_while_it_runs(tmp_path):
                + mem["transient"]) < 1e-12
 
 
+MIXTRAL = ROOT / "tests" / "data" / "configs" / "mixtral-8x7b"
+
+
+def _expert_layers(*args):
+    """The dispatch and combine of a Mixtral block, planned with ``args``."""
+    from cli.args import parse_args
+    from planner import plan
+
+    r = plan(parse_args([str(a) for a in ("-g", MIXTRAL, "-p", 8, "-b", 8, "--seq", 1024, *args)])).result
+    return tuple(next(x for x in r.layers if x.name == f"layer3/mlp/{name}") for name in ("dispatch", "combine"))
+
+
+@pytest.mark.parametrize("device", [(), ("--device", "h100"), ("--device", "h100", "--framework", "megatron")])
+def test_full_recomputation_sends_the_all_to_alls_again(device):
+    """A recomputed forward pass dispatches and combines its tokens again:
+    each all-to-all (forward, and its gradient backward) is sent a third
+    time, on the paper's model as on a device, as it reduces a
+    tensor-parallel product's partial sums again."""
+    none = _expert_layers(*device, "--plan", "dp=8,ep=8,recompute=none")
+    full = _expert_layers(*device, "--plan", "dp=8,ep=8,recompute=full")
+    for a, b in zip(none, full):
+        assert rel(b.communication, 1.5 * a.communication) < 1e-12 and b.compute > a.compute
+
+
+def test_op_level_selection_saves_the_all_to_alls_results():
+    """torchtitan's op-level selective checkpointing saves what
+    all_to_all_single returns (its _op_sac_save_list, "to avoid
+    re-communication"): the dispatch and combine run their local work again
+    but send nothing again, and keep the tokens the experts receive and the
+    results they send back (k copies of each token, two bytes each)."""
+    args = ("--device", "h100", "--framework", "torchtitan", "--plan")
+    none = _expert_layers(*args, "dp=8,ep=8,zero=3,recompute=none")
+    selective = _expert_layers(*args, "dp=8,ep=8,zero=3,recompute=selective")
+    full = _expert_layers(*args, "dp=8,ep=8,zero=3,recompute=full")
+    received = 2 * 1024 * 4096 * 2  # a device's 1,024 tokens, each to its 2 experts, 4,096 wide in bf16
+    for a, s, f in zip(none, selective, full):
+        assert s.communication == a.communication and rel(f.communication, 1.5 * a.communication) < 1e-12
+        assert s.compute > a.compute
+        assert s.memory[3] == received and f.memory[3] == 0.0
+
+
 # -- published training settings fit, with the certificate -----------------------------------------
 
 def _llama70b(tmp_path):
