@@ -38,7 +38,8 @@ from cost.memory import footprint, op_memory
 from cost.rules import AUTO, EMBEDDING_SYNC, MAX_PROCS, OPTIMIZERS, CostModel, check_procs
 from cost.tables import (CostedGraph, CostEstimate, CostTablesTooLarge, NodeArrays, OptionTable, build_costs,
                          estimate_costs, node_arrays, with_edges, with_options)
-from cost.time import collective_cost, edge_costs, op_cost_parts, op_costs, op_work, price, price_stage, traffic
+from cost.edges import edge_costs
+from cost.time import collective_cost, op_cost_parts, op_costs, op_work, price, price_stage, traffic
 
 __all__ = [
     "AUTO",

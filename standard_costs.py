@@ -296,7 +296,7 @@ class Costing:
         ``targets`` (and of those costed before) costed."""
         from cost.rules import float8_input
         from cost.tables import tp_room
-        from cost.time import edge_costs
+        from cost.edges import edge_costs
 
         table = self._edges.setdefault((micro, variant, e), _EdgeTable())
         new_src = sorted({a for a in sources if a not in table.src})

@@ -36,7 +36,8 @@ from cost.memory import footprint, shared_weights
 from cost.rules import (CostModel, contention_of, extents, float8_input, gather_share, gathered_in_fp8,
                         nvlink_windows, overlap_share, under_backward)
 from cost.tables import StrategyCost, node_arrays, tp_room, with_options
-from cost.time import edge_costs, ring_kv
+from cost.edges import edge_costs
+from cost.time import ring_kv
 from errors import InputError
 from graph import Operator, operators, parameter_count
 from kinds.base import Comm, Work

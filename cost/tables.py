@@ -18,7 +18,8 @@ import numpy as np
 from config_space import Decision, configurations, count_configurations
 from cost.memory import footprint
 from cost.rules import AUTO, CostModel, check_procs, extents, float8_input
-from cost.time import TP_ROLES, as_run, collective_cost, edge_costs, pass_times, price, tp_overlapped
+from cost.edges import edge_costs
+from cost.time import TP_ROLES, as_run, collective_cost, pass_times, price, tp_overlapped
 from errors import InputError
 from graph import Operator, operators
 from result import total

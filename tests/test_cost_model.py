@@ -387,13 +387,13 @@ def test_too_large_cost_arrays_are_refused_before_anything_is_enumerated(monkeyp
 
 @pytest.mark.parametrize("g, p", [("transformer", 64), ("inception3", 32), ("rnnlm", 16), ("alexnet", 8)])
 def test_edges_worked_out_per_distinct_split_are_the_same_numbers(monkeypatch, g, p):
-    import cost.time
+    import cost.edges
 
     graph = built(g)
     ops = operators(graph)
     cg = costed(g, p)
     for spread in (0, 10**18):  # every matrix per distinct split, or none
-        monkeypatch.setattr(cost.time, "_SPREAD", spread)
+        monkeypatch.setattr(cost.edges, "_SPREAD", spread)
         for u, v, d in sorted(graph.edges(data=True))[:40]:
             m = edge_costs(ops[u], d["out"], ops[v], d["inp"], cg.configs[u], cg.configs[v], cg.model)
             assert np.array_equal(m, cg.edge_costs[(u, v)])

@@ -834,7 +834,8 @@ def test_ring_attention_passes_the_keys_and_values_around_the_ring():
     forward pass and again backward, and a quarter of them as fp32
     gradients at each of the 4 steps."""
     from cost.evaluate import ring_words
-    from cost.time import edge_costs, op_work
+    from cost.edges import edge_costs
+    from cost.time import op_work
 
     r, op, config, C, into = _attention(*CP, "--framework", "torchtitan")
     model = r.cost_model
