@@ -17,8 +17,8 @@ framework that ran it):
 - **Megatron Bridge's performance summaries** (25.11 and 26.02;
   ``bridge``): tokens/s per GPU of its FP8 pre-training runs of Llama 3
   8B and 70B and Llama 3.1 405B on DGX H100 and of Llama 3 8B and Llama
-  3.1 405B on DGX B200, and of its mixture-of-experts runs on DGX H100
-  and DGX B200 that ``--plan`` can state (Qwen3-30B-A3B, GPT-OSS 120B,
+  3.1 405B on DGX B200, GB200 and GB300, and of its mixture-of-experts
+  runs on each of them that ``--plan`` can state (Qwen3-30B-A3B, GPT-OSS 120B,
   Qwen3-235B-A22B; MXFP8 costed as FP8), with
   ``--framework megatron`` (the tensor-parallel collectives overlapped
   where the recipes overlap them), and each run's peak against the

@@ -152,7 +152,7 @@ class Cluster:
                             metavar="US", label="latency (us)", tag="lat")
     device: str = _field("", "--device", "device", "a device preset: peak TFLOPS at the precision, memory and "
                          "bandwidth inside a node (v100, a100-40gb, a100-80gb, h100, h100-96gb, h100-nvl, h800, "
-                         "h200, b200, paper); flags override it",
+                         "h200, b200, b300, gb200, gb300, paper); flags override it",
                          metavar="NAME")
     precision: str = _field(DEFAULT_PRECISION, "--precision", "precision", "training precision: fp64 (the original "
                             "8-byte word, default), fp32, bf16 or fp16 (mixed precision)", metavar="P")
@@ -160,8 +160,8 @@ class Cluster:
                                          "returns the cheapest strategy that fits (default: the --device's, else "
                                          "unbounded)", metavar="GB", label="device memory (GB)", tag="mem", high=1e6)
     network: str = _field("", "--network", "network", "the network between nodes, a preset (ib-edr, ib-hdr, "
-                          "ib-ndr, roce-400, or the same speed as inside a node: nvlink); --inter-bw overrides its "
-                          "bandwidth (default: the --device's)", metavar="NAME")
+                          "ib-ndr, ib-xdr, roce-400, or the same speed as inside a node: nvlink); --inter-bw "
+                          "overrides its bandwidth (default: the --device's)", metavar="NAME")
     # -- the realistic model (a real device): what the device and NCCL reach, not only their peaks --
     mem_bw: float | None = _field(None, "--mem-bw", "positive", "device memory bandwidth in GB/s: with it, the "
                                   "realistic time model (roofline, vendor FLOP, overlap) applies (default: the "

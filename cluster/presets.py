@@ -39,6 +39,24 @@ vendors' data sheets):
   180 GB at 8,000 GB/s, 900 GB/s each way, 148 multiprocessors; the data
   sheet gives no FP32 or FP64 rate the model uses, so it trains in bf16 or
   fp16 only;
+* ``b300``: NVIDIA B300 (Blackwell Ultra) in an HGX/DGX B300 (HGX B300
+  table: 36 PFLOPS BF16 and 72 FP8 for 8 GPUs with sparsity; NVIDIA's
+  Blackwell Ultra brief: 288 GB of HBM3e at 8 TB/s; DGX B300: eight
+  ConnectX-8 at 800 Gb/s): 2,250 bf16 and 4,500 FP8 TFLOPS dense, 900
+  GB/s of NVLink each way, 148 multiprocessors enabled (as CUDA reports
+  them), 800 Gb/s InfiniBand per device between nodes;
+* ``gb200``: NVIDIA GB200 in a GB200 NVL72 rack (its table: 360 PFLOPS
+  BF16 and 720 FP8 for 72 GPUs with sparsity, up to 13.4 TB of HBM3e at
+  576 TB/s, NVLink 130 TB/s; the GPU at 1,200 W where an HGX B200's runs at
+  1,000 W): 2,500 bf16 and 5,000 FP8 TFLOPS dense, 186 GB at 8,000 GB/s,
+  900 GB/s each way to any of the rack's 72 GPUs (a node here is the
+  NVLink domain), 152 multiprocessors, and the DGX GB200's ConnectX-7 at
+  400 Gb/s per GPU between racks;
+* ``gb300``: NVIDIA GB300 (Blackwell Ultra) in a GB300 NVL72 rack (its
+  table: 360 PFLOPS BF16 and 720 FP8 for 72 GPUs with sparsity, 576 TB/s;
+  the Blackwell Ultra brief: 288 GB a GPU): 2,500 bf16 and 5,000 FP8
+  TFLOPS dense, 8,000 GB/s, the NVL72's NVLink domain of 72, 148
+  multiprocessors, ConnectX-8 at 800 Gb/s per GPU between racks;
 * ``paper``: the PaSE paper's device, 10 TFLOPS and 16 GB/s at every
   precision, memory unbounded, no memory bandwidth: the paper's model.
 
@@ -46,10 +64,13 @@ vendors' data sheets):
 capacity" PyTorch's out-of-memory message names), in GB of 10^9 bytes: a
 data sheet's "80 GB" of HBM is 80 GiB (85.9 GB), of which the driver keeps
 a little. PyTorch reports 79.1 GiB on the H100 SXM5 80 GB (nvidia-smi:
-81,559 MiB), 139.8 GiB on the H200 141 GB, 178.35 GiB on the B200 180 GB
-and 39.4 GiB on the A100 40 GB; the others take the same 99 % of their
-GiB (the A100 80 GB 79.2, the V100 32 GB 31.7, the H100 NVL 94 GB 93.1,
-the H100 96 GB 95.0 GiB). A plan of 81 GB of tensors fits an "80 GB" part.
+81,559 MiB), 139.8 GiB on the H200 141 GB, 178.35 GiB on the B200 180 GB,
+184.31 GiB on the GB200 186 GB, 267.69 GiB on the B300 288 GB and 39.4 GiB
+on the A100 40 GB; the GB300 276.8 GiB (its nvidia-smi total, 284,208
+MiB, less the 0.7 to 0.9 GiB the GB200 and B300 report below theirs); the
+others take the same 99 % of their GiB (the A100 80 GB 79.2, the V100 32
+GB 31.7, the H100 NVL 94 GB 93.1, the H100 96 GB 95.0 GiB). A plan of 81
+GB of tensors fits an "80 GB" part.
 
 ``fp8`` is a device's dense FP8 peak (``--float8`` runs the linear layers'
 products at it); ``power`` the share of its peak its matrix units sustain
@@ -80,8 +101,9 @@ model and plan):
   NVLink peak (nccl-tests on DGX A100: about 230 of 300 GB/s; DGX H100:
   about 360 of 450 GB/s without NVLink SHARP), with ``latency`` 1 us per
   ring step inside a node.  The H100's variants (``h100-96gb``,
-  ``h100-nvl``, ``h800``, ``h200``) and the ``b200`` take the H100's
-  efficiencies: no published figure of their own.
+  ``h100-nvl``, ``h800``, ``h200``) and the Blackwell parts (``b200``,
+  ``b300``, ``gb200``, ``gb300``) take the H100's efficiencies: no
+  published figure of their own.
 
 **Attention kernels** (:data:`ATTENTION_KERNELS`): the share of the peak a
 named kernel reaches, forward and backward, on each architecture (``arch``:
@@ -104,14 +126,17 @@ microseconds per step):
 * ``ib-edr``: 100 Gb/s InfiniBand EDR per device, 12.5 GB/s;
 * ``ib-hdr``: 200 Gb/s InfiniBand HDR per device, 25 GB/s (DGX A100: 8 HDR
   adapters for 8 GPUs);
-* ``ib-ndr``: 400 Gb/s InfiniBand NDR per device, 50 GB/s (DGX H100);
+* ``ib-ndr``: 400 Gb/s InfiniBand NDR per device, 50 GB/s (DGX H100,
+  DGX B200, DGX GB200);
+* ``ib-xdr``: 800 Gb/s InfiniBand XDR per device, 100 GB/s (ConnectX-8:
+  DGX B300, DGX GB300);
 * ``roce-400``: 400 Gb/s RoCE per device, 50 GB/s, a lower efficiency;
 * ``nvlink``: nodes joined as fast as devices inside a node (one NVLink
   domain).
 
 InfiniBand reaches 85 % (nccl-tests across DGX nodes: 20-23 GB/s bus
-bandwidth on HDR, 40-46 on NDR), RoCE 75 %, with 5 us (RoCE 8 us) per
-step.
+bandwidth on HDR, 40-46 on NDR; XDR takes the same share, no published
+figure of its own), RoCE 75 %, with 5 us (RoCE 8 us) per step.
 """
 
 from __future__ import annotations
@@ -193,6 +218,14 @@ DEVICES = {d.name: d for d in (
            "ib-ndr", headroom=3.0, matmul_eff=0.75, attention_eff=0.45, sms=132, fp8=1979.0, arch="hopper", **_REAL),
     Device("b200", {"bf16": 2250.0, "fp16": 2250.0}, _gib(178.35), 900.0, 8000.0, "bf16", "ib-ndr", headroom=3.0,
            matmul_eff=0.75, attention_eff=0.45, sms=148, fp8=4500.0, arch="blackwell", **_REAL),
+    Device("b300", {"bf16": 2250.0, "fp16": 2250.0}, _gib(267.69), 900.0, 8000.0, "bf16", "ib-xdr", headroom=3.0,
+           matmul_eff=0.75, attention_eff=0.45, sms=148, fp8=4500.0, arch="blackwell", **_REAL),
+    Device("gb200", {"bf16": 2500.0, "fp16": 2500.0}, _gib(184.31), 900.0, 8000.0, "bf16", "ib-ndr", headroom=3.0,
+           matmul_eff=0.75, attention_eff=0.45, sms=152, fp8=5000.0, arch="blackwell",
+           **{**_REAL, "gpus_per_node": 72}),
+    Device("gb300", {"bf16": 2500.0, "fp16": 2500.0}, _gib(276.8), 900.0, 8000.0, "bf16", "ib-xdr", headroom=3.0,
+           matmul_eff=0.75, attention_eff=0.45, sms=148, fp8=5000.0, arch="blackwell",
+           **{**_REAL, "gpus_per_node": 72}),
     Device("paper", {"fp64": 10.0, "fp32": 10.0, "bf16": 10.0, "fp16": 10.0}, None, 16.0),
 )}
 
@@ -204,6 +237,7 @@ NETWORKS = {n.name: n for n in (
     Network("ib-edr", 12.5, 0.85, 5.0, "100 Gb/s InfiniBand EDR per device"),
     Network("ib-hdr", 25.0, 0.85, 5.0, "200 Gb/s InfiniBand HDR per device"),
     Network("ib-ndr", 50.0, 0.85, 5.0, "400 Gb/s InfiniBand NDR per device"),
+    Network("ib-xdr", 100.0, 0.85, 5.0, "800 Gb/s InfiniBand XDR per device"),
     Network("roce-400", 50.0, 0.75, 8.0, "400 Gb/s RoCE per device"),
     Network("nvlink", None, None, None, "as fast as inside a node"),
 )}

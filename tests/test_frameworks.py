@@ -382,6 +382,38 @@ def test_megatron_bridge_on_b200(label, within):
     assert res.memory_bytes + sum(res.beyond_tensors) <= 191.5e9
 
 
+@pytest.mark.parametrize("label, within", [(r[0], 0.20) for r in MEGATRON_BRIDGE["rows"]
+                                           if r[2] in ("gb200", "gb300") and "Llama" in r[0]])
+def test_megatron_bridge_on_gb200_and_gb300(label, within):
+    """Megatron Bridge 25.11's FP8 Llama runs on GB200 and GB300 racks,
+    held out (nothing fitted on them): within 20% in tokens/s per GPU (8B
+    +5.3% and -11.7%, 405B +3.5% and -17.3%; the GB300's attention runs
+    faster than the model prices it)."""
+    r = dict(zip(MEGATRON_BRIDGE["columns"], next(v for v in MEGATRON_BRIDGE["rows"] if v[0] == label)))
+    flags = (["--float8"] * r["float8"] + ["--tp-overlap"] * r["tp_overlap"] + MEGATRON_BRIDGE["flags"]
+             + MEGATRON_BRIDGE["row_flags"].get(label, []))
+    res = planned("-g", ROOT / "tests" / "data" / "configs" / r["model"], "-p", r["gpus"], "-b", r["batch"],
+                  "--seq", r["seq"], "--device", r["device"], "--framework", "megatron", "--plan", r["plan"], *flags)
+    assert abs(r["batch"] * r["seq"] / res.step_seconds / r["gpus"] / r["tokens_per_s"] - 1) < within
+
+
+def test_megatron_bridge_rack_jobs_take_slurm_segments():
+    """Megatron Bridge's launcher asks Slurm for a GB200 or GB300 job's
+    4-GPU trays in segments of at most 18 in one NVL72 rack (all of them
+    up to 18, else the largest count that divides them): each row on those
+    racks states the NVLink domain its segments make (--gpus-per-node where
+    a job spans racks)."""
+    rows = [dict(zip(MEGATRON_BRIDGE["columns"], v)) for v in MEGATRON_BRIDGE["rows"]]
+    racks = [r for r in rows if r["device"] in ("gb200", "gb300")]
+    assert len(racks) >= 10
+    for r in racks:
+        trays = r["gpus"] // 4
+        segment = trays if trays <= 18 else max(n for n in range(1, 19) if trays % n == 0)
+        flags = MEGATRON_BRIDGE["row_flags"].get(r["label"], [])
+        stated = int(flags[flags.index("--gpus-per-node") + 1]) if "--gpus-per-node" in flags else 72
+        assert stated == (4 * segment if segment < trays else 72), r["label"]
+
+
 def test_megatron_bridge_tables_run_as_their_recipes_did():
     """The Megatron Bridge table's flags are its recipes' settings: bf16
     gradients (ddp.grad_reduce_in_fp32 = False) halve the gradients'
@@ -545,7 +577,8 @@ def test_no_framework_changes_nothing():
 
 @pytest.mark.parametrize("device, memory, bw, nvlink, fp8", [
     ("h100-96gb", 102.0, 2400, 450, 1979), ("h100-nvl", 100.0, 3900, 300, 1670.5), ("h800", 84.9, 3350, 200, 1979),
-    ("h200", 150.1, 4800, 450, 1979), ("b200", 191.5, 8000, 900, 4500),
+    ("h200", 150.1, 4800, 450, 1979), ("b200", 191.5, 8000, 900, 4500), ("b300", 287.4, 8000, 900, 4500),
+    ("gb200", 197.9, 8000, 900, 5000), ("gb300", 297.2, 8000, 900, 5000),
 ])
 def test_device_variants(device, memory, bw, nvlink, fp8):
     from cluster import Cluster
@@ -554,6 +587,28 @@ def test_device_variants(device, memory, bw, nvlink, fp8):
     c = Cluster(precision="bf16", **preset(device, "bf16"))
     assert (c.device_memory, c.mem_bw, c.bw, c.fp8_flops) == (memory, bw, nvlink, fp8)
     assert c.power == (0.8959070237493684 if device == "h100-96gb" else 1.0)
+
+
+@pytest.mark.parametrize("device, bf16, per_node, network, between", [
+    ("b200", 2250, 8, "ib-ndr", 50), ("b300", 2250, 8, "ib-xdr", 100),
+    ("gb200", 2500, 72, "ib-ndr", 50), ("gb300", 2500, 72, "ib-xdr", 100),
+])
+def test_blackwell_systems(device, bf16, per_node, network, between):
+    """The HGX boards hold 8 GPUs, the NVL72 racks 72 in one NVLink domain;
+    the Blackwell Ultra systems' ConnectX-8 doubles the InfiniBand; the
+    rack's GPUs run at a higher power (2,500 dense bf16 TFLOPS); the CLI
+    says what it took, and the Blackwell overhead fitted on the B200 holds
+    for them all."""
+    from cluster import Cluster
+    from cluster.presets import device as preset
+    from frameworks import FRAMEWORKS
+
+    c = Cluster(precision="bf16", **preset(device, "bf16"))
+    assert (c.flops, c.gpus_per_node, c.network, c.inter_bw) == (bf16, per_node, network, between)
+    assert FRAMEWORKS["megatron"].on_device(device).overhead == 0.139
+    out = run_cli("-g", LLAMA8B, "-p", 144, "-b", 144, "--device", device, "--plan", "dp=144", "-q").stdout
+    nodes = "2 nodes of 72" if per_node == 72 else "18 nodes of 8"
+    assert f"{device}: {bf16} TFLOPS" in out and nodes in out and f"({network}: " in out
 
 
 def test_the_power_limit_slows_the_matrix_units():

@@ -175,7 +175,8 @@ def test_cluster_file_fields_are_checked(tmp_path, fields, message):
     (tmp_path / "c.json").write_text(json.dumps(fields))
     proc = run("--cluster", "c.json", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr == f"scheduler.py: error: --cluster: c.json: {message}" + (
-        "; choose one of v100, a100-40gb, a100-80gb, h100, h100-96gb, h100-nvl, h800, h200, b200, paper\n"
+        "; choose one of v100, a100-40gb, a100-80gb, h100, h100-96gb, h100-nvl, h800, h200, b200, b300, gb200, "
+        "gb300, paper\n"
         if "device" in fields else "\n")
 
 
