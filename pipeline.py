@@ -59,10 +59,15 @@ import math
 from dataclasses import dataclass, replace
 
 from errors import InputError
+from pipeline_layout import (balanced_ranges, block_layers, chunk_ranges, chunk_share, chunk_sizes, chunking_error,
+                             counts_ends, cut_as_framework, partitions, split_counts, stage_blocks, stage_chunk_sizes,
+                             stage_ranges, unblocked_error)
 
-__all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "split_counts", "block_layers", "stage_ranges",
-           "stage_blocks", "chunk_ranges", "chunk_sizes", "chunk_share", "chunking_error", "node_in_flight", "order",
-           "evaluate", "SCHEDULES"]
+__all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "node_in_flight", "order", "evaluate", "SCHEDULES",
+           # how the stages split the model (pipeline_layout), for the callers of this module
+           "balanced_ranges", "block_layers", "chunk_ranges", "chunk_share", "chunk_sizes", "chunking_error",
+           "counts_ends", "cut_as_framework", "partitions", "split_counts", "stage_blocks", "stage_chunk_sizes",
+           "stage_ranges", "unblocked_error"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
@@ -241,36 +246,6 @@ class Pipeline:
         return max(self.stages, key=lambda s: s.memory)
 
 
-def stage_ranges(n_nodes: int, chain, counts) -> list[tuple[int, int]]:
-    """The node ranges ``[lo, hi)`` of stages holding ``counts`` blocks of
-    ``chain`` each: what precedes the blocks goes to the first stage, what
-    follows to the last."""
-    out, lo, k = [], 0, 0
-    for i, c in enumerate(counts):
-        k += c
-        hi = n_nodes if i == len(counts) - 1 else chain.start + k * chain.size
-        out.append((lo, hi))
-        lo = hi
-    return out
-
-
-def unblocked_error(name: str) -> str:
-    """Why a graph without repeated blocks (``name``) cannot run the
-    interleaved schedule."""
-    return f"the interleaved schedule splits stages into chunks of blocks; {name} has no repeated blocks"
-
-
-def chunking_error(counts, schedule: Schedule) -> str | None:
-    """Why stages of ``counts`` blocks cannot run ``schedule`` (``None``:
-    they can): the interleaved schedule's ``v`` model chunks need ``v``
-    blocks in each stage."""
-    if schedule.name != "interleaved" or min(counts) >= schedule.chunks:
-        return None
-    v = schedule.chunks
-    return (f"interleaved:{v} needs at least {v} blocks in each stage, not {min(counts)} of the {sum(counts)} over "
-            f"{len(counts)} stages")
-
-
 def node_in_flight(schedule: Schedule, i: int, pp: int, m: int, chain=None, lo: int = 0, hi: int = 0):
     """Micro-batches of activations stage ``i`` keeps of its operators
     ``[lo, hi)``, as the search bounds a stage's memory by them: one
@@ -287,111 +262,6 @@ def node_in_flight(schedule: Schedule, i: int, pp: int, m: int, chain=None, lo: 
     for c, (a, b) in zip(schedule.chunk_peaks(i, pp, m), chunk_ranges(chain, lo, hi, schedule.v)):
         out += [c] * (b - a)
     return tuple(out)
-
-
-def stage_blocks(chain, lo: int, hi: int) -> tuple[int, int]:
-    """The whole blocks of ``chain`` the stage ``[lo, hi)`` holds: the
-    indices ``[first, last)``."""
-    end = chain.start + chain.count * chain.size
-    first = max(0, -(-(lo - chain.start) // chain.size))  # the stage's first whole block
-    last = min(chain.count, (min(hi, end) - chain.start) // chain.size)  # one past its last
-    return first, max(first, last)
-
-
-def _block_spans(chain, lo: int, hi: int, v: int) -> list[tuple[int, int]]:
-    """The blocks (indices ``[a, b)`` of ``chain``'s) of each of the ``v``
-    model chunks of the stage ``[lo, hi)`` (:func:`chunk_ranges`)."""
-    first, last = stage_blocks(chain, lo, hi)
-    if last - first < v:
-        n = last - first
-        raise InputError(f"a stage of {n} block{'' if n == 1 else 's'} cannot hold {v} model chunks")
-    out, a = [], first
-    for c in chunk_sizes(last - first, v):
-        out.append((a, a + c))
-        a += c
-    return out
-
-
-def chunk_share(counts, v: int) -> float | None:
-    """The largest model chunk's share of its stage's blocks, over stages of
-    ``counts`` blocks split into ``v`` chunks (:func:`chunk_sizes`):
-    ``None`` where every chunk holds ``1 / v`` of its stage."""
-    if v == 1 or all(c % v == 0 for c in counts):
-        return None
-    return max(max(chunk_sizes(c, v)) / c for c in counts)
-
-
-def chunk_sizes(blocks: int, v: int) -> list[int]:
-    """The blocks of each of a stage's ``v`` model chunks: as even as they
-    divide, the last chunks taking one more (an earlier chunk is held for
-    more micro-batches: 15 blocks into 7 and 8)."""
-    return _even(blocks, v)[::-1]
-
-
-def chunk_ranges(chain, lo: int, hi: int, v: int) -> list[tuple[int, int]]:
-    """The node ranges ``[a, b)`` of the ``v`` model chunks of the stage
-    ``[lo, hi)`` (which holds whole blocks of ``chain``): its blocks split
-    as evenly as they divide (:func:`chunk_sizes`: the last chunks take one
-    more), what precedes its first block in the first chunk, what follows
-    its last in the last.  An :class:`InputError` when it holds fewer blocks than
-    chunks."""
-    out, a = [], lo
-    for j, (_, k) in enumerate(_block_spans(chain, lo, hi, v)):
-        b = hi if j == v - 1 else chain.start + k * chain.size
-        out.append((a, b))
-        a = b
-    return out
-
-
-def _even(N: int, pp: int) -> list[int]:
-    return [N // pp + (1 if i < N % pp else 0) for i in range(pp)]
-
-
-def block_layers(g, chain) -> int:
-    """How many of the model's layers one block of ``chain`` holds: the
-    distinct first parts of its operators' names (``layer3/attn/qkv``:
-    ``layer3``); a block of layers that alternate kinds holds two."""
-    from graph import operators
-
-    ops = operators(g)
-    return len({ops[i].name.split("/", 1)[0] for i in chain.block(0)})
-
-
-def split_counts(blocks: int, pp: int, v: int = 1, framework=None, layers: int = 1) -> list[int]:
-    """Blocks per stage of a standard configuration's ``pp`` stages of
-    ``v`` model chunks each: as evenly as they divide, the first stages
-    taking one more; or, under a framework whose ``pipeline_split`` is
-    ``embedding_loss``, where each block is one layer (``layers``:
-    :func:`block_layers`) and the layers do not divide over the ``pp v``
-    chunks, with the embedding and the loss each counted as a layer
-    (Megatron-LM's ``--account-for-embedding-in-pipeline-split`` and
-    ``--account-for-loss-in-pipeline-split``, which its recipes set for
-    such models: Llama 3.1 405B's 126 layers over 8 stages are 15, 16, ...,
-    16, 15), where ``blocks + 2`` divides into chunks of at least two."""
-    if (framework is not None and framework.pipeline_split == "embedding_loss" and pp > 1 and layers == 1
-            and blocks % (pp * v) and (blocks + 2) % (pp * v) == 0 and (blocks + 2) // (pp * v) >= 2):
-        counts = [(blocks + 2) // pp] * pp
-        counts[0] -= 1
-        counts[-1] -= 1
-        return counts
-    return _even(blocks, pp)
-
-
-def partitions(N: int, pp: int) -> list[tuple[int, ...]]:
-    """Block counts per stage: even shares, the first and the last stage
-    taking up to two fewer or one more."""
-    out = {tuple(_even(N, pp))}
-    if pp == 1:
-        return [(N,)]
-    base = N // pp
-    for d0 in range(-2, 2):
-        for d1 in range(-2, 2):
-            first, last = base + d0, base + d1
-            rest = N - first - last
-            if first < 0 or last < 0 or rest < 0 or (pp > 2 and rest < pp - 2) or (pp == 2 and rest != 0):
-                continue
-            out.add((first,) + tuple(_even(rest, pp - 2)) + (last,) if pp > 2 else (first, last))
-    return sorted(out)
 
 
 def stage_cluster(cluster, q: int):
@@ -549,28 +419,6 @@ def _subgraph(g, lo: int, hi: int):
         sub.nodes[v]["reads"] = tuple(u - lo if u is not None and lo <= u < hi else None for u in reads)
     sub.graph["shared"] = [(v - lo, i) for v, i in g.graph.get("shared", ()) if lo <= v < hi]
     return sub
-
-
-def balanced_ranges(weights, pp: int) -> list[tuple[int, int]]:
-    """``pp`` contiguous non-empty ranges of the items whose ``weights``
-    (in order) sum as evenly as the cuts allow: each cut where the running
-    sum first reaches its share of the total."""
-    n = len(weights)
-    if pp > n:
-        raise InputError(f"{pp} stages need at least {pp} operators; the graph has {n}")
-    total = math.fsum(weights)
-    cuts, acc, k = [], 0.0, 1
-    for v, w in enumerate(weights):
-        acc += w
-        while k < pp and acc >= total * k / pp and len(cuts) < pp - 1:
-            cuts.append(v + 1)
-            k += 1
-    bounds = [0]
-    for j in range(pp - 1):  # every stage non-empty, each cut after the one before and room for the rest
-        c = cuts[j] if j < len(cuts) else n - (pp - 1 - j)
-        bounds.append(min(max(c, bounds[-1] + 1), n - (pp - 1 - j)))
-    bounds.append(n)
-    return [(bounds[j], bounds[j + 1]) for j in range(pp)]
 
 
 def as_result(g, pipe: Pipeline, model, p: int, batch: int, mode: str, **fields):

@@ -39,8 +39,9 @@ import math
 from dataclasses import replace
 
 from errors import InputError
-from pipeline import (Pipeline, Schedule, _even, balanced_ranges, chunk_share, chunking_error, evaluate, node_in_flight,
+from pipeline import (Pipeline, Schedule, balanced_ranges, chunk_share, chunking_error, evaluate, node_in_flight,
                       partitions, stage_cluster, stage_ranges)
+from pipeline_layout import _even
 
 __all__ = ["search", "micro_candidates", "PipelineDoesNotFit", "SEARCHED"]
 

@@ -225,17 +225,17 @@ class Costing:
         """``(counts, ranges)`` of the stages of ``std`` on ``L`` (as
         ``planner._standard_pipeline`` cuts them); an :class:`InputError`
         when they cannot be cut so."""
-        from pipeline import Schedule, chunking_error, split_counts, stage_ranges
+        from pipeline import Schedule, chunking_error, counts_ends, split_counts, stage_ranges
 
         if L.chain is None:
             if std.pp > 1 or std.schedule == "interleaved":
                 raise InputError(f"--plan: pp={std.pp} needs repeated blocks")
             return [L.n], [(0, L.n)]
-        counts = split_counts(L.chain.count, std.pp, Schedule(std.schedule, std.chunks).v, self.model.framework,
-                              L.layers)
+        split = (L.chain.count, std.pp, Schedule(std.schedule, std.chunks).v, self.model.framework, L.layers)
+        counts = split_counts(*split)
         if min(counts) < 1:
             raise InputError(f"--plan: pp={std.pp} is more stages than the {L.chain.count} blocks")
-        why = chunking_error(counts, Schedule(std.schedule, std.chunks))
+        why = chunking_error(counts, Schedule(std.schedule, std.chunks), counts_ends(*split))
         if why:
             raise InputError(f"--plan: {why}")
         return counts, stage_ranges(L.n, L.chain, counts)

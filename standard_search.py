@@ -99,13 +99,14 @@ def _chunkings(blocks: int, pp: int, framework=None, layers: int = 1) -> list[in
     over 8 stages in 5 chunks of 2), the embedding and the loss counted as
     blocks where the framework counts them (Llama 3.1 405B's 126 layers
     over 8 stages of 8 chunks of 2)."""
-    from pipeline import Schedule, _even, chunking_error, split_counts
+    from pipeline import Schedule, chunking_error, counts_ends, split_counts
 
     out = []
     for v in CHUNKS:
-        counts = split_counts(blocks, pp, v, framework, layers)
-        extra = 2 if counts != _even(blocks, pp) else 0  # the embedding and the loss, counted
-        if chunking_error(counts, Schedule("interleaved", v)) is None and (v == 2 or (blocks + extra) % (pp * v) == 0):
+        counts, ends = split_counts(blocks, pp, v, framework, layers), counts_ends(blocks, pp, v, framework, layers)
+        extra = 2 if ends else 0  # the embedding and the loss, counted
+        fits = chunking_error(counts, Schedule("interleaved", v), ends) is None
+        if fits and (v == 2 or (blocks + extra) % (pp * v) == 0):
             out.append(v)
     return out
 

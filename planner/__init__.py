@@ -112,8 +112,7 @@ def cluster_for(s: Settings, recorded: dict | None = None):
 
 
 def _find_model(model: dict, path: str) -> str:
-    """The model file a plan file names: where it was, or beside the plan
-    file."""
+    """The model file a plan file names: where it was, or beside the plan."""
     for where in (model.get("path"), os.path.join(os.path.dirname(path), model["source"])):
         if isinstance(where, str) and where and os.path.exists(where):
             return where
@@ -447,7 +446,8 @@ def _recorded_pipeline(job: Job, file, path: str):
         if chain is None:
             raise InputError(f"--evaluate: {path}: {pipeline.unblocked_error(gm.graph['name'])}")
         counts = [b - a for a, b in (pipeline.stage_blocks(chain, lo, hi) for lo, hi in ranges)]
-        why = pipeline.chunking_error(counts, sched)
+        ends = pipeline.cut_as_framework(counts, sched.v, job.model.framework, pipeline.block_layers(gm, chain))
+        why = pipeline.chunking_error(counts, sched, ends)
         if why:
             raise InputError(f"--evaluate: {path}: {why}")
     pipe = pipeline.evaluate(gm, job.model, job.procs, pp, m, micro, sched, ranges, strategy)

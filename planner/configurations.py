@@ -95,9 +95,11 @@ def _standard_pipeline(job: Job, std, model):
     batch = job.batch
     micro = std.microbatch * std.dp  # the samples of a micro-batch over the data-parallel groups
     g, chain = job.graph(micro), job.chain(micro)
+    ends = False  # the embedding and the loss counted as layers (pipeline.counts_ends)
     if chain is not None:
-        counts = pipeline.split_counts(chain.count, std.pp, pipeline.Schedule(std.schedule, std.chunks).v,
-                                       model.framework, pipeline.block_layers(g, chain))
+        split = (chain.count, std.pp, pipeline.Schedule(std.schedule, std.chunks).v, model.framework,
+                 pipeline.block_layers(g, chain))
+        counts, ends = pipeline.split_counts(*split), pipeline.counts_ends(*split)
         if min(counts) < 1:
             raise InputError(f"--plan: pp={std.pp} is more stages than the {chain.count} blocks")
         ranges = pipeline.stage_ranges(g.number_of_nodes(), chain, counts)
@@ -116,7 +118,7 @@ def _standard_pipeline(job: Job, std, model):
     sched = pipeline.Schedule(std.schedule, std.chunks)
     if sched.name == "interleaved" and chain is None:
         raise InputError(f"--plan: {pipeline.unblocked_error(g.graph['name'])}")
-    why = pipeline.chunking_error(counts, sched)
+    why = pipeline.chunking_error(counts, sched, ends)
     if why:
         raise InputError(f"--plan: {why}")
     pipe = pipeline.evaluate(g, model, job.procs, std.pp, m, micro, sched, ranges, strategy(g, std))

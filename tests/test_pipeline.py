@@ -109,6 +109,11 @@ class TestSchedules:
         assert pipeline.chunk_ranges(chain, 10, 19, 2) == [(10, 13), (13, 19)]  # blocks 3 to 5: 1 and 2
         with pytest.raises(InputError, match="a stage of 3 blocks cannot hold 4 model chunks"):
             pipeline.chunk_ranges(chain, 10, 19, 4)
+        # one block fewer than chunks: the embedding's chunk (first stage, first) or the loss's (last stage, last)
+        assert pipeline.chunk_ranges(chain, 0, 10, 4) == [(0, 1), (1, 4), (4, 7), (7, 10)]
+        assert pipeline.chunk_ranges(chain, 37, 50, 4) == [(37, 40), (40, 43), (43, 46), (46, 50)]
+        with pytest.raises(InputError, match="a stage of 2 blocks cannot hold 3 model chunks"):
+            pipeline.chunk_ranges(chain, 10, 16, 3)  # in the middle: no embedding, no loss to hold
 
     @pytest.mark.parametrize("text, want", [("gpipe", ("gpipe", 1)), ("1F1B", ("1f1b", 1)),
                                             ("interleaved", ("interleaved", 2)), ("interleaved:4", ("interleaved", 4))])

@@ -157,6 +157,20 @@ def test_an_interleaved_pipeline_of_unequal_chunks(tmp_path):
     assert ddp.use_distributed_optimizer is True and cfg.bf16 is True
 
 
+def test_an_interleaved_pipeline_of_one_layer_chunks(tmp_path):
+    """30 layers over 4 stages of 8 chunks: with the embedding and the loss
+    counted, chunks of one layer, the first rank's first holding the
+    embedding alone and the last rank's last the loss alone; Megatron Core
+    reads the exported layout so, as the plan was costed."""
+    gpt = _gpt(tmp_path / "g30", 30)
+    text = _render(gpt, 32, batch=64, device="a100-80gb", framework="megatron",
+                   plan="tp=2,pp=4,sp=1,schedule=interleaved:8,microbatch=1,zero=1")
+    assert "--pipeline-model-parallel-layout '" + "|".join(["E"] + ["t"] * 30 + ["L"]) + "'" in text
+    cfg, _, _ = _megatron(text, 30)
+    assert cfg.virtual_pipeline_model_parallel_size == 8
+    assert _layers_built(cfg) == [[0] + [1] * 7, [1] * 8, [1] * 8, [1] * 7 + [0]]
+
+
 def test_an_uneven_pipeline(tmp_path):
     gpt = _gpt(tmp_path / "g30", 30)
     text = _render(gpt, 16, batch=64, device="a100-80gb", framework="megatron",
@@ -169,7 +183,8 @@ def test_an_uneven_pipeline(tmp_path):
     assert (flags["micro_batch_size"], flags["global_batch_size"], flags["seq_length"]) == ("2", "64", "2048")
 
 
-@pytest.mark.parametrize("layers, pp, vpp", [(30, 4, None), (30, 4, 2), (126, 8, None), (126, 8, 8), (94, 8, 4)])
+@pytest.mark.parametrize("layers, pp, vpp", [(30, 4, None), (30, 4, 2), (126, 8, None), (126, 8, 8), (94, 8, 4),
+                                              (126, 16, 8), (30, 4, 8)])
 def test_megatron_core_splits_the_layers_as_the_plan_does(layers, pp, vpp):
     """Megatron Core's own split with the embedding and the loss counted
     as layers (account_for_embedding_in_pipeline_split and

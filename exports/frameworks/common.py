@@ -40,14 +40,15 @@ def layer_parts(plan, std, fmt: str) -> list[int]:
     part per stage, or with ``chunks`` per device (interleaved), part ``k``
     on device ``k mod pp``, each stage's blocks split into its chunks as
     evenly as they divide, the last chunks taking one more (as the plan was
-    costed: :func:`pipeline.chunk_sizes`)."""
-    from pipeline import chunk_sizes
+    costed: :func:`pipeline.stage_chunk_sizes`: a chunk of no layer, the
+    embedding's or the loss's, first on the first stage, last on the last)."""
+    from pipeline import stage_chunk_sizes
 
     if plan.chain is None:
         raise InputError(f"--export {fmt}: {plan.model_name} has no repeated layers to split into stages")
     counts = plan.stage_blocks()
     v = std.chunks if std.schedule == "interleaved" else 1
-    return [chunk_sizes(counts[k % std.pp], v)[k // std.pp] for k in range(std.pp * v)]
+    return [stage_chunk_sizes(counts[k % std.pp], v, k % std.pp == std.pp - 1)[k // std.pp] for k in range(std.pp * v)]
 
 
 def part_modules(plan, std, fmt: str, head: str) -> list[list[str]]:
