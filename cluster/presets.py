@@ -55,8 +55,9 @@ vendors' data sheets):
 * ``gb300``: NVIDIA GB300 (Blackwell Ultra) in a GB300 NVL72 rack (its
   table: 360 PFLOPS BF16 and 720 FP8 for 72 GPUs with sparsity, 576 TB/s;
   the Blackwell Ultra brief: 288 GB a GPU): 2,500 bf16 and 5,000 FP8
-  TFLOPS dense, 8,000 GB/s, the NVL72's NVLink domain of 72, 148
-  multiprocessors, ConnectX-8 at 800 Gb/s per GPU between racks;
+  TFLOPS dense, 8,000 GB/s, the NVL72's NVLink domain of 72, 152
+  multiprocessors (the B300 enables 148), ConnectX-8 at 800 Gb/s per GPU
+  between racks;
 * ``paper``: the PaSE paper's device, 10 TFLOPS and 16 GB/s at every
   precision, memory unbounded, no memory bandwidth: the paper's model.
 
@@ -224,7 +225,7 @@ DEVICES = {d.name: d for d in (
            matmul_eff=0.75, attention_eff=0.45, sms=152, fp8=5000.0, arch="blackwell",
            **{**_REAL, "gpus_per_node": 72}),
     Device("gb300", {"bf16": 2500.0, "fp16": 2500.0}, _gib(276.8), 900.0, 8000.0, "bf16", "ib-xdr", headroom=3.0,
-           matmul_eff=0.75, attention_eff=0.45, sms=148, fp8=5000.0, arch="blackwell",
+           matmul_eff=0.75, attention_eff=0.45, sms=152, fp8=5000.0, arch="blackwell",
            **{**_REAL, "gpus_per_node": 72}),
     Device("paper", {"fp64": 10.0, "fp32": 10.0, "bf16": 10.0, "fp16": 10.0}, None, 16.0),
 )}

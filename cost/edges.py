@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost.rules import CostModel, extents
-from cost.time import _pieces, _pipelined
+from cost.time import overlap_pieces, pipelined
 from graph import Operator
 from kinds import need, tensor_splits
 
@@ -64,11 +64,11 @@ def edge_costs(src: Operator, out: int, tgt: Operator, inp: int, src_configs, tg
     cost = np.take(np.take(cost, s_of, axis=0), q_of, axis=1) if spread else cost  # (K_src, K_tgt)
     if room is not None:  # pipelined under the target's products, forward and backward
         held = set("".join(t_tgt.axes))
-        q = np.broadcast_to(_pieces(C_tgt, "".join(c for c in tgt.dims if c not in held), net),
+        q = np.broadcast_to(overlap_pieces(C_tgt, "".join(c for c in tgt.dims if c not in held), net),
                             (len(tgt_configs),))[None, :]  # (1, K_tgt): the devices that hold it alike
         forward = 1.0 / (1.0 + float(net.word_bytes)) if fp8 else 0.5  # a byte forward, b backward
-        cost = (_pipelined(cost * forward, room[0][None, :], q)
-                + _pipelined(cost * (1.0 - forward), room[1][None, :], q))
+        cost = (pipelined(cost * forward, room[0][None, :], q)
+                + pipelined(cost * (1.0 - forward), room[1][None, :], q))
     return cost
 
 

@@ -29,7 +29,7 @@ from kinds.base import OVERLAPPED, Comm, Work
 
 __all__ = ["op_work", "collective_cost", "wave_share", "traffic", "price", "price_stage", "op_cost_parts", "op_costs",
            "TILE", "as_run", "ring_parts", "ring_kv", "ring_heads", "pass_times",
-           "tp_overlapped", "TP_ROLES"]
+           "tp_overlapped", "TP_ROLES", "copies", "overlap_pieces", "pipelined"]
 
 def op_work(op: Operator, configs, model: CostModel) -> Work:
     """What ``op`` does in a step at each configuration (its kind's record)."""
@@ -297,7 +297,7 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
 
     A matrix product's own tensor-parallel collectives run piece by piece
     under it where the run overlaps them (``--tp-overlap``,
-    :func:`_pipelined`)."""
+    :func:`pipelined`)."""
     net = model.cluster
     fw = model.framework
     t_fwd, t_bwd, per_byte = pass_times(work, C, model, op)
@@ -317,8 +317,8 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
         if tp and c.role in TP_ROLES:  # a product's own tensor-parallel collective, pipelined under it: the
             # partial sums under the forward product, the input gradient's reduction under the weight gradient's
             window = t_fwd if c.role == "partial sums" else t_bwd / 2.0
-            pieces = _pieces(C, c.letters, net)
-            x = _pipelined(c.count * collective_cost(c, C, net), window, pieces)
+            pieces = overlap_pieces(C, c.letters, net)
+            x = pipelined(c.count * collective_cost(c, C, net), window, pieces)
             blocking, inside = blocking + x, inside + inside_node(x, c, C, net)
             if c.role == "input gradients":
                 piped = piped | (np.asarray(pieces) > 1)
@@ -329,9 +329,9 @@ def _real_parts(work: Work, C: Extents, model: CostModel, op: Operator):
                 c = replace(c, words=held / b)
                 # the weights cast where they are held (their shard) rather than where gathered, in each pass
                 # (5 bytes per element: Float8 in as_run), and each gather's copy out of the collective's
-                # buffer (read and written) moved at a byte per element rather than b
+                # buffer moved at a byte per element rather than b
                 casts_saved = casts_saved + 5.0 * held * (1.0 - 1.0 / C[c.letters])
-                copies_saved = copies_saved + 2.0 * (b - 1.0) * held
+                copies_saved = copies_saved + fw.gather_bytes * (1.0 - 1.0 / b) * held
             scale = np.asarray(c.words if c.words is not None else 0.0) * b / bucket  # a bucket's share of latency
             x = c.count * collective_cost(c, C, net, scale if c.role != "inputs" else None)
             if c.role == "weights":  # gathered twice: before the forward and before the backward pass
@@ -395,14 +395,14 @@ def tp_overlapped(work: Work, model: CostModel) -> bool:
                 and np.any(work.macs))
 
 
-def _pieces(C: Extents, letters: str, net: Cluster):
+def overlap_pieces(C: Extents, letters: str, net: Cluster):
     """The pieces an overlapped tensor-parallel collective over ``letters``
     runs in: its group's size in a node, one (no overlap) where the group
     spans nodes (Transformer Engine's userbuffers join a node's devices)."""
     return np.where(np.asarray(net.across(C, letters)) > 1, 1.0, C[letters])
 
 
-def _pipelined(comm, window, pieces):
+def pipelined(comm, window, pieces):
     """What a collective of ``comm`` leaves exposed run in ``pieces`` under
     a matrix product of ``window`` (FLOP-equivalents), each piece's beside
     the next piece's product (Megatron-LM's ``--tp-comm-overlap``,

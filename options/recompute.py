@@ -54,7 +54,8 @@ class Recompute(Option):
         saved."""
         if value == "selective" and _by_ops(rules):
             again = 1.0 - _saved(op, context)
-            return _replayed(work, again, alltoalls=op.kind.name not in A2A_SAVED) if again else work
+            sums = 0.5 if rules.framework.sp else 1.0  # the reduce-scatter's result saved: the all-gather again
+            return _replayed(work, again, alltoalls=op.kind.name not in A2A_SAVED, sums=sums) if again else work
         if value == "full" or value == "selective" and _replays(context, rules):
             return _replayed(work, 1.0)
         return work
@@ -123,7 +124,10 @@ def _by_ops(rules) -> bool:
 
 #: the operators whose all-to-all's result op-level selection saves (torchtitan's ``_op_sac_save_list``
 #: names ``_c10d_functional.all_to_all_single``, and DeepEP's dispatch and combine, "to avoid
-#: re-communication"): the all-to-all is not sent again, the rest of their forward pass runs again
+#: re-communication"): the all-to-all is not sent again, the rest of their forward pass runs again.  The
+#: list names ``_c10d_functional.reduce_scatter_tensor`` too: under sequence parallelism a row-parallel
+#: product's reduce-scatter is not sent again, the all-gather before the next column-parallel product is,
+#: half of the all-reduce the model counts for its partial sums
 A2A_SAVED = ("Dispatch", "Combine")
 
 
@@ -181,12 +185,12 @@ def kept_tensors(op):
     return out
 
 
-def _replayed(work, again: float, alltoalls: bool = True):
+def _replayed(work, again: float, alltoalls: bool = True, sums: float = 1.0):
     """``work`` with its forward pass run ``again`` times more: its partial
-    sums reduced again, and its all-to-alls (counted forward and
-    backward) sent forward again, unless their results are saved
-    (``alltoalls`` false)."""
-    more = tuple(replace(c, count=c.count * again) for c in work.comms if c.role == "partial sums")
+    sums reduced again (``sums`` of their collective), and its all-to-alls
+    (counted forward and backward) sent forward again, unless their
+    results are saved (``alltoalls`` false)."""
+    more = tuple(replace(c, count=c.count * again * sums) for c in work.comms if c.role == "partial sums")
     if alltoalls:
         more += tuple(replace(c, count=c.count * again / 2.0) for c in work.comms
                       if c.role == "exchange" and c.pattern == "alltoall")

@@ -151,6 +151,36 @@ def test_op_level_selection_saves_the_all_to_alls_results():
         assert s.memory[3] == received and f.memory[3] == 0.0
 
 
+def _row_parallel(*args):
+    """The attention's output product of a Llama 3 8B block on 8 H100s at
+    TP 2, planned with ``args``."""
+    from cli.args import parse_args
+    from planner import plan
+
+    r = plan(parse_args([str(a) for a in ("-g", LLAMA8B, "-p", 8, "-b", 8, "--seq", 2048, "--device", "h100",
+                                          *args)])).result
+    return next(x for x in r.layers if x.name == "layer3/attn/out")
+
+
+def test_op_level_selection_saves_the_reduce_scatters_result():
+    """torchtitan's op-level selective checkpointing saves what
+    reduce_scatter_tensor returns too: under sequence parallelism a
+    recomputed row-parallel product sends again only the all-gather, half
+    the all-reduce of partial sums the model counts; without sequence
+    parallelism (an all-reduce, not on the list) the whole; Megatron-LM's
+    selective recomputation of the attention core replays no product."""
+    def comm(framework, sp, recompute):
+        plan = f"dp=4,tp=2,sp={sp},recompute={recompute}"
+        return _row_parallel("--framework", framework, "--plan", plan).communication
+
+    def replayed(sp):  # the share of a full replay's partial sums that op-level selection sends again
+        none = comm("torchtitan", sp, "none")
+        return (comm("torchtitan", sp, "selective") - none) / (comm("torchtitan", sp, "full") - none)
+
+    assert replayed(0) > 0 and rel(replayed(1), 0.5 * replayed(0)) < 1e-9
+    assert comm("megatron", 1, "selective") == comm("megatron", 1, "none")
+
+
 # -- published training settings fit, with the certificate -----------------------------------------
 
 def _llama70b(tmp_path):
