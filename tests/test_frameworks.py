@@ -416,6 +416,22 @@ def test_megatron_bridge_on_gb200_and_gb300(label, within):
     assert abs(r["batch"] * r["seq"] / res.step_seconds / r["gpus"] / r["tokens_per_s"] - 1) < within
 
 
+def test_the_standard_search_finds_bridges_gb200_405b_layout():
+    """Searched with the flags Megatron Bridge's GB200 run states (FP8
+    products, the tensor-parallel collectives overlapped, bf16 gradients
+    reduced under the backward pass, racks of 64), the standard search of
+    Llama 3.1 405B on 256 GB200s lands on the layout Bridge ran in 26.02:
+    TP 4 x PP 16 of 8 chunks of one layer (the embedding and the loss a
+    chunk each), which fits where 4 chunks do not."""
+    r = dict(zip(MEGATRON_BRIDGE["columns"], next(v for v in MEGATRON_BRIDGE["rows"]
+                                                   if v[0].startswith("Llama 3.1 405B, GB200, TP 4 x PP 16 (VP 8)"))))
+    flags = ["--float8", "--tp-overlap", *MEGATRON_BRIDGE["flags"], *MEGATRON_BRIDGE["row_flags"][r["label"]]]
+    out = run_cli("-g", ROOT / "tests" / "data" / "configs" / r["model"], "-p", r["gpus"], "-b", r["batch"], "--seq",
+                  r["seq"], "--device", r["device"], "--framework", "megatron", *flags, "--search", "standard",
+                  "-q").stdout
+    assert "Best standard configuration" in out and "tp=4, dp=4, pp=16, sp (interleaved:8, micro-batch 1), zero=1." in out
+
+
 def test_megatron_bridge_rack_jobs_take_slurm_segments():
     """Megatron Bridge's launcher asks Slurm for a GB200 or GB300 job's
     4-GPU trays in segments of at most 18 in one NVL72 rack (all of them
