@@ -402,7 +402,9 @@ def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
         for (lo, hi), r in zip(ranges, results):
             acts = [layer.memory[3] for layer in r.layers]
             chunks.append(tuple(math.fsum(acts[a - lo:b - lo]) for a, b in chunk_ranges(chain, lo, hi, schedule.v)))
-        share = chunk_share([b - a for a, b in (stage_blocks(chain, lo, hi) for lo, hi in ranges)], schedule.v)
+        counts = [b - a for a, b in (stage_blocks(chain, lo, hi) for lo, hi in ranges)]
+        share = chunk_share(counts, schedule.v, cut_as_framework(counts, schedule.v, model.framework,
+                                                                block_layers(g, chain)))
     hosts = stage_waits(g, ctx, ranges, results, stage_model)  # expert layers waiting on the host
     return assemble(g, stage_model, p, pp, m, micro, schedule, ranges, results, bound, chunks=chunks, share=share,
                     hosts=hosts)

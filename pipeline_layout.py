@@ -79,13 +79,20 @@ def _block_spans(chain, lo: int, hi: int, v: int) -> list[tuple[int, int]]:
     return out
 
 
-def chunk_share(counts, v: int) -> float | None:
+def chunk_share(counts, v: int, ends: bool = False) -> float | None:
     """The largest model chunk's share of its stage's blocks, over stages of
     ``counts`` blocks split into ``v`` chunks (:func:`chunk_sizes`):
-    ``None`` where every chunk holds ``1 / v`` of its stage."""
-    if v == 1 or all(c % v == 0 for c in counts):
+    ``None`` where every chunk holds ``1 / v`` of its stage; with ``ends``
+    (:func:`counts_ends`) the embedding and the loss count as a block of
+    the first and the last stage (126 layers over 8 stages of 8 chunks:
+    two of 16 on every stage)."""
+    counted = list(counts)
+    if ends and len(counted) > 1:
+        counted[0] += 1
+        counted[-1] += 1
+    if v == 1 or all(c % v == 0 for c in counted):
         return None
-    return max(max(chunk_sizes(c, v)) / c for c in counts)
+    return max(max(chunk_sizes(c, v)) / c for c in counted)
 
 
 def chunk_sizes(blocks: int, v: int) -> list[int]:

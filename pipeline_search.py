@@ -39,8 +39,8 @@ import math
 from dataclasses import replace
 
 from errors import InputError
-from pipeline import (Pipeline, Schedule, balanced_ranges, chunk_share, chunking_error, evaluate, node_in_flight,
-                      partitions, stage_cluster, stage_ranges)
+from pipeline import (Pipeline, Schedule, balanced_ranges, block_layers, chunk_share, chunking_error, cut_as_framework,
+                      evaluate, node_in_flight, partitions, stage_cluster, stage_ranges)
 from pipeline_layout import _even
 
 __all__ = ["search", "micro_candidates", "PipelineDoesNotFit", "SEARCHED"]
@@ -115,6 +115,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     chains = find_chains(g1)
     chain = max(chains, key=lambda c: c.count * c.size) if chains else None
     N = chain.count if chain is not None else g1.number_of_nodes()
+    layers = block_layers(g1, chain) if chain is not None else 1  # of a block, as the framework's split counts them
     if chain is not None and pp_values and max(pp_values) > N:  # a stage holds whole blocks
         raise InputError(f"--pp {max(pp_values)} is more stages than the {N} blocks of {g1.graph['name']}")
     most = N if chain is not None else min(N, DAG_STAGES)
@@ -180,7 +181,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             for sched in scheds:
                 if schedules is None and any(c % sched.chunks for c in counts):
                     continue  # searched unasked: chunks of equal blocks only (see above)
-                why = chunking_error(counts, sched)
+                why = chunking_error(counts, sched, cut_as_framework(counts, sched.v, model.framework, layers))
                 if why:
                     unchunked = unchunked or why
                 else:
@@ -205,7 +206,8 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
 
         for counts, ranges, sched in fitting:
             times = [stage_cost(lo, hi, i, c) for i, ((lo, hi), c) in enumerate(zip(ranges, counts))]
-            ranked.append((sched.time(times, m, chunk_share(counts, sched.v)), micro, pp, counts, sched))
+            ends = cut_as_framework(counts, sched.v, model.framework, layers)
+            ranked.append((sched.time(times, m, chunk_share(counts, sched.v, ends)), micro, pp, counts, sched))
         mine = min((r[0] for r in ranked if r[1] == micro and r[2] == pp), default=math.inf)
         if last is not None and mine > last[1]:  # worse than the smaller micro-batch: stop growing it
             best_of[pp] = (None, None)

@@ -440,7 +440,8 @@ class Costing:
         if sched.v > 1:  # each model chunk's activations (the stage's, chunk by chunk)
             chunks = [tuple(float(L.summary(a, b)[0] @ F[:, 6])
                             for a, b in pipeline.chunk_ranges(L.chain, lo, hi, sched.v)) for lo, hi in ranges]
-            share = pipeline.chunk_share(counts, sched.v)
+            share = pipeline.chunk_share(counts, sched.v, pipeline.cut_as_framework(counts, sched.v, model.framework,
+                                                                                    L.layers))
         if host:
             hosts = [self._wait(model, L, lo, hi, F[:, 8], E, std, pool) for lo, hi in ranges]
         else:

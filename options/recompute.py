@@ -53,9 +53,10 @@ class Recompute(Option):
         op-level selection, the part of each operator whose result is not
         saved."""
         if value == "selective" and _by_ops(rules):
-            again = 1.0 - _saved(op, context)
-            sums = 0.5 if rules.framework.sp else 1.0  # the reduce-scatter's result saved: the all-gather again
-            return _replayed(work, again, alltoalls=op.kind.name not in A2A_SAVED, sums=sums) if again else work
+            # every collective off the save list runs again whatever the product's result: the all-reduce of its
+            # partial sums, or under sequence parallelism the all-gather but not the (saved) reduce-scatter
+            again, sums = 1.0 - _saved(op, context), 0.5 if rules.framework.sp else 1.0
+            return _replayed(work, again, alltoalls=op.kind.name not in A2A_SAVED, sums=sums)
         if value == "full" or value == "selective" and _replays(context, rules):
             return _replayed(work, 1.0)
         return work
@@ -126,8 +127,8 @@ def _by_ops(rules) -> bool:
 #: names ``_c10d_functional.all_to_all_single``, and DeepEP's dispatch and combine, "to avoid
 #: re-communication"): the all-to-all is not sent again, the rest of their forward pass runs again.  The
 #: list names ``_c10d_functional.reduce_scatter_tensor`` too: under sequence parallelism a row-parallel
-#: product's reduce-scatter is not sent again, the all-gather before the next column-parallel product is,
-#: half of the all-reduce the model counts for its partial sums
+#: product's reduce-scatter is not sent again, the all-gathers before the column-parallel products are
+#: (half of the all-reduces the model counts for the partial sums; without it, the all-reduces run again)
 A2A_SAVED = ("Dispatch", "Combine")
 
 
@@ -185,12 +186,17 @@ def kept_tensors(op):
     return out
 
 
-def _replayed(work, again: float, alltoalls: bool = True, sums: float = 1.0):
+def _replayed(work, again: float, alltoalls: bool = True, sums: float | None = None):
     """``work`` with its forward pass run ``again`` times more: its partial
-    sums reduced again (``sums`` of their collective), and its all-to-alls
-    (counted forward and backward) sent forward again, unless their
-    results are saved (``alltoalls`` false)."""
-    more = tuple(replace(c, count=c.count * again * sums) for c in work.comms if c.role == "partial sums")
+    sums reduced again (``again`` times, or ``sums`` times where given:
+    op-level selection sends its collectives again whatever share of the
+    product it saves), and its all-to-alls (counted forward and backward)
+    sent forward again, unless their results are saved (``alltoalls``
+    false)."""
+    if not again and not sums:
+        return work
+    more = tuple(replace(c, count=c.count * (again if sums is None else sums)) for c in work.comms
+                 if c.role == "partial sums")
     if alltoalls:
         more += tuple(replace(c, count=c.count * again / 2.0) for c in work.comms
                       if c.role == "exchange" and c.pattern == "alltoall")

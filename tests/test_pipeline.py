@@ -60,6 +60,10 @@ class TestSchedules:
         inter = Schedule("interleaved", 2)
         assert pipeline.chunk_share([16, 16], 2) is None and pipeline.chunk_share([16, 15], 2) == 8 / 15
         assert pipeline.chunk_share([3, 2], 2) == 2 / 3 and pipeline.chunk_sizes(15, 2) == [7, 8]
+        # the embedding and the loss counted as a block of the end stages (Megatron-LM's split): even chunks
+        assert pipeline.chunk_share([15, 16, 15], 8, ends=True) is None
+        assert pipeline.chunk_share([15, 16, 15], 8) == 2 / 15
+        assert pipeline.chunk_share([7, 8, 7], 8, ends=True) is None
         assert inter.time(t, m) == m * 2.0 + 3 * 2.0 / 2
         assert inter.time(t, m, share=2 / 3) == pytest.approx(m * 2.0 + 3 * 2.0 * 2 / 3)
         assert inter.bubble(t, m, share=2 / 3) == pytest.approx(3 * (2 / 3) / m)

@@ -235,6 +235,8 @@ def test_interleaved_chunks_beyond_two(tmp_path):
     assert standard_search._chunkings(126, 8) == [2]
     assert standard_search._chunkings(126, 8, mg) == [2, 4, 8]  # 128 over 8 stages: 4 chunks of 4, 8 of 2
     assert standard_search._chunkings(126, 8, mg, layers=2) == [2]
+    assert standard_search._chunkings(126, 16, mg) == [2, 4, 8]  # 128 over 16 stages: 8 chunks of one layer
+    assert standard_search._chunkings(126, 16) == [2]
     assert standard_search._chunkings(56, 4) == [2, 7]
     assert standard_search._chunkings(4, 4) == []
     args = ("-g", ROOT / "tests" / "data" / "configs" / "llama3-70b", "-p", 64, "-b", 128, "--seq", 8192,

@@ -197,7 +197,7 @@ def test_megatron_core_splits_the_layers_as_the_plan_does(layers, pp, vpp):
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     from frameworks import FRAMEWORKS
-    from pipeline import chunk_sizes, split_counts
+    from pipeline import chunk_sizes, split_counts, stage_chunk_sizes
 
     cfg = TransformerConfig(num_layers=layers, hidden_size=1024, num_attention_heads=16,
                             pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp,
@@ -208,6 +208,8 @@ def test_megatron_core_splits_the_layers_as_the_plan_does(layers, pp, vpp):
     assert [sum(rank) for rank in built] == counts
     assert built[0] == chunk_sizes(counts[0], vpp or 1)
     assert built[-1] == chunk_sizes(counts[-1], vpp or 1)[::-1]
+    if counts[0] < (vpp or 1):  # chunks of one layer: the plan's own chunks are Megatron Core's
+        assert built[0] == stage_chunk_sizes(counts[0], vpp) and built[-1] == stage_chunk_sizes(counts[-1], vpp, True)
 
 
 def test_an_interleaved_pipeline_of_equal_chunks(tmp_path):
