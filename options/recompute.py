@@ -193,8 +193,6 @@ def _replayed(work, again: float, alltoalls: bool = True, sums: float | None = N
     product it saves), and its all-to-alls (counted forward and backward)
     sent forward again, unless their results are saved (``alltoalls``
     false)."""
-    if not again and not sums:
-        return work
     more = tuple(replace(c, count=c.count * (again if sums is None else sums)) for c in work.comms
                  if c.role == "partial sums")
     if alltoalls:

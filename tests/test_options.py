@@ -113,13 +113,19 @@ def test_full_recomputation_peak_holds_one_block_while_it_runs(tmp_path):
 MIXTRAL = ROOT / "tests" / "data" / "configs" / "mixtral-8x7b"
 
 
-def _expert_layers(*args):
-    """The dispatch and combine of a Mixtral block, planned with ``args``."""
+def _layers(names, *args):
+    """The layers ``names`` of a plan of ``args``."""
     from cli.args import parse_args
     from planner import plan
 
-    r = plan(parse_args([str(a) for a in ("-g", MIXTRAL, "-p", 8, "-b", 8, "--seq", 1024, *args)])).result
-    return tuple(next(x for x in r.layers if x.name == f"layer3/mlp/{name}") for name in ("dispatch", "combine"))
+    r = plan(parse_args([str(a) for a in args])).result
+    return tuple(next(x for x in r.layers if x.name == name) for name in names)
+
+
+def _expert_layers(*args):
+    """The dispatch and combine of a Mixtral block, planned with ``args``."""
+    return _layers(("layer3/mlp/dispatch", "layer3/mlp/combine"), "-g", MIXTRAL, "-p", 8, "-b", 8, "--seq", 1024,
+                   *args)
 
 
 @pytest.mark.parametrize("device", [(), ("--device", "h100"), ("--device", "h100", "--framework", "megatron")])
@@ -154,12 +160,8 @@ def test_op_level_selection_saves_the_all_to_alls_results():
 def _row_parallel(*args):
     """The attention's output product of a Llama 3 8B block on 8 H100s at
     TP 2, planned with ``args``."""
-    from cli.args import parse_args
-    from planner import plan
-
-    r = plan(parse_args([str(a) for a in ("-g", LLAMA8B, "-p", 8, "-b", 8, "--seq", 2048, "--device", "h100",
-                                          *args)])).result
-    return next(x for x in r.layers if x.name == "layer3/attn/out")
+    return _layers(("layer3/attn/out",), "-g", LLAMA8B, "-p", 8, "-b", 8, "--seq", 2048, "--device", "h100",
+                   *args)[0]
 
 
 def test_op_level_selection_saves_the_reduce_scatters_result():
