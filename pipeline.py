@@ -291,9 +291,13 @@ def _between_nodes(cluster, q: int, i: int) -> bool:
 
 
 def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, ranges, results,
-             bound: str = "", crossing=None, chunks=None, share=None, moments=None, hosts=None) -> Pipeline:
+             bound: str = "", crossing=None, chunks=None, share=None, moments=None, hosts=None,
+             whole=None) -> Pipeline:
     """The :class:`Pipeline` of stages over ``ranges`` whose plans cost
-    ``results`` (a :class:`result.Result` per stage, with its ``sync``);
+    ``results`` (a :class:`result.Result` per stage, with its ``sync``),
+    ``model`` the stages' (:func:`stage_cluster`) and ``whole`` the
+    cluster all the stages share (where the stages meet: between nodes or
+    inside one; ``model``'s without it);
     ``crossing``: the elements each stage sends on, when known;
     ``chunks``: with more than one model chunk per device, the bytes of a
     micro-batch's activations of each stage's chunks (``v`` per stage), its
@@ -311,7 +315,7 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
             sends = 0.0
         else:
             sends = (crossing[i] if crossing is not None else _crossing(g, lo, hi)) / q
-        word = cluster.inter_word if _between_nodes(cluster, q, i) else cluster.word
+        word = cluster.inter_word if _between_nodes(whole or cluster, q, i) else cluster.word
         p2p = 2.0 * schedule.v * sends * word  # activations forward, their gradients back
         host = hosts[i] if hosts else 0.0
         busy = r.compute + r.communication - r.sync / m + host  # the synchronisation is the step's
@@ -407,7 +411,7 @@ def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
                                                                 block_layers(g, chain)))
     hosts = stage_waits(g, ctx, ranges, results, stage_model)  # expert layers waiting on the host
     return assemble(g, stage_model, p, pp, m, micro, schedule, ranges, results, bound, chunks=chunks, share=share,
-                    hosts=hosts)
+                    hosts=hosts, whole=model.cluster)
 
 
 def _subgraph(g, lo: int, hi: int):

@@ -447,6 +447,7 @@ class Costing:
         else:
             hosts = None
         pipe = pipeline.assemble(L.g, model, self.p, pp, m, micro, sched, ranges, parts,
-                                 crossing=sends, chunks=chunks, share=share, moments=self._moments, hosts=hosts)
+                                 crossing=sends, chunks=chunks, share=share, moments=self._moments, hosts=hosts,
+                                 whole=self.model.cluster)
         return Estimate(pipe.step, pipe.peak_memory, (F.tobytes(), E.tobytes(), micro, pp, str(sched)),
                         pipe.step - pipe.sync)

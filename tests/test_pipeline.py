@@ -297,6 +297,31 @@ def test_interleaving_sends_v_times_as_much(tmp_path):
     assert b["bubble"] < a["bubble"]
 
 
+def test_stages_on_different_nodes_send_over_the_network_between_them(tmp_path):
+    """A stage boundary between nodes sends at the network's pace, one
+    inside a node at the node's: with 2 devices to a stage, the boundary of
+    stages 0 and 1 crosses nodes of 2 and stays inside nodes of 4; the
+    paper's model adds ``2 x sends x W`` to stage 0 (W = 5000 FLOP a word
+    inside a node, 50000 between at 1.6 GB/s), planned and evaluated."""
+    cfg = small_gpt(tmp_path)
+
+    def stage0(per_node, inter, *more):
+        path = tmp_path / f"{per_node}-{inter}.json"
+        run_cli("-g", cfg, "-p", 4, "-b", 16, "--seq", 128, "--plan", "tp=2,pp=2,microbatch=1",
+                "--gpus-per-node", per_node, "--inter-bw", inter, "--output", path, *more)
+        return path, json.loads(path.read_text())["pipeline"]["stage_figures"][0]
+
+    _, inside = stage0(4, 1.6)
+    _, same = stage0(4, 16)
+    assert inside["time"] == same["time"]
+    path, between = stage0(2, 1.6)
+    assert between["sends"] == inside["sends"] > 0
+    assert between["time"] - inside["time"] == pytest.approx(2 * inside["sends"] * (50000.0 - 5000.0), rel=1e-9)
+    again = tmp_path / "again.json"
+    run_cli("--evaluate", path, "--output", again)
+    assert json.loads(again.read_text())["pipeline"]["stage_figures"][0]["time"] == pytest.approx(between["time"])
+
+
 def test_a_sweep_takes_pp(tmp_path):
     out = run_cli("-g", "transformer", "-p", 8, "--pp", "1,2").stdout
     assert out.count("\n") > 2 and " pp" in out.splitlines()[0] + out.splitlines()[1]
