@@ -82,11 +82,12 @@ def _pipeline_lines(r: Result) -> list[str]:
         reduced = ("the gradients reduced once per step" if not some else
                    "each micro-batch's sharded gradients reduce-scattered under its backward pass"
                    + ("" if stage.sharded_gradients else ", the others' once per step"))
-        return [f"Gradient accumulation: {pipe.m} micro-batches of {pipe.micro} sample{'s' * (pipe.micro > 1)}, one "
+        return [f"Gradient accumulation: {pipe.m} micro-batch{'es' * (pipe.m > 1)} of {pipe.micro} "
+                f"sample{'s' * (pipe.micro > 1)}, one "
                 f"after the other on all {pipe.stages[0].devices} devices, each "
                 f"{fmt_time(cl.seconds(pipe.stages[0].time))}; {reduced}"]
-    lines = [f"Pipeline: {pipe.pp} stages of {pipe.stages[0].devices} devices, {pipe.m} micro-batches of "
-             f"{pipe.micro} sample{'s' * (pipe.micro > 1)}, {pipe.schedule}; bubble {100 * pipe.bubble:.1f}% of "
+    lines = [f"Pipeline: {pipe.pp} stages of {pipe.stages[0].devices} devices, {pipe.m} "
+             f"micro-batch{'es' * (pipe.m > 1)} of {pipe.micro} sample{'s' * (pipe.micro > 1)}, {pipe.schedule}; bubble {100 * pipe.bubble:.1f}% of "
              f"the slowest stage's busy time" + (f"; each stage's plan {pipe.bound}" if pipe.bound else "")]
     rows = [("stage", "operators", "devices", "per micro-batch", "sends", "in flight", "memory")]
     names = {layer.id: layer.name for layer in r.layers}

@@ -430,11 +430,24 @@ def _recorded_pipeline(job: Job, file, path: str):
 
     rec = file.recorded["pipeline"]
     try:
-        pp, m, micro = int(rec["pp"]), int(rec["m"]), int(rec["micro"])
+        pp, m, micro = (_whole(rec, key) for key in ("pp", "m", "micro"))
         sched = pipeline.parse_schedule(rec["schedule"])
         ranges = [tuple(r) for r in rec["stages"]]
     except (KeyError, TypeError, ValueError) as e:
         raise InputError(f"--evaluate: {path}: the pipeline record is not one this tool wrote ({e})") from None
+    if len(ranges) != pp:
+        raise InputError(f"--evaluate: {path}: the pipeline record has pp = {pp} but "
+                         f"{len(ranges)} stage{'s' * (len(ranges) != 1)}")
+    if job.procs % pp:
+        raise InputError(f"--evaluate: {path}: the pipeline's {pp} stages do not divide the {job.procs} devices")
+    batch = file.recorded.get("batch")
+    if m * micro != batch:
+        raise InputError(f"--evaluate: {path}: the pipeline's {m} micro-batches of {micro} samples are not the "
+                         f"plan's batch of {batch}")
+    if job.batch % micro:  # another batch (-b): as many micro-batches of the plan's size as it holds
+        raise InputError(f"-b {job.batch} is not a whole number of the pipeline's micro-batches of {micro} samples "
+                         f"({path})")
+    m = job.batch // micro
     gm = job.graph(micro)
     try:
         strategy = decisions(gm, file, job.procs // pp)
@@ -508,6 +521,14 @@ def _nothing_fits(s: Settings, model, *errors):
     raise MemoryError(f"no plan fits in {model.cluster.capacity / 1e9:.4g} GB per device {what}: the smallest "
                       f"needs at least {min(needs) / 1e9:.4g} GB{what_would_fit(s, model.cluster, min(needs))}"
                       ) from None
+
+
+def _whole(record: dict, key: str) -> int:
+    """A pipeline record's count ``key``: a whole number, 1 or more."""
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key} must be a whole number, 1 or more, got {value!r}")
+    return value
 
 
 def _check_ranges(ranges, n: int, path: str) -> None:

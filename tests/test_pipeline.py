@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -198,6 +199,55 @@ def test_a_pipelined_plan_is_written_and_read_back(tmp_path):
     again = run_cli("--evaluate", path).stdout
     assert again.splitlines()[-1] == out.splitlines()[-1]
     assert "Strategy read from" in again
+
+
+def test_a_pipelined_plan_evaluated_at_another_batch_runs_more_micro_batches(tmp_path):
+    """-b with a pipelined plan file keeps the plan's micro-batch and runs
+    as many of them as the new batch holds: the cost and the tokens/s both
+    the new batch's (tokens/s from the step the report prints), the same
+    as the plan at that batch; a batch no whole number of micro-batches
+    is refused in one line."""
+    cfg = small_gpt(tmp_path)
+    path, wide = tmp_path / "pipe.json", tmp_path / "wide.json"
+    run_cli("-g", cfg, "-p", 8, "-b", 16, "--seq", 128, "--device", "a100-80gb", "--plan",
+            "tp=2,pp=2,dp=2,microbatch=2", "--output", path)
+    run_cli("-g", cfg, "-p", 8, "-b", 64, "--seq", 128, "--device", "a100-80gb", "--plan",
+            "tp=2,pp=2,dp=2,microbatch=2", "--output", wide)
+    out = tmp_path / "again.json"
+    text = run_cli("--evaluate", path, "-b", 64, "--output", out).stdout
+    assert "Pipeline: 2 stages of 4 devices, 16 micro-batches of 4 samples" in text
+    again, planned = json.loads(out.read_text()), json.loads(wide.read_text())
+    assert again["pipeline"]["m"] == 16 and again["batch"] == 64
+    assert again["step_seconds"] == pytest.approx(planned["step_seconds"], rel=1e-9)
+    step = float(re.search(r"Predicted step time: ([\d.]+) ms", text).group(1)) / 1e3
+    tokens = float(re.search(r"([\d,]+) tokens/s per device", text).group(1).replace(",", ""))
+    assert tokens == pytest.approx(64 * 128 / step / 8, rel=0.01)
+    bad = run_cli("--evaluate", path, "-b", 6, ok=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "-b 6 is not a whole number of the pipeline's micro-batches of 4 samples" in bad.stderr
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"pp": 0}, "pp must be a whole number, 1 or more, got 0"),
+    ({"pp": "2"}, "pp must be a whole number, 1 or more, got '2'"),
+    ({"m": 2.0}, "m must be a whole number, 1 or more, got 2.0"),
+    ({"micro": True}, "micro must be a whole number, 1 or more, got True"),
+    ({"pp": 4}, "the pipeline record has pp = 4 but 2 stages"),
+    ({"m": 3}, "the pipeline's 3 micro-batches of 4 samples are not the plan's batch of 16"),
+])
+def test_a_pipeline_record_out_of_kilter_is_refused(tmp_path, change, message):
+    """A plan file's pipeline record is checked before it is costed: its
+    counts whole numbers, as many stages as ``pp``, ``m x micro`` its
+    batch; each refused in one line naming the file."""
+    cfg = small_gpt(tmp_path)
+    path = tmp_path / "pipe.json"
+    run_cli("-g", cfg, "-p", 8, "-b", 16, "--seq", 128, "--plan", "tp=2,pp=2,dp=2,microbatch=2", "--output", path)
+    data = json.loads(path.read_text())
+    data["pipeline"].update(change)
+    path.write_text(json.dumps(data))
+    bad = run_cli("--evaluate", path, ok=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+    assert message in bad.stderr and str(path) in bad.stderr
 
 
 def small_gpt(tmp_path) -> Path:
