@@ -151,6 +151,9 @@ def _time_lines(r: Result) -> list[str]:
         fw = r.cost_model.framework
         if fw is not None and fw.float8:
             line += f"; Float8 products counted against the {cl.precision} peak"
+        elif r.mfu > 1.0:  # the convention's FLOP, not the work costed
+            line += ("; above 100% because MFU counts attention's whole score matrix (Narayanan et al.), of which "
+                     "causal attention computes half")
         lines.append(line)
     return lines
 
