@@ -202,6 +202,10 @@ def sweep(s: Settings, progress=None, keep_plans: bool = False) -> Sweep:
     except ValueError as e:
         raise UsageError(str(e)) from None
     axes = list(values)
+    from conflicts import check_given_plan
+
+    for pt in points:  # a swept setting a plan given whole refuses: refused once, before any work
+        check_given_plan(pt)
     jobs = min(s.jobs or cores(), len(points))
     if jobs > 1:  # each worker gets its share of the memory and of the cores
         from dp_search import default_memory_limit

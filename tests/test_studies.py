@@ -75,6 +75,21 @@ def test_a_failing_setting_is_a_row(tmp_path):
     assert (tmp_path / "e.csv").read_text().splitlines()[0].endswith(",error")  # the error column comes last
 
 
+def test_a_swept_setting_a_whole_plan_refuses_is_refused_before_any_work(tmp_path):
+    """Sweeping --zero or --recompute beside --plan (which sets them) is
+    the one-line refusal the single values get, before any row runs and
+    before any file is written; a swept setting --plan takes still sweeps."""
+    mine = tmp_path / "mine.csv"
+    mine.write_text("keep me\n")
+    proc = run("-g", "transformer", "-p", 8, "--zero", "0,3", "--plan", "tp=8", "--output", mine)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == ("scheduler.py: error: --zero 0 and --plan tp=8 cannot be given together: the plan string "
+                           "sets the ZeRO stages (write zero=STAGE in it)\n")
+    assert mine.read_text() == "keep me\n"
+    ok = run("-g", "transformer", "-p", 8, "-b", "64,128", "--plan", "tp=8", "-q")
+    assert ok.returncode == 0 and "PaSE sweep: 2 settings" in ok.stdout
+
+
 def test_plans_never_share_a_file(tmp_path):
     for d in ("a", "b"):
         (tmp_path / d / "gpt2").mkdir(parents=True)
