@@ -25,7 +25,7 @@ __all__ = ["ModelFileError", "build", "build_graph", "graph_names", "locate", "f
 
 def is_file_argument(arg: str) -> bool:
     """Whether ``arg`` names a file or directory rather than a built-in model."""
-    return arg not in MODELS and (os.sep in arg or arg.lower().endswith((".onnx", ".json")) or os.path.exists(arg))
+    return arg not in MODELS and (os.sep in arg or arg.lower().endswith((".onnx", ".json")) or os.path.lexists(arg))
 
 
 def locate(arg: str) -> tuple[str, str]:

@@ -54,6 +54,16 @@ def test_a_link_that_loops_is_named_so(tmp_path, flag):
     assert msg.endswith("loop.json is a symbolic link that loops"), msg
 
 
+@pytest.mark.parametrize("name", ["loop", "gone"])
+def test_a_broken_link_without_an_extension_is_named_so(tmp_path, name):
+    """A -g name that is a broken link in the working directory is the
+    link, named so, not an unknown built-in model."""
+    os.symlink("loop" if name == "loop" else "nowhere", tmp_path / name)
+    msg = one_line_error(run("-g", name, "-p", 8, cwd=tmp_path, ok=False))
+    assert msg.endswith("loop is a symbolic link that loops" if name == "loop" else
+                        f"gone is a link to {os.path.realpath(tmp_path / 'nowhere')}, which does not exist"), msg
+
+
 # -- the memory bound holds while a model is read ---------------------------------------------
 
 LIMIT_GB = 0.25
