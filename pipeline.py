@@ -23,7 +23,8 @@ different ones)::
 
 ``v = 1`` (GPipe, 1F1B) is Alpa's ``sum_i t_i + (m - 1) max_i t_i``; the
 interleaved schedule with ``v`` chunks per device divides the bubble by
-``v`` and sends ``v`` times as much point to point, where the
+``v`` and sends ``v`` times as much point to point (the last stage
+``v - 1`` times, each chunk but its last on to the first stage's next), where the
 micro-batches fill the stages (``m max_i t_i`` at least ``sum_i t_i``;
 with fewer, each micro-batch still runs through every stage in turn:
 ``T`` is at least ``sum_i t_i + (m - 1) max_i t_i / v``).  The synchronisation is
@@ -282,12 +283,22 @@ def _crossing(g, lo: int, hi: int) -> float:
 
 
 def _between_nodes(cluster, q: int, i: int) -> bool:
-    """Whether stage ``i`` and stage ``i + 1`` (``q`` devices each) meet on
-    the network between nodes."""
+    """Whether stage ``i`` and stage ``i + 1`` (``q`` devices each, device
+    ``j`` sending to ``j + q``) meet on the network between nodes: where
+    some pair lies on two nodes, a node's first device among stage ``i``'s
+    second to stage ``i + 1``'s last."""
     G = cluster.gpus_per_node
     if G is None:
         return False
-    return (i * q) // G != ((i + 1) * q) // G or q >= G
+    return q >= G or (i * q) // G != ((i + 2) * q - 1) // G
+
+
+def _wraps_between_nodes(cluster, q: int, pp: int) -> bool:
+    """Whether the last of ``pp`` stages sends to the first (an interleaved
+    schedule's next chunk) over the network between nodes: where the
+    stages' devices fill more than a node."""
+    G = cluster.gpus_per_node
+    return G is not None and pp * q > G
 
 
 def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, ranges, results,
@@ -311,11 +322,16 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
     cluster = model.cluster
     stages, times = [], []
     for i, ((lo, hi), r) in enumerate(zip(ranges, results)):
-        if i == pp - 1:
-            sends = 0.0
-        else:
+        if i < pp - 1:
             sends = (crossing[i] if crossing is not None else _crossing(g, lo, hi)) / q
-        word = cluster.inter_word if _between_nodes(whole or cluster, q, i) else cluster.word
+            apart = _between_nodes(whole or cluster, q, i)
+        elif schedule.v > 1 and pp > 1:  # each chunk but the last sends on to the first stage's next chunk
+            sends = (crossing[0] if crossing is not None else _crossing(g, *ranges[0])) / q * (schedule.v - 1) \
+                / schedule.v
+            apart = _wraps_between_nodes(whole or cluster, q, pp)
+        else:
+            sends, apart = 0.0, False
+        word = cluster.inter_word if apart else cluster.word
         p2p = 2.0 * schedule.v * sends * word  # activations forward, their gradients back
         host = hosts[i] if hosts else 0.0
         busy = r.compute + r.communication - r.sync / m + host  # the synchronisation is the step's

@@ -202,10 +202,11 @@ def sweep(s: Settings, progress=None, keep_plans: bool = False) -> Sweep:
     except ValueError as e:
         raise UsageError(str(e)) from None
     axes = list(values)
-    from conflicts import check_given_plan
+    from conflicts import PLAN_KEYS, check_given_plan
 
-    for pt in points:  # a swept setting a plan given whole refuses: refused once, before any work
-        check_given_plan(pt)
+    swept = {a: ",".join(map(str, v)) for a, v in values.items() if a in PLAN_KEYS}
+    if swept:  # a swept setting a plan given whole refuses: refused once, as given, before any work
+        check_given_plan(replace(s, sweep=(), **swept))
     jobs = min(s.jobs or cores(), len(points))
     if jobs > 1:  # each worker gets its share of the memory and of the cores
         from dp_search import default_memory_limit

@@ -74,13 +74,13 @@ def framework_for(s, recorded: dict, cluster, file: dict):
                                       "kernels)")
     if fw is None and float8:
         raise SettingError("float8", "needs --framework megatron, torchtitan or deepspeed")
-    # the flag itself, or a cluster file's beside the framework it names: a plan record, or a cluster file under
-    # another framework's flag, may carry it along
+    # the flag itself, or a cluster file's beside the framework in force, which it names too: a plan record, or a
+    # cluster file under another framework, may carry it along
     why = f"changes nothing under {fw.title}, whose kernels are fused already " \
           "(torch.compile applies to --framework torchtitan or deepspeed)" if compiled and fw.kernels != "eager" else ""
     if why and s.compile:
         raise SettingError("compile", why)
-    if why and file.get("compile") and s.framework is None and s.plan is None and "framework" in file:
+    if why and file.get("compile") and file.get("framework") == name:
         raise InputError(f"--cluster: {s.cluster}: compile {why}")
     if fw is not None and fw.float8 and not (cluster.realistic and cluster.fp8_flops):
         raise SettingError("float8", "needs a device with an FP8 peak (--device h100, h100-96gb, h100-nvl, h800, "

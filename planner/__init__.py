@@ -269,7 +269,9 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
                 f"{refused}: costed as given, though the framework would not run it (--search standard tries "
                 f"only what it runs).",))
     elif pipelined and file is not None:
-        result = _recorded_pipeline(job, file, s.evaluate)
+        from planner.recorded import recorded_pipeline
+
+        result = recorded_pipeline(job, file, s.evaluate)
     elif pipelined:
         result, profile = _pipeline(s, job, progress, with_plain)
     elif file is not None:
@@ -423,50 +425,6 @@ def _plain(job: Job, progress, cutoff: float | None = None):
     return result, profile
 
 
-def _recorded_pipeline(job: Job, file, path: str):
-    """The pipelined plan a plan file records, costed again."""
-    import pipeline
-    from plan_file import decisions
-
-    rec = file.recorded["pipeline"]
-    try:
-        pp, m, micro = (_whole(rec, key) for key in ("pp", "m", "micro"))
-        sched = pipeline.parse_schedule(rec["schedule"])
-        ranges = [tuple(r) for r in rec["stages"]]
-    except (KeyError, TypeError, ValueError) as e:
-        raise InputError(f"--evaluate: {path}: the pipeline record is not one this tool wrote ({e})") from None
-    if len(ranges) != pp:
-        raise InputError(f"--evaluate: {path}: the pipeline record has pp = {pp} but "
-                         f"{len(ranges)} stage{'s' * (len(ranges) != 1)}")
-    if job.procs % pp:
-        raise InputError(f"--evaluate: {path}: the pipeline's {pp} stages do not divide the {job.procs} devices")
-    batch = file.recorded.get("batch")
-    if m * micro != batch:
-        raise InputError(f"--evaluate: {path}: the pipeline's {m} micro-batches of {micro} samples are not the "
-                         f"plan's batch of {batch}")
-    if job.batch % micro:  # another batch (-b): as many micro-batches of the plan's size as it holds
-        raise InputError(f"-b {job.batch} is not a whole number of the pipeline's micro-batches of {micro} samples "
-                         f"({path})")
-    m = job.batch // micro
-    gm = job.graph(micro)
-    try:
-        strategy = decisions(gm, file, job.procs // pp)
-    except InputError as e:
-        raise InputError(f"--evaluate: {e}") from None
-    _check_ranges(ranges, gm.number_of_nodes(), path)
-    if sched.v > 1:  # its chunks, as --plan takes them
-        chain = job.chain(micro)
-        if chain is None:
-            raise InputError(f"--evaluate: {path}: {pipeline.unblocked_error(gm.graph['name'])}")
-        counts = [b - a for a, b in (pipeline.stage_blocks(chain, lo, hi) for lo, hi in ranges)]
-        ends = pipeline.cut_as_framework(counts, sched.v, job.model.framework, pipeline.block_layers(gm, chain))
-        why = pipeline.chunking_error(counts, sched, ends)
-        if why:
-            raise InputError(f"--evaluate: {path}: {why}")
-    pipe = pipeline.evaluate(gm, job.model, job.procs, pp, m, micro, sched, ranges, strategy)
-    return pipeline.as_result(gm, pipe, job.model, job.procs, job.batch, "evaluate", source=path)
-
-
 def _pipeline(s: Settings, job: Job, progress=None, with_plain: bool = False):
     """A pipelined plan searched as the settings' ``--pp``,
     ``--microbatches`` and ``--schedule`` ask; with ``with_plain``, the
@@ -521,24 +479,6 @@ def _nothing_fits(s: Settings, model, *errors):
     raise MemoryError(f"no plan fits in {model.cluster.capacity / 1e9:.4g} GB per device {what}: the smallest "
                       f"needs at least {min(needs) / 1e9:.4g} GB{what_would_fit(s, model.cluster, min(needs))}"
                       ) from None
-
-
-def _whole(record: dict, key: str) -> int:
-    """A pipeline record's count ``key``: a whole number, 1 or more."""
-    value = record[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{key} must be a whole number, 1 or more, got {value!r}")
-    return value
-
-
-def _check_ranges(ranges, n: int, path: str) -> None:
-    lo = 0
-    for r in ranges:
-        if len(r) != 2 or r[0] != lo or not r[0] < r[1] <= n:
-            raise InputError(f"--evaluate: {path}: the pipeline's stages must cover the operators in order")
-        lo = r[1]
-    if lo != n:
-        raise InputError(f"--evaluate: {path}: the pipeline's stages must cover the {n} operators")
 
 
 def _search(job: Job, costed, progress, cutoff=None):

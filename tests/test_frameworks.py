@@ -706,6 +706,14 @@ def test_a_cluster_file_compiled_runs_under_another_framework_flag(tmp_path):
     out = run_cli("-g", "alexnet", "-p", 4, "--cluster", "c.toml", "--device", "h100", "--framework", "megatron",
                   "-q", cwd=tmp_path).stdout
     assert "Framework: Megatron-LM" in out
+    (tmp_path / "m.toml").write_text('framework = "megatron"\ncompile = true\n')
+    for more in (("--framework", "megatron"), ("--plan", "dp=4")):  # the file's framework in force: refused
+        proc = run_cli("-g", "alexnet", "-p", 4, "--cluster", "m.toml", "--device", "h100", *more, cwd=tmp_path,
+                       ok=False)
+        assert proc.returncode == 2 and "--cluster: m.toml: compile changes nothing under Megatron-LM" in proc.stderr
+    out = run_cli("-g", "alexnet", "-p", 4, "--cluster", "m.toml", "--device", "h100", "--framework", "torchtitan",
+                  "-q", cwd=tmp_path).stdout
+    assert "Framework: torchtitan" in out and "torch.compile" in out
 
 
 TORCHTITAN = json.loads((ROOT / "tests" / "data" / "published" / "torchtitan_h100_202412.json").read_text())

@@ -372,6 +372,45 @@ def test_stages_on_different_nodes_send_over_the_network_between_them(tmp_path):
     assert json.loads(again.read_text())["pipeline"]["stage_figures"][0]["time"] == pytest.approx(between["time"])
 
 
+def test_a_boundary_whose_pairs_straddle_a_node_sends_between_nodes():
+    """Device ``j`` of stage ``i`` sends to ``j + q``: with 3 devices to a
+    stage on nodes of 8, stage 1 (3-5) sends to 6-8, 5 to 8 across nodes,
+    while stage 0 (0-2 to 3-5) stays inside; stages of a node or more
+    always cross; the last stage wraps to the first across nodes where
+    the stages fill more than a node."""
+    from cluster import Cluster
+
+    eight = Cluster(gpus_per_node=8, inter_bw=1.6)
+    assert [pipeline._between_nodes(eight, 3, i) for i in range(3)] == [False, True, True]
+    assert [pipeline._between_nodes(eight, 2, i) for i in range(3)] == [False, False, False]
+    assert pipeline._between_nodes(eight, 2, 3) and pipeline._between_nodes(eight, 8, 0)
+    assert not pipeline._between_nodes(Cluster(), 3, 1)
+    assert not pipeline._wraps_between_nodes(eight, 2, 4) and pipeline._wraps_between_nodes(eight, 3, 3)
+
+
+def test_an_interleaved_last_stage_sends_back_to_the_first(tmp_path):
+    """Under an interleaved schedule of ``v`` chunks the last stage sends
+    each chunk but its last on to the first stage's next: ``v - 1``
+    boundaries a micro-batch, forward and back, at the network's pace
+    where the stages fill more than a node (the paper's model: W = 5000
+    FLOP a word inside a node of 4, 50000 between nodes of 2 at 1.6 GB/s)."""
+    cfg = small_gpt(tmp_path)
+
+    def last(per_node, sched):
+        path = tmp_path / f"{per_node}-{sched.replace(':', '')}.json"
+        run_cli("-g", cfg, "-p", 4, "-b", 16, "--seq", 128, "--plan", f"tp=2,pp=2,microbatch=1,schedule={sched}",
+                "--gpus-per-node", per_node, "--inter-bw", 1.6, "--output", path)
+        figures = json.loads(path.read_text())["pipeline"]["stage_figures"]
+        return figures[0]["sends"], figures[-1]
+
+    boundary, plain = last(4, "1f1b")
+    assert plain["sends"] == 0
+    for per_node, word in ((4, 5000.0), (2, 50000.0)):
+        _, inter = last(per_node, "interleaved:2")
+        assert inter["sends"] == boundary / 2  # per chunk: one boundary of two chunks
+        assert inter["time"] - plain["time"] == pytest.approx(2 * boundary * word, rel=1e-9)
+
+
 def test_a_sweep_takes_pp(tmp_path):
     out = run_cli("-g", "transformer", "-p", 8, "--pp", "1,2").stdout
     assert out.count("\n") > 2 and " pp" in out.splitlines()[0] + out.splitlines()[1]

@@ -1,0 +1,76 @@
+"""A plan file's pipeline, costed again (``--evaluate``): its record read
+and checked (whole counts, ``pp`` stages covering the operators in order,
+``m`` micro-batches of ``micro`` samples making its batch), then costed at
+the job's batch, as many of its micro-batches as that batch holds."""
+
+from __future__ import annotations
+
+from errors import InputError
+from planner.job import Job
+
+__all__ = ["recorded_pipeline"]
+
+
+def recorded_pipeline(job: Job, file, path: str):
+    """The pipelined plan a plan file records, costed again."""
+    import pipeline
+    from plan_file import decisions
+
+    rec = file.recorded["pipeline"]
+    try:
+        pp, m, micro = (_whole(rec, key) for key in ("pp", "m", "micro"))
+        sched = pipeline.parse_schedule(rec["schedule"])
+        ranges = [tuple(r) for r in rec["stages"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(f"--evaluate: {path}: the pipeline record is not one this tool wrote ({e})") from None
+    if len(ranges) != pp:
+        raise InputError(f"--evaluate: {path}: the pipeline record has pp = {pp} but "
+                         f"{len(ranges)} stage{'s' * (len(ranges) != 1)}")
+    if job.procs % pp:
+        raise InputError(f"--evaluate: {path}: the pipeline's {pp} stages do not divide the {job.procs} devices")
+    batch = file.recorded.get("batch")
+    if isinstance(batch, bool) or not isinstance(batch, int):
+        raise InputError(f"--evaluate: {path}: the plan file records no batch beside its pipeline")
+    if m * micro != batch:
+        raise InputError(f"--evaluate: {path}: the pipeline's {m} micro-batches of {micro} samples are not the "
+                         f"plan's batch of {batch}")
+    if job.batch % micro:  # another batch (-b): as many micro-batches of the plan's size as it holds
+        raise InputError(f"-b {job.batch} is not a whole number of the pipeline's micro-batches of {micro} samples "
+                         f"({path})")
+    m = job.batch // micro
+    gm = job.graph(micro)
+    try:
+        strategy = decisions(gm, file, job.procs // pp)
+    except InputError as e:
+        raise InputError(f"--evaluate: {e}") from None
+    _check_ranges(ranges, gm.number_of_nodes(), path)
+    if sched.v > 1:  # its chunks, as --plan takes them
+        chain = job.chain(micro)
+        if chain is None:
+            raise InputError(f"--evaluate: {path}: {pipeline.unblocked_error(gm.graph['name'])}")
+        counts = [b - a for a, b in (pipeline.stage_blocks(chain, lo, hi) for lo, hi in ranges)]
+        ends = pipeline.cut_as_framework(counts, sched.v, job.model.framework, pipeline.block_layers(gm, chain))
+        why = pipeline.chunking_error(counts, sched, ends)
+        if why:
+            raise InputError(f"--evaluate: {path}: {why}")
+    pipe = pipeline.evaluate(gm, job.model, job.procs, pp, m, micro, sched, ranges, strategy)
+    return pipeline.as_result(gm, pipe, job.model, job.procs, job.batch, "evaluate", source=path)
+
+
+def _whole(record: dict, key: str) -> int:
+    """A pipeline record's count ``key``: a whole number, 1 or more."""
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key} must be a whole number, 1 or more, got {value!r}")
+    return value
+
+
+def _check_ranges(ranges, n: int, path: str) -> None:
+    """Refuse stages that do not cover the ``n`` operators in order."""
+    lo = 0
+    for r in ranges:
+        if len(r) != 2 or r[0] != lo or not r[0] < r[1] <= n:
+            raise InputError(f"--evaluate: {path}: the pipeline's stages must cover the operators in order")
+        lo = r[1]
+    if lo != n:
+        raise InputError(f"--evaluate: {path}: the pipeline's stages must cover the {n} operators")
