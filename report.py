@@ -88,7 +88,8 @@ def _pipeline_lines(r: Result) -> list[str]:
                 f"{fmt_time(cl.seconds(pipe.stages[0].time))}; {reduced}"]
     lines = [f"Pipeline: {pipe.pp} stages of {pipe.stages[0].devices} devices, {pipe.m} "
              f"micro-batch{'es' * (pipe.m > 1)} of {pipe.micro} sample{'s' * (pipe.micro > 1)}, {pipe.schedule}; "
-             f"bubble {100 * pipe.bubble:.1f}% of the slowest stage's busy time" + (f"; each stage's plan {pipe.bound}" if pipe.bound else "")]
+             f"bubble {100 * pipe.bubble:.1f}% of the slowest stage's busy time"
+             + (f"; each stage's plan {pipe.bound}" if pipe.bound else "")]
     rows = [("stage", "operators", "devices", "per micro-batch", "sends", "in flight", "memory")]
     names = {layer.id: layer.name for layer in r.layers}
     for s in pipe.stages:
