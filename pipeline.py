@@ -201,8 +201,10 @@ class Stage:
     """One stage: ``nodes`` its operators (node ids of the graph at the
     micro-batch), on ``devices`` devices from ``first``; ``time`` per
     micro-batch (FLOP at the device's peak, the sends included), ``sends``
-    the elements one device sends forward per micro-batch (as many come
-    back as gradients), ``sync`` the gradients' synchronisation per step,
+    the elements one device sends forward per micro-batch and model chunk
+    (as many come back as gradients; an interleaved last stage's, its
+    chunks' average: all but its last send on to the first stage), ``p2p``
+    what they cost per micro-batch, ``sync`` the gradients' synchronisation per step,
     ``memory`` its peak per device (bytes), ``in_flight`` the micro-batches
     of activations it keeps, and its ``result`` (a :class:`result.Result`
     for one micro-batch of its operators)."""

@@ -205,8 +205,7 @@ def sweep(s: Settings, progress=None, keep_plans: bool = False) -> Sweep:
     from conflicts import PLAN_KEYS, check_given_plan
 
     swept = {a: ",".join(map(str, v)) for a, v in values.items() if a in PLAN_KEYS}
-    if swept:  # a swept setting a plan given whole refuses: refused once, as given, before any work
-        check_given_plan(replace(s, sweep=(), **swept))
+    check_given_plan(replace(s, sweep=(), **swept))  # what a plan given whole refuses, swept or not: before any work
     jobs = min(s.jobs or cores(), len(points))
     if jobs > 1:  # each worker gets its share of the memory and of the cores
         from dp_search import default_memory_limit

@@ -202,8 +202,12 @@ def timeline(result, name: str = "") -> Timeline:
     lanes = []
     reductions = _reductions(pipe, result.cost_model, run)
     for s, reduction in zip(pipe.stages, reductions):
-        send = cl.seconds(s.p2p) / (2.0 * v)  # the activations forward, their gradients back
-        boxes = [Box("forward" if kind == "F" else "backward", a, b, k, c, min(send, b - a))
+        last = s.index == len(pipe.stages) - 1
+        # the activations forward, their gradients back: the last stage's from each chunk but its last, to the first
+        sends = v - 1 if last else v
+        send = cl.seconds(s.p2p) / (2.0 * sends) if sends else 0.0
+        boxes = [Box("forward" if kind == "F" else "backward", a, b, k, c,
+                     0.0 if last and c == v - 1 else min(send, b - a))
                  for (i, kind, k, c), (a, b) in times.items() if i == s.index]
         boxes.sort(key=lambda b: b.start)
         label = f"stage {s.index}"

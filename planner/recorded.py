@@ -30,7 +30,8 @@ def recorded_pipeline(job: Job, file, path: str):
         raise InputError(f"--evaluate: {path}: the pipeline's {pp} stages do not divide the {job.procs} devices")
     batch = file.recorded.get("batch")
     if isinstance(batch, bool) or not isinstance(batch, int):
-        raise InputError(f"--evaluate: {path}: the plan file records no batch beside its pipeline")
+        raise InputError(f"--evaluate: {path}: the plan file's batch must be a whole number beside its pipeline, "
+                         f"got {batch!r}")
     if m * micro != batch:
         raise InputError(f"--evaluate: {path}: the pipeline's {m} micro-batches of {micro} samples are not the "
                          f"plan's batch of {batch}")

@@ -86,6 +86,10 @@ def test_a_swept_setting_a_whole_plan_refuses_is_refused_before_any_work(tmp_pat
     assert proc.stderr == ("scheduler.py: error: --zero 0,3 and --plan tp=8 cannot be given together: the plan "
                            "string sets the ZeRO stages (write zero=STAGE in it)\n")
     assert mine.read_text() == "keep me\n"
+    fixed = run("-g", "transformer", "-p", 8, "-b", "64,128", "--plan", "tp=8", "--zero", 3, "--output", mine)
+    assert fixed.returncode == 2 and fixed.stdout == "" and fixed.stderr.startswith(
+        "scheduler.py: error: --zero 3 and --plan tp=8 cannot be given together")
+    assert mine.read_text() == "keep me\n"
     ok = run("-g", "transformer", "-p", 8, "-b", "64,128", "--plan", "tp=8", "-q")
     assert ok.returncode == 0 and "PaSE sweep: 2 settings" in ok.stdout
 
