@@ -35,7 +35,7 @@ CASES = {
     "transformer": dict(graph="transformer", procs=8, compare=True),  # the paper's model, no stages, baselines
     "llama-1f1b": dict(graph=LLAMA, device="h100", pp=2),
     "llama-gpipe": dict(graph=LLAMA, device="h100", pp=4, schedule="gpipe"),
-    "mixtral": dict(graph=MIXTRAL, device="h100", procs=64, pp=4),  # interleaved:2, found by the search
+    "mixtral": dict(graph=MIXTRAL, device="h100", procs=64, pp=4),  # its schedule found by the search (1f1b)
     # dropless expert layers waiting on the host's launches (frameworks/host.py): one micro-batch, and stages
     "qwen3-moe-megatron": dict(graph=QWEN3_MOE, device="h100", procs=8, batch=8, seq=1024, framework="megatron",
                                plan="dp=8,ep=8"),
@@ -73,6 +73,26 @@ def test_one_lane_per_stage_as_long_as_the_step(case):
     for lane in tl.lanes:  # a stage runs one thing at a time
         main = sorted((b for b in lane.boxes if b.kind != "reduction overlapped"), key=lambda b: b.start)
         assert all(a.end <= b.start * (1 + 1e-12) + 1e-15 for a, b in zip(main, main[1:]))
+
+
+def test_an_interleaved_last_stage_sends_from_each_chunk_but_its_last():
+    """Under interleaved:2 on two stages every chunk of the first stage
+    sends on, and the last stage's first chunk sends to the first stage's
+    second: each box's send is its stage's point-to-point time over its
+    sending boxes; the last stage's last chunk sends nothing."""
+    from planner import plan
+    from settings import Settings
+
+    p = plan(Settings(graph=LLAMA, device="h100", pp=2, schedule="interleaved:2"))
+    pipe, cl = p.result.pipeline, p.result.cost_model.cluster
+    lanes = figure(p).timelines[0].lanes
+    for stage, lane in zip(pipe.stages, lanes):
+        boxes = [b for b in lane.boxes if b.kind in ("forward", "backward")]
+        sending = 2 if stage.index == 0 else 1  # chunks that send, each forward and back
+        assert stage.p2p > 0
+        for b in boxes:
+            expect = 0.0 if stage.index == 1 and b.chunk == 1 else cl.seconds(stage.p2p) / (2 * sending)
+            assert close(b.send, min(expect, b.end - b.start))
 
 
 @pytest.mark.parametrize("case", STAGED)
