@@ -129,6 +129,10 @@ def _check(s: Settings, reads=None) -> None:
                      ("-d", s.dump_graph)):
         if on:
             raise UsageError(f"{flag} runs one setting; it cannot be used with a sweep")
+    from conflicts import PLAN_KEYS, check_given_plan
+
+    swept = {a: ",".join(map(str, v)) for a, v in s.sweep if a in PLAN_KEYS}
+    check_given_plan(replace(s, sweep=(), **swept))  # what --plan fixes, swept (named as its list) or not
     if s.output is not None:
         if not s.output.lower().endswith((".csv", ".json", ".md")):
             raise UsageError(f"--output: a sweep's table is written as .csv, .json or .md, not {s.output!r}")
@@ -202,10 +206,6 @@ def sweep(s: Settings, progress=None, keep_plans: bool = False) -> Sweep:
     except ValueError as e:
         raise UsageError(str(e)) from None
     axes = list(values)
-    from conflicts import PLAN_KEYS, check_given_plan
-
-    swept = {a: ",".join(map(str, v)) for a, v in values.items() if a in PLAN_KEYS}
-    check_given_plan(replace(s, sweep=(), **swept))  # what a plan given whole refuses, swept or not: before any work
     jobs = min(s.jobs or cores(), len(points))
     if jobs > 1:  # each worker gets its share of the memory and of the cores
         from dp_search import default_memory_limit

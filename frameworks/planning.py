@@ -74,14 +74,15 @@ def framework_for(s, recorded: dict, cluster, file: dict):
                                       "kernels)")
     if fw is None and float8:
         raise SettingError("float8", "needs --framework megatron, torchtitan or deepspeed")
-    # the flag itself, or a cluster file's beside the framework in force, which it names too: a plan record, or a
-    # cluster file under another framework, may carry it along
-    why = f"changes nothing under {fw.title}, whose kernels are fused already " \
-          "(torch.compile applies to --framework torchtitan or deepspeed)" if compiled and fw.kernels != "eager" else ""
-    if why and s.compile:
-        raise SettingError("compile", why)
-    if why and file.get("compile") and file.get("framework") == name:
-        raise InputError(f"--cluster: {s.cluster}: compile {why}")
+    if compiled and fw.kernels != "eager":  # refused where asked beside the framework: the flag, or a cluster
+        # file's compile with the framework it names in force (a plan record, or a cluster file under another
+        # framework, carries it along)
+        why = (f"changes nothing under {fw.title}, whose kernels are fused already (torch.compile applies to "
+               "--framework torchtitan or deepspeed)")
+        if s.compile:
+            raise SettingError("compile", why)
+        if file.get("compile") and file.get("framework") == name:
+            raise InputError(f"--cluster: {s.cluster}: compile {why}")
     if fw is not None and fw.float8 and not (cluster.realistic and cluster.fp8_flops):
         raise SettingError("float8", "needs a device with an FP8 peak (--device h100, h100-96gb, h100-nvl, h800, "
                                      "h200, b200, or --fp8-flops)")
