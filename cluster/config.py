@@ -186,4 +186,9 @@ def resolve(settings: dict, *, device: str | None = None, file_fields: dict | No
     unknown = set(values) - set(FIELDS)
     if unknown:
         raise SettingError(sorted(unknown)[0], "is not a cluster field")
+    room, memory = values.get("headroom"), values.get("device_memory")
+    if "device_memory" in given and "headroom" not in given and room and memory is not None and room >= memory:
+        whose = f"the {values['device']}'s" if "headroom" not in keep and values.get("device") else "the"
+        raise SettingError("device_memory", f"({memory:g} GB) must exceed {whose} headroom of {room:g} GB, which "
+                                            "the plan leaves free; give a smaller --headroom")
     return Cluster(precision=precision, **values)

@@ -137,6 +137,10 @@ def framework_defaults(fw, cluster) -> dict:
             out["attention_eff"] = share
     if cluster.device_memory is not None:
         reserve, outside = fw.beyond(1.0)
+        if cluster.device_memory <= outside / 1e9:
+            raise SettingError("device_memory", f"({cluster.device_memory:g} GB) must exceed the "
+                                                f"{outside / 1e9:.3g} GB {fw.title} holds outside its tensors "
+                                                "(the CUDA context and NCCL's buffers)")
         tensors = (cluster.device_memory - outside / 1e9) / (1.0 + reserve)
         out["headroom"] = round(cluster.device_memory - tensors, 6)
     return out

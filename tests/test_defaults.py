@@ -188,3 +188,23 @@ def test_a_refusal_accounts_for_the_headroom(tmp_path):
     assert line.endswith("; 0.6 GB is the device's 1.6 GB less 1 GB of headroom (--headroom)")
     none = run_cli(*fixed, "--device-memory", "0.6", "--headroom", "0", ok=False)
     assert none.returncode == 1 and "headroom" not in none.stderr
+
+
+@pytest.mark.parametrize("args, blamed", [
+    (("--device", "h100", "--device-memory", "2"),
+     "--device-memory (2 GB) must exceed the h100's headroom of 3 GB, which the plan leaves free; "
+     "give a smaller --headroom"),
+    (("--device", "h100", "--device-memory", "2", "--headroom", "3"),
+     "--headroom (3 GB) must be less than the device memory (2 GB)"),
+    (("--framework", "megatron", "--device-memory", "1"),
+     "--device-memory (1 GB) must exceed the 1.25 GB Megatron-LM holds outside its tensors (the CUDA context and "
+     "NCCL's buffers)"),
+])
+def test_a_device_memory_below_the_headroom_blames_the_flag_given(args, blamed):
+    """A --device-memory no larger than the headroom the device preset (or
+    the framework's memory outside its tensors) keeps is refused in one
+    line naming the flag the user gave, not a --headroom nobody typed; an
+    explicit --headroom too large is still named as such."""
+    out = run_cli("-g", "resnet101", "-p", 8, *args, ok=False)
+    assert out.returncode == 2
+    assert not_progress(out.stderr).strip() == f"scheduler.py: error: {blamed}"
