@@ -166,3 +166,25 @@ def test_stage_costs_of_the_longest_of_two_chains(tmp_path):
         want = search(cg.restrict(range(lo, hi)), chained=False).cost
         got = (first, middle, last)[i][c - 1]
         assert got == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("layers", [2, 3, 4, 5, 6])
+def test_stage_costs_whatever_the_number_of_blocks(tmp_path, layers):
+    """The chain shortened to three blocks stands for any number of them
+    (with four, the last block's edge in from the third is left out, not
+    laid onto the third's own operators): the whole and each stage equal
+    the plain search of their operators."""
+    from pipeline_search import stage_ranges
+
+    g = tiny(tmp_path, "llama", num_hidden_layers=layers)
+    cg = with_edges(build_costs(g, 16, CostModel(CLUSTER), edges=False))
+    long = max(cg.chains, key=lambda c: c.count * c.size)
+    assert long.count == layers
+    first, middle, last, whole = stage_costs(cg)
+    assert whole == pytest.approx(search(cg, chained=False).cost, rel=1e-12)
+    counts = (1, layers - 2, 1) if layers > 2 else (1, 1)
+    ranges = stage_ranges(g.number_of_nodes(), long, counts)
+    for i, ((lo, hi), c) in enumerate(zip(ranges, counts)):
+        want = search(cg.restrict(range(lo, hi)), chained=False).cost
+        got = (first, middle, last)[i if i < len(counts) - 1 else 2][c - 1]
+        assert got == pytest.approx(want, rel=1e-9)
