@@ -267,6 +267,18 @@ def node_in_flight(schedule: Schedule, i: int, pp: int, m: int, chain=None, lo: 
     return tuple(out)
 
 
+def stage_cost_model(model, q: int, pp: int, m: int):
+    """The cost model of one of ``pp`` stages of ``q`` devices, each
+    micro-batch one of ``m``: its cluster (:func:`stage_cluster`), the
+    gradients' synchronisation paid once per step.  One stage of one
+    micro-batch is the plan itself: costed as a plan without stages (its
+    gradients overlapping each operator's backward pass), so that the
+    same decisions cost the same either way."""
+    staged = pp > 1 or m > 1
+    return replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m if staged else None,
+                   pipelined=pp > 1)
+
+
 def stage_cluster(cluster, q: int):
     """The cluster of one stage of ``q`` devices: whole nodes when it fills
     them, else one node."""
@@ -373,7 +385,8 @@ def stage_result(sub, decisions, model, q: int, ctx=None):
     from cost_model import evaluate, make_result
 
     sc = evaluate(sub, decisions, model, q, ctx=ctx)
-    sync = stage_sync(sub, decisions, model, q, ctx)
+    # without micro-batches (one stage, one micro-batch) the gradients are in the operators' own costs
+    sync = stage_sync(sub, decisions, model, q, ctx) if model.micro_batches is not None else 0.0
     r = make_result(sub, sc, model, q, "evaluate", ctx=ctx, host=0.0)  # the stage's wait: stage_waits
     return replace(r, sync=sync)
 
@@ -407,7 +420,7 @@ def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
     from options import contexts
 
     q = p // pp
-    stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m, pipelined=pp > 1)
+    stage_model = stage_cost_model(model, q, pp, m)
     chains = find_chains(g)
     ctx = contexts(g, chains)  # each operator's place among the whole model's blocks
     results, done = [], {}  # stages alike with the same decisions cost the same

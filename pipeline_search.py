@@ -40,7 +40,7 @@ from dataclasses import replace
 
 from errors import InputError
 from pipeline import (Pipeline, Schedule, balanced_ranges, block_layers, chunk_share, chunking_error, cut_as_framework,
-                      evaluate, node_in_flight, partitions, stage_cluster, stage_ranges)
+                      evaluate, node_in_flight, partitions, stage_cost_model, stage_ranges)
 from pipeline_layout import _even
 
 __all__ = ["search", "micro_candidates", "PipelineDoesNotFit", "SEARCHED"]
@@ -143,7 +143,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             chains_of[micro] = find_chains(graphs[micro])
             known_of[micro] = {}
         g = graphs[micro]
-        stage_model = replace(model, cluster=stage_cluster(model.cluster, q), micro_batches=m, pipelined=pp > 1)
+        stage_model = stage_cost_model(model, q, pp, m)
         costed = build_costs(g, q, stage_model, memory_limit=memory_limit, edges=False, chains=chains_of[micro],
                              known=known_of[micro])
         # a bound: every stage's operators at their cheapest (with their options' cheapest), edges free
