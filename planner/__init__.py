@@ -453,18 +453,28 @@ def _pipeline(s: Settings, job: Job, progress=None, with_plain: bool = False):
         if not with_plain:
             _nothing_fits(s, job.model, e)
         failed = e
+    unsearched = None  # why the plan without stages could not be searched, where its search was too large
     if with_plain:  # searched within what the pipeline found: given up where it cannot be faster
+        from search.elimination import SearchTooLarge
+
         try:
             plain, profile = _plain(job, progress, cutoff=None if pipe is None else pipe.step)
         except MemoryError as e:
             if pipe is None:
                 _nothing_fits(s, job.model, failed, e)
             plain = None
+            if isinstance(e, SearchTooLarge):
+                unsearched = str(e)
         if plain is not None:
             return plain, profile
     g = job.graph(pipe.micro)
     pipe = pipeline_search.as_plan(g, job.model, job.procs, pipe)  # its blocks' collectives pooled
-    return pipeline.as_result(g, pipe, job.model, job.procs, batch, "search"), None
+    result = pipeline.as_result(g, pipe, job.model, job.procs, batch, "search")
+    if unsearched is not None:
+        result = replace(result, notes=result.notes + (
+            f"The plan without stages was not searched ({unsearched}); this is the best of the pipelines and "
+            "micro-batches searched (--algo 0, or a larger --mem-limit, may search it).",))
+    return result, None
 
 
 def _nothing_fits(s: Settings, model, *errors):

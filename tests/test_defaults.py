@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 
 import pytest
 
@@ -208,3 +209,22 @@ def test_a_device_memory_below_the_headroom_blames_the_flag_given(args, blamed):
     out = run_cli("-g", "resnet101", "-p", 8, *args, ok=False)
     assert out.returncode == 2
     assert not_progress(out.stderr).strip() == f"scheduler.py: error: {blamed}"
+
+
+def test_a_plan_without_stages_too_large_to_search_is_said():
+    """Where the default search's plan without stages is too large for the
+    breadth-first search (--algo 1 on ShuffleNet: 346 GB tables), the
+    pipeline it returns instead says so, and what may search it, rather
+    than pass for the best plan."""
+    import onnx
+
+    model = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_shufflenet.onnx")
+    out = run_cli("-g", model, "-p", 16, "--device", "h100", "--algo", 1, "-q").stdout
+    said = [line for line in out.splitlines() if line.startswith("The plan without stages was not searched (the "
+                                                                 "search needs ")]
+    assert len(said) == 1
+    assert said[0].endswith("this is the best of the pipelines and micro-batches searched (--algo 0, or a larger "
+                            "--mem-limit, may search it).")
+    assert "Gradient accumulation: " in out or "Pipeline: " in out
+    plain = run_cli("-g", model, "-p", 16, "--device", "h100", "-q").stdout
+    assert "not searched" not in plain
