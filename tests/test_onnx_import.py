@@ -6,6 +6,7 @@ graphs for each mapping rule and each bad input."""
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 
 import numpy as np
@@ -419,6 +420,11 @@ class TestBadFiles:
                                                   kernel_shape=[3, 3]), inits=[("w2", (4, 4, 3, 3))])
         with pytest.raises(ValueError, match="Conv with dilation: 1 node, first 'dil'"):
             build_graph(dilated)
+        padded = conv_net(tmp_path / "p.onnx", H("Conv", ["c", "w2"], ["y"], name="odd", auto_pad="WHATEVER",
+                                                 kernel_shape=[3, 3]), inits=[("w2", (4, 4, 3, 3))])
+        with pytest.raises(ValueError, match=r"Conv with auto_pad 'WHATEVER' \(ONNX knows NOTSET, SAME_UPPER, "
+                                             r"SAME_LOWER and VALID\): 1 node, first 'odd'"):
+            build_graph(padded)
 
     @pytest.mark.parametrize("content, message", [
         (b"definitely not a model", "not an ONNX model"),
@@ -435,6 +441,40 @@ class TestBadFiles:
         path = tmp_path / "cut.onnx"
         path.write_bytes(data[: len(data) // 3])
         with pytest.raises(ValueError, match="not an ONNX model \\(cannot parse it"):
+            build_graph(str(path))
+
+    @pytest.mark.parametrize("old, new, last, message", [
+        (b"Relu", b"R\xdelu", False, r"the operator type or a name of node \d+"),
+        (b"data_0", b"dat\xa1_0", True, "the name of a graph input"),
+        (b"SAME_UPPER", b"SAME\x86UPPER", False, r"attribute 'auto_pad' of node 1 \(Conv\)"),
+    ])
+    def test_damaged_text_is_refused_in_one_line(self, tmp_path, old, new, last, message):
+        """A byte of a name or of a string attribute damaged (the file still
+        parses: ONNX's strings are not checked on reading) is refused in one
+        line, from the CLI too, not an internal error."""
+        if old == b"SAME_UPPER":
+            data = open(conv_net(tmp_path / "padded.onnx", H("Conv", ["c", "w"], ["y"], kernel_shape=[3, 3],
+                                                             auto_pad="SAME_UPPER")), "rb").read()
+        else:
+            data = open(os.path.join(LIGHT, "light_bvlc_alexnet.onnx"), "rb").read()
+        at = data.rfind(old) if last else data.find(old)
+        assert at >= 0 and len(old) == len(new)
+        path = tmp_path / "damaged.onnx"
+        path.write_bytes(data[:at] + new + data[at + len(old):])
+        pattern = f"{re.escape(str(path))}: {message} is not UTF-8 text \\(a damaged file\\?\\)"
+        with pytest.raises(ValueError) as e:
+            build_graph(str(path))
+        assert re.fullmatch(pattern, str(e.value))
+        out = run_cli("-g", path, "-p", 4, "-q", ok=False)
+        assert out.returncode == 2 and re.fullmatch(f"scheduler.py: error: {pattern}\n", out.stderr)
+
+    def test_an_attribute_of_no_type_is_refused(self, tmp_path):
+        model = onnx.load(os.path.join(LIGHT, "light_bvlc_alexnet.onnx"))
+        at, conv = next((i, n) for i, n in enumerate(model.graph.node) if n.op_type == "Conv")
+        next(a for a in conv.attribute if a.name == "strides").type = onnx.AttributeProto.UNDEFINED
+        path = tmp_path / "untyped.onnx"
+        onnx.save(model, str(path))
+        with pytest.raises(ValueError, match=rf"attribute 'strides' of node {at} \(Conv\) has no type \(a damaged file\?\)$"):
             build_graph(str(path))
 
     def test_shape_inference_fails(self, tmp_path):

@@ -31,6 +31,8 @@ class Convolutions:
         stride = tuple(a.get("strides", [1, 1]))
         hw = shape[2:]
         auto = a.get("auto_pad", "NOTSET")
+        if auto not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+            raise Unsupported(f"with auto_pad {auto!r} (ONNX knows NOTSET, SAME_UPPER, SAME_LOWER and VALID)")
         if auto in ("SAME_UPPER", "SAME_LOWER"):
             sides = []
             for size, k, s in zip(hw, kernel, stride):

@@ -20,7 +20,38 @@ def _parse(path: str, data: bytes):
         raise ModelFileError(f"{path}: not an ONNX model (cannot parse it: {first})") from None
     if not model.graph.node or not model.opset_import or model.ir_version < 1:
         raise ModelFileError(f"{path}: not an ONNX model (no graph of nodes in it)")
+    _check_text(path, model.graph)
     return model
+
+
+def _check_text(path: str, graph) -> None:
+    """Refuse what a damaged file gives the graph: a name, or a string
+    attribute, that is not UTF-8 text, or an attribute of no type."""
+    from onnx import AttributeProto
+
+    def refuse(what):
+        raise ModelFileError(f"{path}: {what} is not UTF-8 text (a damaged file?)")
+
+    for kind, values in (("input", graph.input), ("output", graph.output), ("weight", graph.initializer),
+                         ("tensor", graph.value_info)):
+        for v in values:
+            if not isinstance(v.name, str):
+                refuse(f"the name of a graph {kind}")
+    for i, node in enumerate(graph.node):
+        if not all(isinstance(x, str) for x in (node.op_type, node.name, node.domain, *node.input, *node.output)):
+            refuse(f"the operator type or a name of node {i}")
+        for a in node.attribute:
+            if not isinstance(a.name, str):
+                refuse(f"an attribute's name in node {i} ({node.op_type})")
+            if a.type == AttributeProto.UNDEFINED:
+                raise ModelFileError(f"{path}: attribute {a.name!r} of node {i} ({node.op_type}) has no type "
+                                     "(a damaged file?)")
+            for text in ([a.s] if a.type == AttributeProto.STRING else
+                         a.strings if a.type == AttributeProto.STRINGS else ()):
+                try:
+                    text.decode("utf-8")
+                except UnicodeDecodeError:
+                    refuse(f"attribute {a.name!r} of node {i} ({node.op_type})")
 
 
 def _infer(path: str, model) -> dict:
