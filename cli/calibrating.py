@@ -42,6 +42,9 @@ def run_calibration(s, out, reads=None):
         raise UsageError("--calibrate writes a cluster file (--save-cluster), not a plan: it takes no --output, "
                          "-d or --export")
     data = read_measurements(s.calibrate)
+    if s.save_cluster is not None and not s.save_cluster.lower().endswith(".toml"):
+        raise UsageError(f"--save-cluster: {s.save_cluster} must end in .toml: the fitted cluster is written as TOML, "
+                         "and --cluster reads a file as TOML by that ending")
     if s.save_cluster is not None:
         mine = {os.path.realpath(s.calibrate)}
         mine.update(os.path.realpath(p) for p in nccl_paths(data, s.calibrate))

@@ -259,6 +259,15 @@ def nccl_tables(data: dict, where: str) -> tuple[list, list[str]]:
             if n % h:
                 raise InputError(f"--calibrate: {where}: {name}: {n} ranks on {h} nodes: the model spreads devices "
                                  "evenly over nodes; give gpus and nodes")
+            if gpus is None and nodes is None and h > 1:  # read off the '# Rank' lines: as many on each host
+                per_host = {}
+                for seen in r.ranks.values():
+                    for host in {x for _, x in seen}:
+                        per_host[host] = per_host.get(host, 0) + 1
+                if len(set(per_host.values())) > 1:
+                    counts = ", ".join(f"{per_host[x]} on {x}" for x in sorted(per_host))
+                    raise InputError(f"--calibrate: {where}: {name}: {n} ranks on {h} nodes unevenly ({counts}): "
+                                     "the model spreads devices evenly over nodes; measure as many on each node")
             test, note = collective(r, n)
             if test not in FITTED:
                 skipped.append(f"{name}: {test}_perf left out: the model has no {test.replace('_', '-')} "

@@ -140,6 +140,23 @@ def test_the_measurements_are_never_overwritten(tmp_path):
         NCCL.read_text()
 
 
+@pytest.mark.parametrize("target", ["fit.json", "fit"])
+def test_the_fitted_cluster_is_saved_only_where_cluster_reads_it_as_toml(tmp_path, target):
+    """The fitted cluster is TOML: a --save-cluster path that --cluster
+    would read as JSON (any other ending) is refused before any fit, and
+    nothing is written there."""
+    (tmp_path / "m.toml").write_text('nccl_file = "n.txt"\n')
+    (tmp_path / "n.txt").write_text(NCCL.read_text())
+    proc = run_cli("--calibrate", tmp_path / "m.toml", "--device", "h100", "--save-cluster", tmp_path / target,
+                   ok=False)
+    assert proc.returncode == 2 and proc.stderr == (
+        f"scheduler.py: error: --save-cluster: {tmp_path / target} must end in .toml: the fitted cluster is written "
+        "as TOML, and --cluster reads a file as TOML by that ending\n")
+    assert not (tmp_path / target).exists()
+    run_cli("--calibrate", tmp_path / "m.toml", "--device", "h100", "--save-cluster", tmp_path / "fit.TOML")
+    run_cli("-g", "alexnet", "-p", 8, "--cluster", tmp_path / "fit.TOML", "-q")  # read back as TOML
+
+
 @pytest.mark.parametrize("text, args, message", [
     ("gemm = [{m = 1, n = 1, k = 1}]\n", ("--device", "h100"), "needs seconds or tflops"),
     ("gemm = [{m = 1, n = 1, seconds = 1.0}]\n", ("--device", "h100"), "lacks k"),

@@ -311,6 +311,26 @@ def test_bad_nccl_measurements(tmp_path, toml, files, args, message):
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "f.toml").exists()
 
 
+def test_ranks_spread_unevenly_over_the_hosts_are_refused(tmp_path):
+    """Ranks read off the '# Rank' lines: two of the posted sendrecv
+    output's second node's ranks moved to the first (a variant made here)
+    leave 10 and 6, which the model cannot spread its devices as; refused
+    in one line, nothing fitted or written.  Given gpus and nodes, the
+    file's own say is taken."""
+    text = re.sub(r"(Rank +(?:8|9) Group +0 Pid +\d+ on +)gpu-a018", r"\1gpu-a017", SENDRECV.read_text())
+    assert text.count("on   gpu-a017") == 10
+    (tmp_path / "uneven.txt").write_text(text)
+    proc = run_cli("--calibrate", tmp_path / "uneven.txt", "--device", "h100", "--save-cluster", tmp_path / "f.toml",
+                   ok=False)
+    assert proc.returncode == 2 and proc.stderr == (
+        f"scheduler.py: error: --calibrate: {tmp_path / 'uneven.txt'}: uneven.txt: 16 ranks on 2 nodes unevenly "
+        "(10 on gpu-a017, 6 on gpu-a018): the model spreads devices evenly over nodes; measure as many on each "
+        "node\n")
+    assert not (tmp_path / "f.toml").exists()
+    (tmp_path / "m.toml").write_text('nccl_file = "uneven.txt"\ngpus = 16\nnodes = 2\n')
+    run_cli("--calibrate", tmp_path / "m.toml", "--device", "h100", "--save-cluster", tmp_path / "f.toml")
+
+
 def test_allreduce_eff_changes_the_all_reduce_alone():
     """The cluster's all-reduce inside a node at bw * allreduce_eff when
     given; every other collective, and the all-reduce without it, as
