@@ -223,7 +223,15 @@ _OTHER_NAMES = {"p": "-p", "flops and bw": "--flops and --bw", "flops and inter_
 def flag_of(name: str) -> str:
     """How the command line names setting ``name`` in a message."""
     s = _BY_NAME.get(name)
-    return s.flag if s is not None else _OTHER_NAMES.get(name, name)
+    if s is not None:
+        return s.flag
+    if name in _OTHER_NAMES:
+        return _OTHER_NAMES[name]
+    parts = name.split(" and ")  # several settings together: "--a, --b and --c"
+    if len(parts) > 1 and all(p in _BY_NAME for p in parts):
+        flags = [_BY_NAME[p].flag for p in parts]
+        return ", ".join(flags[:-1]) + " and " + flags[-1]
+    return name
 
 
 def _make_settings():

@@ -236,11 +236,29 @@ class Cluster:
         for name in ("allreduce_eff", "host_ms"):
             if getattr(self, name) is not None and not self.realistic:
                 raise SettingError(name, "belongs to the realistic model: give a real --device (or --mem-bw)")
-        checks = (("flops and bw", self.bw, self.word), ("flops and inter_bw", self.inter_bw, self.inter_word))
+        link = " and link_eff" if self.link_eff != 1.0 else ""
+        net = (" and net_eff" if self.net_eff != 1.0 else "") if self.inter_bw is not None else link
+        checks = ((f"flops and bw{link}", self.bw, self.word), (f"flops and inter_bw{net}", self.inter_bw,
+                                                               self.inter_word))
         for name, bw, w in checks:
             if bw is not None and not MIN_WORD_COST <= w <= MAX_WORD_COST:
                 raise SettingError(name, f"({self.flops:g} TFLOPS, {bw:g} GB/s) make one word cost {w:.3g} FLOP; "
                                          "the model needs 1e-9 to 1e15 (flops in TFLOPS, bw in GB/s)")
+        if self.realistic:  # the realistic model's rates, each in FLOP at the peak: within the same span
+            rates = [("matmul_eff and power", "one FLOP of a matrix product", 1.0 / (self.matmul_eff * self.power)),
+                     ("attention_eff and power", "one FLOP of fused attention",
+                      1.0 / (self.attention_eff * self.power)),
+                     ("flops and mem_bw and memory_eff", "one byte of memory traffic",
+                      1000.0 * self.flops / (self.mem_bw * self.memory_eff))]
+            if self.fp8_flops is not None:
+                rates.append(("fp8_flops and matmul_eff and power", "one FP8 FLOP of a matrix product",
+                              self.flops / (self.fp8_flops * self.matmul_eff * self.power)))
+            if self.allreduce_eff is not None:
+                rates.append(("flops and bw and allreduce_eff", "one word of an all-reduce", self.allreduce_word))
+            for name, what, cost in rates:
+                if not MIN_WORD_COST <= cost <= MAX_WORD_COST:
+                    raise SettingError(name, f"make {what} cost {cost:.3g} FLOP at the peak; the model needs 1e-9 "
+                                             "to 1e15")
 
     # -- derived figures --------------------------------------------------------------
     @property

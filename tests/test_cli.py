@@ -222,6 +222,18 @@ BAD = [
     (["--mem-limit", "0"], "must be a number above 0 and at most 1,000,000,000,000, got '0'"),
     (["--mem-limit", "1e300"], "must be a number above 0 and at most 1,000,000,000,000, got '1e300'"),
     (["--flops", "1e12", "--bw", "1e-6"], "make one word cost 8e+21 FLOP; the model needs 1e-9 to 1e15"),
+    # the realistic model's rates, each named by the flags that make it (not numpy's warnings, then a total of inf)
+    (["--device", "h100", "--power", "1e-300"], "error: --matmul-eff and --power make one FLOP of a matrix product "
+                                                 "cost 1.33e+300 FLOP at the peak; the model needs 1e-9 to 1e15"),
+    (["--device", "h100", "--attention-eff", "1e-300"], "error: --attention-eff and --power make one FLOP of fused "
+                                                         "attention cost 1e+300 FLOP"),
+    (["--device", "h100", "--mem-bw", "1e-300"], "error: --flops, --mem-bw and --memory-eff make one byte of memory "
+                                                  "traffic cost 1.24e+306 FLOP"),
+    (["--device", "h100", "--fp8-flops", "1e-300"], "error: --fp8-flops, --matmul-eff and --power make one FP8 FLOP"),
+    (["--device", "h100", "--allreduce-eff", "1e-300"], "error: --flops, --bw and --allreduce-eff make one word of "
+                                                         "an all-reduce cost 4.4e+303 FLOP"),
+    (["--device", "h100", "--link-eff", "1e-300"], "error: --flops, --bw and --link-eff (989.5 TFLOPS, 450 GB/s) "
+                                                    "make one word cost 4.4e+303 FLOP"),
     (["-b", str(2**62)], "-b must be an integer from 1 to 1,000,000,000"),
     (["-p", str(10**18)], "p must be an integer from 1 to 1,000,000"),
     (["--evaluate", ""], "--evaluate: : no such file"),
