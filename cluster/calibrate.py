@@ -116,15 +116,27 @@ def _number(x, where: str, positive=True) -> float:
     return float(x)
 
 
-def _rows(data: dict, key: str, need: tuple, where: str) -> list[dict]:
+def _rows(data: dict, key: str, need: tuple, where: str, optional: tuple = ()) -> list[dict]:
+    """The tables of ``key``: each with the sizes ``need`` (whole numbers),
+    ``seconds`` or ``tflops``, and perhaps the keys ``optional``; no other."""
     rows = data[key]
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
         raise InputError(f"--calibrate: {where}: {key} must be a list of tables")
     out = []
+    keys = need + optional + ("seconds", "tflops")
     for i, r in enumerate(rows):
+        unknown = sorted(k for k in r if k not in keys)
+        if unknown:
+            raise InputError(f"--calibrate: {where}: {key}[{i}] has an unknown key {unknown[0]!r}; its keys are "
+                             f"{', '.join(keys)}")
         for k in need:
             if k not in r:
                 raise InputError(f"--calibrate: {where}: {key}[{i}] lacks {k}")
+            x = r[k]
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (
+                    isinstance(x, int) or (math.isfinite(x) and x.is_integer())) or x < 1:
+                raise InputError(f"--calibrate: {where}: {key}[{i}].{k} must be a whole number of 1 or more, "
+                                 f"got {r[k]!r}")
         if ("seconds" in r) == ("tflops" in r):
             raise InputError(f"--calibrate: {where}: {key}[{i}] needs seconds or tflops (one of them)")
         out.append(r)
@@ -338,7 +350,7 @@ def calibrate(data: dict, cluster, where: str, predict=None) -> tuple[dict, list
         fields["matmul_eff"] = eff
         lines.append(line)
     if "attention" in data:
-        eff, line = _fit_attention(_rows(data, "attention", ("batch", "heads", "seq", "head_dim"), where),
+        eff, line = _fit_attention(_rows(data, "attention", ("batch", "heads", "seq", "head_dim"), where, ("causal",)),
                                    cluster, where)
         fields["attention_eff"] = eff
         lines.append(line)

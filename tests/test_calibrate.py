@@ -132,10 +132,10 @@ def test_older_all_reduce_perf_columns(tmp_path):
 def test_the_measurements_are_never_overwritten(tmp_path):
     (tmp_path / "m.toml").write_text('nccl_file = "n.txt"\n')
     (tmp_path / "n.txt").write_text(NCCL.read_text())
-    for target in ("m.toml", "n.txt"):
+    for target, why in (("m.toml", "one of the measurements' files"), ("n.txt", "must end in .toml")):
         proc = run_cli("--calibrate", tmp_path / "m.toml", "--device", "h100", "--save-cluster", tmp_path / target,
                        ok=False)
-        assert proc.returncode == 2 and "one of the measurements' files" in proc.stderr
+        assert proc.returncode == 2 and why in proc.stderr
     assert (tmp_path / "m.toml").read_text() == 'nccl_file = "n.txt"\n' and (tmp_path / "n.txt").read_text() == \
         NCCL.read_text()
 
@@ -160,7 +160,18 @@ def test_the_fitted_cluster_is_saved_only_where_cluster_reads_it_as_toml(tmp_pat
 @pytest.mark.parametrize("text, args, message", [
     ("gemm = [{m = 1, n = 1, k = 1}]\n", ("--device", "h100"), "needs seconds or tflops"),
     ("gemm = [{m = 1, n = 1, seconds = 1.0}]\n", ("--device", "h100"), "lacks k"),
-    ("gemm = [{m = -1, n = 1, k = 1, seconds = 1.0}]\n", ("--device", "h100"), "must be a positive number"),
+    ("gemm = [{m = -1, n = 1, k = 1, seconds = 1.0}]\n", ("--device", "h100"),
+     "gemm[0].m must be a whole number of 1 or more, got -1"),
+    ("gemm = [{m = 8192.5, n = 1, k = 1, seconds = 1.0}]\n", ("--device", "h100"),
+     "gemm[0].m must be a whole number of 1 or more, got 8192.5"),
+    ("gemm = [{m = inf, n = 1, k = 1, seconds = 1.0}]\n", ("--device", "h100"),
+     "gemm[0].m must be a whole number of 1 or more, got inf"),
+    ("gemm = [{m = 64, n = 64, k = 64, seconds = -1.0}]\n", ("--device", "h100"), "must be a positive number"),
+    ("gemm = [{m = 64, n = 64, k = 64, seconds = 1.0, colour = 3}]\n", ("--device", "h100"),
+     "gemm[0] has an unknown key 'colour'; its keys are m, n, k, seconds, tflops"),
+    ("attention = [{batch = 1, heads = 1, seq = 64, head_dim = 64, causal = true, mask = 1, seconds = 1.0}]\n",
+     ("--device", "h100"), "attention[0] has an unknown key 'mask'; its keys are batch, heads, seq, head_dim, "
+                           "causal, seconds, tflops"),
     ("speed = 1\n", ("--device", "h100"), "unknown key 'speed'"),
     ("gpus = 8\n", ("--device", "h100"), "has no measurements"),
     ("gemm = [{m = 1, n = 1, k = 1, seconds = 1.0}]\n", (), "give a real --device"),
