@@ -21,7 +21,7 @@ import os
 from dataclasses import replace
 from typing import NamedTuple
 
-from errors import InputError, SettingError
+from errors import InputError, SettingError, shown
 from planner.configurations import (_accumulation, _search_standard, _standard_pipeline,  # noqa: F401
                                     _standard_result, standard_costing)
 from planner.graphs import _chain, pipe_graph  # noqa: F401
@@ -158,6 +158,12 @@ def cost_model_for(s: Settings, recorded: dict | None = None):
     elif "embedding_lookup" in recorded or "embedding_sync" in recorded:
         rules = {k: recorded[k] for k in ("embedding_lookup", "embedding_sync") if k in recorded}
     optimizer = s.optimizer if s.optimizer is not None else recorded.get("optimizer", "adam")
+    if s.optimizer is None and "optimizer" in recorded:  # the plan file's: a bad one named in the file
+        from cost.rules import OPTIMIZERS
+
+        if not isinstance(optimizer, str) or optimizer not in OPTIMIZERS:
+            raise InputError(f"--evaluate: {s.evaluate}: optimizer must be one of {', '.join(OPTIMIZERS)}, got "
+                             f"{shown(optimizer)}")
     from frameworks.planning import framework_cluster, framework_for
 
     cluster = cluster_for(s, recorded)

@@ -314,12 +314,14 @@ def test_more_stages_than_blocks_says_so(tmp_path):
     ("procs", -4, "procs must be an integer from 1 to 1,000,000, got -4"),  # was: "-p must be ..."
     ("width", 513, "width 513 is not a multiple of the head width 64"),  # was: "-m 513 ..."
     ("layers", 100000, "layers must be an integer from 1 to 1,000, got 100000"),  # was: "--layers must be ..."
+    ("optimizer", "rmsprop", "optimizer must be one of sgd, momentum, adam, got 'rmsprop'"),  # was: "--optimizer ..."
+    ("optimizer", 3, "optimizer is 3, not a string"),
 ])
 def test_a_hand_edited_value_is_named_in_its_file_not_as_a_flag(plans, tmp_path, key, value, says):
     rec = json.loads((plans / "tp8.json").read_text())
     if key in rec["params"]:
         rec["params"][key] = value
-    if key in ("procs", "width"):  # recorded at the top too ("layers" there is the list of layers)
+    if key in ("procs", "width", "optimizer"):  # recorded at the top ("layers" there is the list of layers)
         rec[key] = value
     (tmp_path / "ed.json").write_text(json.dumps(rec))
     msg = one_line_error(run("--evaluate", "ed.json", cwd=tmp_path, ok=False))
