@@ -137,12 +137,9 @@ def framework_defaults(fw, cluster) -> dict:
             out["attention_eff"] = share
     if cluster.device_memory is not None:
         reserve, outside = fw.beyond(1.0)
-        if cluster.device_memory <= outside / 1e9:
-            raise SettingError("device_memory", f"({cluster.device_memory:g} GB) must exceed the "
-                                                f"{outside / 1e9:.3g} GB {fw.title} holds outside its tensors "
-                                                "(the CUDA context and NCCL's buffers)")
-        tensors = (cluster.device_memory - outside / 1e9) / (1.0 + reserve)
-        out["headroom"] = round(cluster.device_memory - tensors, 6)
+        if cluster.device_memory > outside / 1e9:  # else no room for tensors (refused where it is used)
+            tensors = (cluster.device_memory - outside / 1e9) / (1.0 + reserve)
+            out["headroom"] = round(cluster.device_memory - tensors, 6)
     return out
 
 
@@ -207,5 +204,11 @@ def framework_cluster(s, recorded: dict, cluster, fw, file: dict, where: str = "
     given = stated(s, file)
     rec = recorded.get("cluster") if isinstance(recorded.get("cluster"), dict) else {}
     given |= {k for k, v in rec.items() if v is not None} - recorded_defaults(recorded, where)
+    if "headroom" not in given and cluster.device_memory is not None:
+        outside = fw.beyond(1.0)[1] / 1e9
+        if cluster.device_memory <= outside:
+            raise SettingError("device_memory", f"({cluster.device_memory:g} GB) must exceed the {outside:.3g} GB "
+                                                f"{fw.title} holds outside its tensors (the CUDA context and NCCL's "
+                                                "buffers)")
     changes = {k: v for k, v in framework_defaults(fw, cluster).items() if k not in given}
     return replace(cluster, **changes), tuple(k for k in FRAMEWORK_FIELDS if k not in given)

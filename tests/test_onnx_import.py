@@ -474,7 +474,8 @@ class TestBadFiles:
         next(a for a in conv.attribute if a.name == "strides").type = onnx.AttributeProto.UNDEFINED
         path = tmp_path / "untyped.onnx"
         onnx.save(model, str(path))
-        with pytest.raises(ValueError, match=rf"attribute 'strides' of node {at} \(Conv\) has no type \(a damaged file\?\)$"):
+        said = rf"attribute 'strides' of node {at} \(Conv\) has no type \(a damaged file\?\)$"
+        with pytest.raises(ValueError, match=said):
             build_graph(str(path))
 
     def test_shape_inference_fails(self, tmp_path):
