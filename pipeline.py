@@ -365,7 +365,9 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
         stages.append(Stage(i, tuple(range(lo, hi)), q, i * q, t, busy, sends, p2p, r.sync, memory, f, r, host))
         times.append(t)
     run = schedule.time(times, m, share)
-    if cluster.realistic:  # the gradients overlap the last micro-batch's backward pass (their overlapped share)
+    if cluster.realistic and pp == 1:  # accumulation: under the last micro-batch's backward pass as without it
+        sync = stages[0].result.sync_exposed
+    elif cluster.realistic:  # the gradients overlap the last micro-batch's backward pass (their overlapped share)
         from cost.rules import overlap_share  # a framework's own share where a stage shards its gradients
 
         shares = [overlap_share(model, s.result.sharded_gradients) for s in stages]
@@ -386,14 +388,17 @@ def stage_result(sub, decisions, model, q: int, ctx=None):
 
     sc = evaluate(sub, decisions, model, q, ctx=ctx)
     # without micro-batches (one stage, one micro-batch) the gradients are in the operators' own costs
-    sync = stage_sync(sub, decisions, model, q, ctx) if model.micro_batches is not None else 0.0
+    sync, exposed = stage_sync(sub, decisions, model, q, ctx) if model.micro_batches is not None else (0.0, 0.0)
     r = make_result(sub, sc, model, q, "evaluate", ctx=ctx, host=0.0)  # the stage's wait: stage_waits
-    return replace(r, sync=sync)
+    return replace(r, sync=sync, sync_exposed=exposed)
 
 
-def stage_sync(sub, decisions, model, q: int, ctx=None) -> float:
-    """The gradients' synchronisation of a stage's operators, per step."""
+def stage_sync(sub, decisions, model, q: int, ctx=None) -> tuple[float, float]:
+    """The gradients' synchronisation of a stage's operators, per step, and
+    what it leaves exposed under the last micro-batch's backward pass,
+    operator by operator (:func:`cost.time.last_sync_exposed`)."""
     from blocks import find_chains
+    from cost.time import last_sync_exposed
     from cost_model import price_stage, with_options
     from graph import operators
     from options import OPTIONS, contexts
@@ -406,9 +411,9 @@ def stage_sync(sub, decisions, model, q: int, ctx=None) -> float:
         key = (op, d, ctx[v].key)
         if key not in seen:
             C, work, _ = with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
-            seen[key] = float(price_stage(work, C, whole, op)[2][0])
+            seen[key] = (float(price_stage(work, C, whole, op)[2][0]), float(last_sync_exposed(work, C, whole, op)[0]))
         out.append(seen[key])
-    return math.fsum(out)
+    return math.fsum(x for x, _ in out), math.fsum(y for _, y in out)
 
 
 def evaluate(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, ranges, decisions,

@@ -97,10 +97,12 @@ def _cuts(g, chain, costed, pp: int) -> list:
 
 
 def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=None, schedules=None,
-           memory_limit=None, threads=None, progress=None, incumbent: float | None = None) -> Pipeline | None:
+           memory_limit=None, threads=None, progress=None, incumbent: float | None = None,
+           beside_plain: bool = False) -> Pipeline | None:
     """The fastest pipeline found (see the module docstring); with
     ``incumbent`` (the step of a plan found otherwise), only one faster,
-    else ``None``.  ``build(b)``
+    else ``None``; with ``beside_plain`` (the plan without stages searched
+    apart), without one stage of one micro-batch, which is that plan.  ``build(b)``
     makes the graph at a micro-batch of ``b`` samples; ``model`` the cost
     model (its cluster's capacity bounds every stage).  Its stages cost what
     their operators' own costs sum to, the currency of the bounds that rank
@@ -126,7 +128,8 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     chains_of: dict = {}  # micro-batch -> its graph's chains, found once
     known_of: dict = {}  # and what costing its operators works out of it alone, whatever the stage's devices
     pairs = [(pp, micro) for pp in sorted(pps, reverse=True) if p % pp == 0  # small stages first: quick to cost
-             for micro in (micro_values or micro_candidates(batch, p, pp)) if batch // micro >= pp]
+             for micro in (micro_values or micro_candidates(batch, p, pp)) if batch // micro >= pp
+             and not (beside_plain and pp == 1 and micro == batch)]
     smallest = [math.inf]  # the least memory a device of any pipeline tried needs (its stages' bound)
     chunked, unchunked = 0, None  # settings whose stages can run the schedule; why the first other cannot
     bar = progress("ranking pipelines", "settings") if progress is not None else None
@@ -216,7 +219,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     if bar is not None:
         bar.close()
     if not ranked:
-        if incumbent is not None:
+        if incumbent is not None or (beside_plain and not pairs):  # nothing to try beside the plan without stages
             return None
         if unchunked and not chunked:  # no cut of the blocks runs the schedule asked for
             raise InputError(f"no pipeline of up to {max(pps)} stages: {unchunked}")

@@ -44,7 +44,10 @@ def _model_line(r: Result) -> str:
 
 
 def fmt_time(t: float) -> str:
-    """A duration with a unit that keeps 3 significant digits readable."""
+    """A duration with a unit that keeps 3 significant digits readable;
+    under a nanosecond (what rounding leaves of a difference) 0."""
+    if abs(t) < 1e-9:
+        return "0 us"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if t >= scale or unit == "us":
             return f"{t / scale:.3g} {unit}"
@@ -112,8 +115,9 @@ def step_parts(r: Result) -> tuple[tuple[str, float], ...]:
             (("waiting on the host", r.host),) if r.host > 0 else ())
     slow = max(pipe.stages, key=lambda s: s.time)
     busy, host = pipe.m * slow.time, pipe.m * slow.host
-    comp = pipe.m * (slow.compute - slow.host) * (slow.result.compute / max(
-        slow.result.compute + slow.result.communication, 1e-300))
+    # its micro-batches' own computation (the gradients' reduction, in the communication per micro-batch, is the
+    # step's, apart), within what the stage is busy with
+    comp = pipe.m * max(min(slow.result.compute, slow.compute - slow.host), 0.0)
     return (("compute", comp), ("exposed communication", busy - comp - host),
             *((("waiting on the host", host),) if host > 0 else ()), ("bubble", pipe.step - pipe.sync - busy),
             ("gradient reduction", pipe.sync))

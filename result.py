@@ -157,6 +157,8 @@ class Result:
     model_flops: float | None = None  # FLOP of a step of the whole model, as MFU counts them (a real device)
     recomputed_flops: float = 0.0  # FLOP of the forward passes recomputed, counted alike
     sync: float = 0.0  # a pipeline stage's: the gradients' synchronisation per step
+    sync_exposed: float = 0.0  # and what it leaves exposed under the last micro-batch's backward pass, operator by
+    #                            operator (cost.time.last_sync_exposed): accumulation without stages pays it
     pipeline: object = None  # a pipelined plan (pipeline.Pipeline): its stages, schedule and step
     host: float = 0.0  # what expert layers wait on the host per step beyond their operators' costs (frameworks.host;
     #                    a pipeline: its slowest stage's, within its step)

@@ -99,10 +99,10 @@ class _EdgeTable:
 class _Part:
     """What :func:`pipeline.assemble` reads of a stage's result."""
 
-    __slots__ = ("compute", "communication", "sync", "memory", "transient", "sharded_gradients")
+    __slots__ = ("compute", "communication", "sync", "sync_exposed", "memory", "transient", "sharded_gradients")
 
-    def __init__(self, compute, communication, sync, memory, transient, sharded_gradients):
-        self.compute, self.communication, self.sync = compute, communication, sync
+    def __init__(self, compute, communication, sync, sync_exposed, memory, transient, sharded_gradients):
+        self.compute, self.communication, self.sync, self.sync_exposed = compute, communication, sync, sync_exposed
         self.memory, self.transient, self.sharded_gradients = memory, transient, sharded_gradients
 
 
@@ -257,7 +257,7 @@ class Costing:
     def _fill_ops(self, micro, variant, c, options, configs) -> dict:
         from cost.evaluate import RECORD, overlap_record
         from cost.tables import with_options
-        from cost.time import _real_parts, price, price_stage
+        from cost.time import _real_parts, last_sync_exposed, price, price_stage
         from options import OPTIONS
 
         table = self._ops.setdefault((micro, variant, c, options), {})
@@ -274,11 +274,12 @@ class Costing:
         C, work, fp = with_options(op, todo, model, ctx, given)
         real = _real_parts(work, C, model, op) if model.cluster.realistic else None  # read by both prices below
         if variant[0] == PLAIN:
-            comp, comm, sync = (*price(work, C, model, op, real), 0.0)
+            comp, comm, sync, exposed = (*price(work, C, model, op, real), 0.0, 0.0)
         else:
             priced = (C, work)
             comp, comm, sync = price_stage(work, C, model, op, parts=real)
-        comp, comm, sync = (np.broadcast_to(x, (K,)).astype(float) for x in (comp, comm, sync))
+            exposed = last_sync_exposed(work, C, model, op, parts=real)  # accumulation without stages pays it
+        comp, comm, sync, exposed = (np.broadcast_to(x, (K,)).astype(float) for x in (comp, comm, sync, exposed))
         parts = np.stack([np.broadcast_to(x, (K,)) for x in fp.parts]).astype(float)
         trans = np.broadcast_to(fp.transient, (K,)).astype(float)
         micro_time = np.zeros(K)  # an expert block's operator: its micro-batch's device time (frameworks.host)
@@ -286,7 +287,8 @@ class Costing:
             micro_time = np.broadcast_to(micro_batch(op, todo, model, ctx, given, priced), (K,))
         # a block's operator: what its overlapped collectives leave exposed, and its passes (pooled in its block)
         pool = overlap_record(work, C, model, op, real) if ctx.block is not None else np.zeros((len(RECORD), K))
-        rows = np.column_stack([comp, comm, sync, parts.T, trans, micro_time, pool.T])  # (K, 9 + len(RECORD))
+        # (K, 10 + len(RECORD)): the last, what the step's gradient reduction leaves exposed (accumulation)
+        rows = np.column_stack([comp, comm, sync, parts.T, trans, micro_time, pool.T, exposed])
         for cfg, row in zip(todo, rows):
             table[cfg] = row
         return table
@@ -324,7 +326,7 @@ class Costing:
         return table
 
     def _figures(self, micro, variant, decs) -> np.ndarray:
-        """(classes, 9 + len(RECORD)) figures of the decisions ``decs``, costed for every
+        """(classes, 10 + len(RECORD)) figures of the decisions ``decs``, costed for every
         configuration registered on the same graph and cluster when missing."""
         wanted = self._wanted.get((micro, variant))
         rows = []
@@ -410,7 +412,7 @@ class Costing:
         E = self._edge_figures(micro, variant, L, decs)
         model = self._models[variant]
         host = waits(model)
-        pool = L.block_savings(F[:, 9:], contention_of(model))  # what each kind of block saves pooled
+        pool = L.block_savings(F[:, 9:-1], contention_of(model))  # what each kind of block saves pooled
         if not staged:
             cc, ec, kinds, _ = L.summary(0, L.n)
             cost = float(cc @ F[:, 0] + cc @ F[:, 1] + ec @ E) - L.pooled(0, L.n, pool)
@@ -431,7 +433,7 @@ class Costing:
             if key not in done:
                 trans = float((kinds @ F[:, 7]).max()) if len(kinds) else 0.0
                 done[key] = _Part(float(cc @ F[:, 0]), float(cc @ comm + ec @ E) - L.pooled(lo, hi, pool),
-                                  float(cc @ F[:, 2]),
+                                  float(cc @ F[:, 2]), float(cc @ F[:, -1]),
                                   tuple(float(cc @ F[:, 3 + k]) for k in range(4)), trans, std.zero >= 2)
             parts.append(done[key])
             sends.append(crossing)

@@ -32,9 +32,10 @@ The grid, for ``p`` devices and a model's roles (:mod:`standard`):
   refuse an ``ep`` that does not take every tensor- and context-parallel
   rank);
   ``recompute`` none, selective, full;
-* without stages, gradient accumulation (micro-batches of half, a quarter
-  ... of a data-parallel group's samples) where no option fits the whole
-  batch.
+* without stages, gradient accumulation: micro-batches of half, a
+  quarter, ... of a data-parallel group's samples (what fits without
+  recomputing, or with less of ZeRO's traffic, may be faster than the
+  whole batch at once).
 
 Points the model cannot take (a degree that does not divide what it
 splits) are left out.  The result is exactly the best point of the grid
@@ -286,18 +287,13 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
                 done += 1
                 bar(min(done, len(shapes)), len(shapes))
             if floor <= best[0] * (1 + _TIE):
-                if not cost_all(shape, i, depth):
-                    nxt = half(shape, i, depth)
-                    if nxt is not None:
-                        heapq.heappush(heap, nxt)
-                continue
-            # it cannot win; its halves are tried only if it fits nothing, and may win
-            tally["skipped"] += len(grid_of(shape))
+                cost_all(shape, i, depth)
+            else:  # it cannot win
+                tally["skipped"] += len(grid_of(shape))
+            # its half accumulated may win all the same (the whole batch's activations needed recomputation, or
+            # ZeRO's gathers, to fit): bounded on its own, costed in its turn
             nxt = half(shape, i, depth)
-            while nxt is not None and nxt[0] > best[0] * (1 + _TIE):
-                tally["skipped"] += len(grid_of(nxt[3]))
-                nxt = half(nxt[3], i, nxt[2])
-            if nxt is not None and not _fits_somewhere(cost_all, shape, i, depth, nxt, tally, fw):
+            if nxt is not None:
                 heapq.heappush(heap, nxt)
     finally:
         if bar is not None and hasattr(bar, "close"):
@@ -329,18 +325,3 @@ def _leanest(pairs) -> tuple[int, ...]:
     zeros = sorted({z for z, _ in pairs})
     lower = [z for z in zeros if z < 3]
     return tuple(([lower[-1]] if lower else []) + ([3] if 3 in zeros else []))
-
-
-def _fits_somewhere(cost_all, shape, i, depth, nxt, tally, framework=None) -> bool:
-    """Whether a point between ``shape`` (bounded out) and its half ``nxt``
-    (which could win) fits: those are costed (not skipped) to know."""
-    import dataclasses
-
-    while True:
-        tally["skipped"] -= len(grid(shape, framework))
-        if cost_all(shape, i, depth):
-            return True
-        shape = dataclasses.replace(shape, microbatch=shape.microbatch // 2)
-        depth += 1
-        if depth >= nxt[2]:
-            return False

@@ -505,6 +505,26 @@ def ring_heads(op: Operator, C: Extents, fw) -> np.ndarray:
     return group
 
 
+def last_sync_exposed(work: Work, C: Extents, model: CostModel, op: Operator, parts=None):
+    """What the gradients' reduction a stage leaves for the step's end
+    (:func:`price_stage`'s synchronisation) leaves exposed when it runs
+    under the last micro-batch's backward pass as a plan without
+    micro-batches runs it (:func:`price`): each operator's own backward
+    pass its window, shared with what already runs under it.  (K,); 0 on
+    the paper's model (the synchronisation paid whole)."""
+    K = len(C)
+    if not model.cluster.realistic:
+        return np.zeros(K)
+    t_fwd, t_bwd, blocking, gathers, sync, _, inputs, step, nvlink = parts or _real_parts(work, C, model, op)
+    o = overlap_share(model, work.sharded)
+    under_bwd, sync = under_backward(work, model, gathers, sync)
+    nv_bwd = nvlink_windows(nvlink)[1]
+    both = under_bwd + sync
+    with_sync = _exposed(both, t_bwd, o, nv_bwd) + _contention(model, o, both, t_bwd)
+    without = _exposed(under_bwd, t_bwd, o, nv_bwd) + _contention(model, o, under_bwd, t_bwd)
+    return np.broadcast_to(with_sync - without, (K,)).astype(float)
+
+
 def price_stage(work: Work, C: Extents, model: CostModel, op: Operator, once: bool = True, parts=None):
     """(compute, communication, synchronisation) of a work record in a
     pipeline stage: what one micro-batch pays (:func:`price`'s, without the

@@ -454,7 +454,7 @@ def _pipeline(s: Settings, job: Job, progress=None, with_plain: bool = False):
         pipe = pipeline_search.search(job.graph, job.model, job.procs, batch,
                                       pp_values=[s.pp] if isinstance(s.pp, int) else [1] if s.pp is None else None,
                                       micro_values=micro_values, schedules=schedules, memory_limit=job.memory_limit,
-                                      threads=job.threads, progress=progress)
+                                      threads=job.threads, progress=progress, beside_plain=with_plain)
     except pipeline_search.PipelineDoesNotFit as e:
         if not with_plain:
             _nothing_fits(s, job.model, e)
@@ -488,6 +488,7 @@ def _nothing_fits(s: Settings, model, *errors):
     search found, and what would change it."""
     from planner.defaults import what_would_fit
 
+    errors = [x for x in errors if x is not None]  # no pipeline tried: the plan without stages' alone
     needs = [x.least for x in errors if math.isfinite(getattr(x, "least", math.inf))]
     if not needs or model.cluster.capacity is None:
         raise errors[-1]

@@ -36,9 +36,10 @@ def _job(s, g, model):
 
 
 def _brute_force(s, g, model, blocks, p):
-    """Every point of the grid costed by the plan's own evaluation (the
-    accumulation of a structure only where nothing fits its whole batch),
-    and the best: (cost, zero, recompute, std) of the first that is least."""
+    """Every point of the grid costed by the plan's own evaluation (each
+    structure without stages at its whole batch and accumulating halves,
+    quarters, ... of it), and the best: (cost, zero, recompute, std) of the
+    first that is least."""
     import planner
     import standard_search
     from errors import InputError
@@ -60,7 +61,7 @@ def _brute_force(s, g, model, blocks, p):
                 if model.cluster.capacity is None or r.memory_bytes <= model.cluster.capacity:
                     fit.append((r.total_cost, zero, standard_search.RECOMPUTE.index(rec), std))
             every += fit
-            if fit or shape.pp > 1 or micro % 2:
+            if shape.pp > 1 or micro % 2:
                 break
             micro //= 2
     return (min(every, key=lambda x: x[:3]) if every else None), costs
@@ -248,3 +249,50 @@ def test_interleaved_chunks_beyond_two(tmp_path):
                                  "tp=4,pp=8,sp=1,microbatch=1,schedule=interleaved:5,zero=1"])).result
     found = plan(parse_args([str(a) for a in args] + ["--search", "standard"])).result
     assert found.fits and found.step_seconds <= published.step_seconds
+
+
+def _tokens(out: str) -> float:
+    line = next(x for x in out.splitlines() if x.endswith(" in all") and "tokens/s" in x)
+    return float(line.split(", ")[1].split()[0].replace(",", ""))
+
+
+@pytest.mark.parametrize("args, accumulated, plan", [
+    (("-p", 8, "-b", 32, "--seq", 4096), "tp=1, dp=8, zero=2, 2 micro-batches of 2 accumulated.",
+     "dp=8,zero=2,microbatch=2"),
+    (("-p", 64, "-b", 128, "--seq", 8192, "--framework", "megatron"),
+     "tp=1, dp=64, zero=2, 2 micro-batches of 1 accumulated.", "dp=64,zero=2,microbatch=1"),
+])
+def test_accumulation_competes_where_the_whole_batch_fits_only_recomputed(args, accumulated, plan):
+    """Llama 3 8B whose whole batch fits only with recomputation (or in
+    stages): accumulating two micro-batches fits without and is faster,
+    and the search finds it (it was tried only where nothing fit: 96,875
+    and 602,707 tokens/s, against 104,577 and 708,466 here), the same
+    figure as its --plan."""
+    common = ("-g", LLAMA8B, "--device", "h100", *args, "-q")
+    found = run_cli(*common, "--search", "standard").stdout
+    best = next(x for x in found.splitlines() if x.startswith("Best standard configuration of "))
+    assert best.endswith(": " + accumulated)
+    assert _tokens(found) == _tokens(run_cli(*common, "--plan", plan).stdout)
+    assert _tokens(found) >= 1.05 * _tokens(run_cli(*common, "--plan", plan.split(",")[0] + ",recompute=full").stdout)
+
+
+def test_accumulation_is_no_faster_for_its_gradients_alone():
+    """GPT-2, whose whole batch fits as it is: accumulating it only adds
+    passes, and its gradients' reduction, under the last micro-batch's
+    backward pass as under each operator's without micro-batches, does not
+    make it look faster (the reduction once overlapped the whole step's
+    backward pass: the search chose 2 micro-batches of 4); the step line's
+    compute is the micro-batches' own."""
+    common = ("-g", ROOT / "tests" / "data" / "configs" / "gpt2", "--device", "h100", "-p", 16, "-q")
+    whole = _tokens(run_cli(*common, "--plan", "dp=16").stdout)
+    for micro in (4, 2, 1):
+        out = run_cli(*common, "--plan", f"dp=16,microbatch={micro}").stdout
+        assert _tokens(out) < whole
+        per = next(x for x in out.splitlines() if x.startswith("Operators per micro-batch"))
+        compute = float(per.split("(compute ")[1].split(",")[0]) / 989.5e12  # seconds per micro-batch
+        step = next(x for x in out.splitlines() if x.startswith("Predicted step time:"))
+        shown = step.split("compute ")[1].split(",")[0]
+        value, unit = shown.split()
+        assert float(value) * {"ms": 1e-3, "s": 1.0}[unit] == pytest.approx(8 // micro * compute, rel=5e-3)
+    found = run_cli(*common, "--search", "standard").stdout
+    assert "accumulated" not in next(x for x in found.splitlines() if x.startswith("Best standard configuration"))
