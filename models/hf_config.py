@@ -280,7 +280,9 @@ class _Reader:
                 return self.listed(name, layers, lambda t: t in (0, 1) and not isinstance(t, bool), "0 or 1")
             if name in ("use_sliding_window",):
                 return self.flag(name, default)
-            return self.integer(name, default=default, low=0)
+            steps = ("decoder_sparse_step", "interleave_moe_layer_step", "sliding_window_pattern",
+                     "_sliding_window_pattern", "no_rope_layer_interval")  # every n-th layer: n of 1 or more
+            return self.integer(name, default=default, low=1 if name in steps else 0)
         return get
 
     def windows(self, layers: int) -> tuple:

@@ -23,7 +23,7 @@ same configs (``tests/test_torch_hf_families.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 __all__ = ["Family", "FAMILIES", "layer_windows", "moe_layers"]
 
@@ -139,6 +139,25 @@ FAMILIES: dict[str, Family] = {
                      logit_scale="logit_scale"),
     "olmo": Family(norm="plain"),
 }
+
+#: the sizes a released config may leave out, as ``transformers``' config classes (5.24) default them where they
+#: set a number: the key/value heads (where they set none, the heads, as here), the head width (where they set none,
+#: the width over the heads) and, in Gemma 3's text config, the heads (its released 4B model leaves them out)
+_GEMMA3 = {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256}
+_CLASS_SIZES = {
+    "mistral": {"num_key_value_heads": 8}, "mixtral": {"num_key_value_heads": 8},
+    "qwen2": {"num_key_value_heads": 32}, "qwen3": {"num_key_value_heads": 32, "head_dim": 128},
+    "qwen2_moe": {"num_key_value_heads": 16}, "qwen3_moe": {"num_key_value_heads": 4},
+    "gemma": {"num_key_value_heads": 16, "head_dim": 256}, "gemma2": {"num_key_value_heads": 4, "head_dim": 256},
+    "gemma3_text": _GEMMA3, "gemma3": _GEMMA3, "glm4_moe": {"num_key_value_heads": 8},
+    "gpt_oss": {"num_key_value_heads": 8, "head_dim": 64}, "llama4_text": {"num_key_value_heads": 8, "head_dim": 128},
+    "llama4": {"num_key_value_heads": 8, "head_dim": 128}, "helium": {"num_key_value_heads": 20, "head_dim": 128},
+    "seed_oss": {"num_key_value_heads": 8, "head_dim": 128}, "glm": {"num_key_value_heads": 2, "head_dim": 128},
+    "glm4": {"num_key_value_heads": 2, "head_dim": 128}, "exaone4": {"num_key_value_heads": 32},
+    "smollm3": {"num_key_value_heads": 4}, "ernie4_5": {"num_key_value_heads": 2, "head_dim": 128},
+    "starcoder2": {"num_key_value_heads": 2}, "stablelm": {"num_key_value_heads": 32},
+}
+FAMILIES = {name: replace(f, defaults={**_CLASS_SIZES.get(name, {}), **f.defaults}) for name, f in FAMILIES.items()}
 
 
 def layer_windows(family: Family, layers: int, get) -> list[str]:

@@ -30,6 +30,9 @@ def ops_by_name(g):
     return {op.name: op for op in operators(g)}
 
 
+FAMILIES = ROOT / "tests" / "data" / "families"
+
+
 def write(tmp_path, config: dict, name="tiny"):
     folder = tmp_path / name
     folder.mkdir(exist_ok=True)
@@ -142,6 +145,11 @@ BAD = [
     (dict(TINY_MIXTRAL, model_type="deepseek_v3", moe_intermediate_size=32, n_group=3,
           first_k_dense_replace=0),
      "n_group 3 does not divide the 4 experts"),
+    # every n-th layer with n = 0: once an internal error (a modulo, a range step of 0)
+    (dict(TINY_MIXTRAL, model_type="qwen3_moe", moe_intermediate_size=32, decoder_sparse_step=0),
+     "decoder_sparse_step must be a positive integer, got 0"),
+    (dict(TINY_MIXTRAL, model_type="llama4_text", intermediate_size_mlp=64, interleave_moe_layer_step=0),
+     "interleave_moe_layer_step must be a positive integer, got 0"),
 ]
 
 
@@ -171,3 +179,38 @@ def test_parameters_it_does_not_take(tmp_path):
         build_graph(str(path), seq=0)
     g = build_graph(str(tmp_path / "tiny"), batch=4)  # the directory holding the config
     assert g.graph["params"] == {"batch": 4, "seq": 512, "attention": "fused"}  # the config's limit, below 2048
+
+
+@pytest.mark.parametrize("family, left_out, given", [
+    ("mistral", ("num_key_value_heads",), {"num_key_value_heads": 8}),
+    ("starcoder2", ("num_key_value_heads",), {"num_key_value_heads": 2}),
+    ("gemma2", ("num_key_value_heads", "head_dim"), {"num_key_value_heads": 4, "head_dim": 256}),
+    ("seed_oss", ("num_key_value_heads", "head_dim"), {"num_key_value_heads": 8, "head_dim": 128}),
+    ("qwen3", ("head_dim",), {"head_dim": 128}),
+    ("llama", ("num_key_value_heads", "head_dim"), None),  # the class sets none: the heads, the width over them
+])
+def test_a_size_left_out_takes_the_config_class_default(tmp_path, family, left_out, given):
+    """A key a config leaves out is what transformers' config class
+    defaults it to where the class sets a number (Mistral's 8 key/value
+    heads, Seed-OSS's head width of 128: once the heads and the width over
+    them, 11% and 17% too many parameters for Mistral and StarCoder2);
+    where it sets none, the heads and the width over them, as the classes
+    derive them."""
+    cfg = json.loads((FAMILIES / family / "config.json").read_text())
+    bare = {k: v for k, v in cfg.items() if k not in left_out}
+    count = parameter_count(build_graph(str(write(tmp_path, bare, "bare")), batch=1, seq=16))
+    if given is None:
+        given = {"num_key_value_heads": bare["num_attention_heads"],
+                 "head_dim": bare["hidden_size"] // bare["num_attention_heads"]}
+    assert count == parameter_count(build_graph(str(write(tmp_path, {**bare, **given}, "given")), batch=1, seq=16))
+
+
+def test_gemma3_s_released_text_config_leaves_out_its_heads(tmp_path):
+    """Gemma 3 4B's released config gives its text model's width, layers
+    and feed-forward only: the heads (8), key/value heads (4) and head
+    width (256) are Gemma3TextConfig's; transformers' text model of it has
+    3,880,263,168 parameters."""
+    text = {"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34,
+            "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}
+    g = build_graph(str(write(tmp_path, {"model_type": "gemma3", "text_config": text})), batch=1, seq=16)
+    assert parameter_count(g) == 3_880_263_168
