@@ -199,8 +199,11 @@ class FusedAttention(Kind):
         """The whole score matrix, masked or not, as Narayanan et al. (SC'21)
         and the MFU conventions count causal attention: the forward and a
         backward of twice that (not the recomputed scores); a window or
-        chunks count the pairs they leave."""
-        whole = 1.0 if self.window or self.chunk else self._share(op)
+        chunks shorter than the sequence count the pairs they leave (one
+        as long masks nothing more than causality: counted as without)."""
+        s = op.space[-3]
+        local = (self.window and self.window < s) or (self.chunk and self.chunk < s)
+        whole = 1.0 if local else self._share(op)
         return float(3.0 * np.sum(work.macs) / whole)
 
     def saved(self, op):

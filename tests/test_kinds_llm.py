@@ -117,6 +117,8 @@ class TestWindows:
         win = self.op(window=3)
         pairs = 2 * 4 * (3 * 4 / 2 + 5 * 3)
         assert win.kind.model_macs(win, op_work(win, [(1,) * 5], MODEL)) == pytest.approx(3 * 2 * pairs * d)
+        for long in (self.op(window=8), self.op(window=4096), self.op(chunk=8)):  # they mask nothing more
+            assert long.kind.model_macs(long, op_work(long, [(1,) * 5], MODEL)) == pytest.approx(3 * 2 * E * d)
 
     def test_sinks_values_of_their_own_width_and_soft_capping(self):
         B = GraphBuilder("t", cutoff=1)
