@@ -28,7 +28,7 @@ position ids), with a note in the graph's ``notes`` that the report prints.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from errors import SettingError, printable, shown
 from models.files import ModelFileError, file_identity
@@ -91,6 +91,7 @@ class DecoderConfig:
     logit_scale: bool = False  # the logits scaled by a factor (Granite, Cohere)
     softcap: bool = False  # the attention's scores soft-capped
     logit_softcap: bool = False  # the final logits soft-capped
+    multimodal: str = ""  # the config's own model_type where its decoder is its text_config (gemma3, llama4)
 
     @property
     def gpt2(self) -> bool:
@@ -132,6 +133,7 @@ def read_config(path: str) -> DecoderConfig:
         fail(f"model_type {shown(family)} is not a decoder family the tool reads ({', '.join(FAMILIES)})")
     parts = FAMILY_PARTS[family]
     if parts.text:  # a multimodal model: its decoder is the text part
+        outer = family
         text = data.get("text_config")
         if not isinstance(text, dict):
             fail(f"a {family} config needs its text_config (an object)")
@@ -139,6 +141,7 @@ def read_config(path: str) -> DecoderConfig:
         if data["model_type"] != parts.text:
             fail(f"text_config's model_type {shown(data['model_type'])} is not {parts.text}")
         parts = FAMILY_PARTS[family]
+        return replace(_Reader(data, fail, family, parts).config(), multimodal=outer)
     return _Reader(data, fail, family, parts).config()
 
 
@@ -164,7 +167,8 @@ class _Reader:
                     self.fail(f"{name} is {v:,}; the tool plans at most {most:,}{' ' + what if what else ''}")
                 return v
         if default is _MISSING:
-            self.fail(f"missing key {names[0]!r}")
+            given = next((name for name in names if name in self.data), None)  # there, but null
+            self.fail(f"{given} is null; the tool needs a number" if given else f"missing key {names[0]!r}")
         return default
 
     def flag(self, name, default):
@@ -239,7 +243,8 @@ class _Reader:
         windows = self.windows(layers)
         mla = ()
         if parts.attention == "mla":
-            mla = (integer("q_lora_rank", default=0, low=0), integer("kv_lora_rank"), integer("qk_rope_head_dim"),
+            # q_lora_rank null or left out: queries without the low-rank pair
+            mla = (integer("q_lora_rank", default=0), integer("kv_lora_rank"), integer("qk_rope_head_dim"),
                    integer("qk_nope_head_dim"), integer("v_head_dim"))
             kv_heads = heads
         qk_norm = parts.qk_norm if not parts.qk_norm_key or flag(parts.qk_norm_key, False) else ""
@@ -335,7 +340,6 @@ def load_config(path: str, layers_at_most: int | None = None, **params):
     ``materialized``); with ``layers_at_most``, only its first layers (a
     model the same but for its depth: ``graph.graph["layers"]`` says how
     many the config has)."""
-    from dataclasses import replace
 
     from graph import GraphBuilder
     from models.decoder import build_decoder
@@ -352,7 +356,13 @@ def load_config(path: str, layers_at_most: int | None = None, **params):
     build_decoder(B, cfg, **values)
     if layers_at_most is not None:
         B.graph.graph["layers"] = layers
+    notes = ()
+    if cfg.multimodal:  # the decoder alone: say so, the parameter count being the text model's
+        notes += (f"{name} is a multimodal {cfg.multimodal} model: its text model ({cfg.family}, the config's "
+                  "text_config) is planned, not its vision tower.",)
     if cfg.positions is not None and values["seq"] > cfg.positions:  # planned as asked, but worth saying
-        B.graph.graph["notes"] = (f"The sequence of {values['seq']:,} tokens exceeds the {cfg.positions:,} "
-                                  f"positions {name} has ({cfg.positions_key}); planned as asked.",)
+        notes += (f"The sequence of {values['seq']:,} tokens exceeds the {cfg.positions:,} positions {name} has "
+                  f"({cfg.positions_key}); planned as asked.",)
+    if notes:
+        B.graph.graph["notes"] = notes
     return B.graph

@@ -145,6 +145,10 @@ BAD = [
     (dict(TINY_MIXTRAL, model_type="deepseek_v3", moe_intermediate_size=32, n_group=3,
           first_k_dense_replace=0),
      "n_group 3 does not divide the 4 experts"),
+    (dict(TINY_MIXTRAL, num_experts_per_tok=None), "num_experts_per_tok is null; the tool needs a number"),
+    (dict(TINY_MIXTRAL, model_type="deepseek_v3", moe_intermediate_size=32, q_lora_rank=0, kv_lora_rank=16,
+          qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, first_k_dense_replace=0),
+     "q_lora_rank must be a positive integer, got 0"),  # null or left out: no low-rank queries
     # every n-th layer with n = 0: once an internal error (a modulo, a range step of 0)
     (dict(TINY_MIXTRAL, model_type="qwen3_moe", moe_intermediate_size=32, decoder_sparse_step=0),
      "decoder_sparse_step must be a positive integer, got 0"),
@@ -214,3 +218,16 @@ def test_gemma3_s_released_text_config_leaves_out_its_heads(tmp_path):
             "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}
     g = build_graph(str(write(tmp_path, {"model_type": "gemma3", "text_config": text})), batch=1, seq=16)
     assert parameter_count(g) == 3_880_263_168
+
+
+@pytest.mark.parametrize("family, text", [("gemma3", "gemma3_text"), ("llama4", "llama4_text")])
+def test_a_multimodal_config_says_its_text_model_alone_is_planned(family, text):
+    """Gemma 3's and Llama 4's configs hold a vision tower beside the
+    decoder; the report says the text model is what is planned (its
+    parameter count is the text model's), rather than leave it unsaid."""
+    from conftest import run_cli
+
+    out = run_cli("-g", FAMILIES / family, "-p", 8, "-q").stdout
+    assert f"{family} is a multimodal {family} model: its text model ({text}, the config's text_config) is planned, " \
+           "not its vision tower." in out.splitlines()
+    assert "multimodal" not in run_cli("-g", FAMILIES / "llama", "-p", 8, "-q").stdout
