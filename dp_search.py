@@ -325,8 +325,8 @@ def stage_costs(costed, *, threads: int | None = None, memory_limit: int | None 
         a, b = new(u), new(v)
         if a is None or b is None:
             continue
-        if (u in last_block) != (v in last_block) and c.start <= min(u, v) and max(u, v) < c.stop:
-            continue  # into the last block from the one before: that edge is the kept blocks' own, already there
+        if cut and (u in last_block) != (v in last_block) and c.start <= min(u, v) and max(u, v) < c.stop:
+            continue  # into the last block, moved onto the third, from the one before: the kept blocks' own edge
         short_edges[(a, b)] = m  # the last block's own edges land on the third's: the same arrays
     short = Run(tuple(tuple(range(c.start + k * c.size, c.start + (k + 1) * c.size)) for k in range(keep)),
                 tuple(c.start + k * c.size + c.exit for k in range(keep)), c.entry, c.start, c.start + keep * c.size)

@@ -153,7 +153,11 @@ class _Reader:
 
     def get(self, name, default=None):
         v = self.data.get(name)
-        return self.parts.defaults.get(name, default) if v is None else v
+        if v is not None:
+            return v
+        if name not in self.data and name in self.parts.absent:  # left out: the class's number
+            return self.parts.absent[name]
+        return self.parts.defaults.get(name, default)
 
     def integer(self, *names, default=_MISSING, most=MAX_SIZE, what="", low=1):
         """The first of ``names`` the config sets, at most ``most`` (the

@@ -73,6 +73,7 @@ class Family:
     embed_scale: str = ""  # the key of a factor the embeddings are scaled by (Granite: embedding_multiplier)
     text: str = ""  # the decoder is the config's text_config, of this model_type
     defaults: dict = field(default_factory=dict)
+    absent: dict = field(default_factory=dict)  # the sizes a config leaves out (not null: derived, as the classes do)
 
 
 _DEEPSEEK = dict(attention="mla", moe="first_dense", shared="count")
@@ -141,7 +142,7 @@ FAMILIES: dict[str, Family] = {
 }
 
 #: the sizes a released config may leave out, as ``transformers``' config classes (5.24) default them where they
-#: set a number: the key/value heads (where they set none, the heads, as here), the head width (where they set none,
+#: set a number (a key given as null is derived, as the classes derive it): the key/value heads (where they set none, the heads, as here), the head width (where they set none,
 #: the width over the heads) and, in Gemma 3's text config, the heads (its released 4B model leaves them out)
 _GEMMA3 = {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256}
 _CLASS_SIZES = {
@@ -157,7 +158,7 @@ _CLASS_SIZES = {
     "smollm3": {"num_key_value_heads": 4}, "ernie4_5": {"num_key_value_heads": 2, "head_dim": 128},
     "starcoder2": {"num_key_value_heads": 2}, "stablelm": {"num_key_value_heads": 32},
 }
-FAMILIES = {name: replace(f, defaults={**_CLASS_SIZES.get(name, {}), **f.defaults}) for name, f in FAMILIES.items()}
+FAMILIES = {name: replace(f, absent=_CLASS_SIZES.get(name, {})) for name, f in FAMILIES.items()}
 
 
 def layer_windows(family: Family, layers: int, get) -> list[str]:

@@ -349,8 +349,9 @@ def _beside_the_optimum(s: Settings, result, best, batch: int, progress, graphs)
     """``result`` (the best standard configuration ``best``) with the
     per-operator optimum among its baselines and the gap in its notes: the
     search over the same options, and over stages and micro-batches when
-    the standard configuration uses them, on the graphs the standard
-    search built (``graphs``, batch -> graph)."""
+    the standard configuration uses them (on a real device beside the plan
+    without either, as the default search does), on the graphs the
+    standard search built (``graphs``, batch -> graph)."""
     from planner.defaults import real_device
 
     staged = best.pp > 1 or best.microbatch * best.dp < batch
@@ -495,13 +496,15 @@ def _pipeline(s: Settings, job: Job, progress=None, with_plain: bool = False):
 def _nothing_fits(s: Settings, model, *errors):
     """Raise the one line saying that no plan fits: the least need any
     search found, and what would change it."""
+    import pipeline_search
     from planner.defaults import what_would_fit
 
     errors = [x for x in errors if x is not None]  # no pipeline tried: the plan without stages' alone
     needs = [x.least for x in errors if math.isfinite(getattr(x, "least", math.inf))]
     if not needs or model.cluster.capacity is None:
         raise errors[-1]
-    what = "with or without pipeline stages" if len(errors) > 1 else "with the pipelines searched"
+    what = ("with or without pipeline stages" if len(errors) > 1 else "with the pipelines searched"
+            if isinstance(errors[0], pipeline_search.PipelineDoesNotFit) else "without pipeline stages")
     raise MemoryError(f"no plan fits in {model.cluster.capacity / 1e9:.4g} GB per device {what}: the smallest "
                       f"needs at least {min(needs) / 1e9:.4g} GB{what_would_fit(s, model.cluster, min(needs))}"
                       ) from None

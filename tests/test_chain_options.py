@@ -188,3 +188,34 @@ def test_stage_costs_whatever_the_number_of_blocks(tmp_path, layers):
         want = search(cg.restrict(range(lo, hi)), chained=False).cost
         got = (first, middle, last)[i if i < len(counts) - 1 else 2][c - 1]
         assert got == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("layers", [2, 3, 4, 5])
+def test_the_shortened_chain_keeps_every_edge_of_its_blocks(tmp_path, monkeypatch, layers):
+    """The chain shortened for the stages' costs keeps the edges between
+    its kept blocks (with two or three blocks, all of them: an edge into
+    the last block was once dropped there too, block 0's exit into block 1
+    with two), and with four or more the last block's own edges on the
+    third's operators, never an edge of an operator to itself."""
+    import search.chain
+
+    seen = {}
+
+    def capture(nodes, edges, order, run, **options):
+        seen.update(edges=dict(edges), run=run)
+        return np.zeros(1), np.zeros(1), np.zeros(1), 0.0
+
+    monkeypatch.setattr(search.chain, "stage_costs", capture)
+    g = tiny(tmp_path, "llama", num_hidden_layers=layers)
+    cg = with_edges(build_costs(g, 16, CostModel(CLUSTER), edges=False))
+    stage_costs(cg)
+    edges, run = seen["edges"], seen["run"]
+    assert all(u != v for u, v in edges)
+    blocks = run.blocks
+    size = len(blocks[0])
+    for k in range(1, len(blocks)):  # each kept block entered from the one before, as block 1 is from block 0
+        into = {(u - blocks[k - 1][0], v - blocks[k][0]) for u, v in edges if u in blocks[k - 1] and v in blocks[k]}
+        first = {(u - blocks[0][0], v - blocks[1][0]) for u, v in edges if u in blocks[0] and v in blocks[1]}
+        assert into == first and into, k
+    if layers <= 3:  # nothing cut: every edge of the graph
+        assert len(edges) == len(cg.edge_costs) and size

@@ -231,3 +231,17 @@ def test_a_multimodal_config_says_its_text_model_alone_is_planned(family, text):
     assert f"{family} is a multimodal {family} model: its text model ({text}, the config's text_config) is planned, " \
            "not its vision tower." in out.splitlines()
     assert "multimodal" not in run_cli("-g", FAMILIES / "llama", "-p", 8, "-q").stdout
+
+
+def test_a_size_given_as_null_is_derived_not_the_class_number(tmp_path):
+    """Null is not left out: the classes derive a null key/value head count
+    from the heads (Mistral's 8 applies only where the key is absent)."""
+    cfg = json.loads((FAMILIES / "mistral" / "config.json").read_text())
+    null = parameter_count(build_graph(str(write(tmp_path, {**cfg, "num_key_value_heads": None}, "null")), batch=1,
+                                       seq=16))
+    heads = parameter_count(build_graph(str(write(tmp_path, {**cfg, "num_key_value_heads": cfg["num_attention_heads"]},
+                                                  "heads")), batch=1, seq=16))
+    absent = parameter_count(build_graph(str(write(tmp_path, {k: v for k, v in cfg.items()
+                                                              if k != "num_key_value_heads"}, "absent")),
+                                         batch=1, seq=16))
+    assert null == heads == 8_047_038_464 and absent == 7_241_732_096
