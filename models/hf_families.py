@@ -142,8 +142,9 @@ FAMILIES: dict[str, Family] = {
 }
 
 #: the sizes a released config may leave out, as ``transformers``' config classes (5.24) default them where they
-#: set a number (a key given as null is derived, as the classes derive it): the key/value heads (where they set none, the heads, as here), the head width (where they set none,
-#: the width over the heads) and, in Gemma 3's text config, the heads (its released 4B model leaves them out)
+#: set a number (a key given as null is derived, as the classes derive it): the key/value heads (where they set
+#: none, the heads, as here), the head width (where they set none, the width over the heads) and, in Gemma 3's
+#: text config, the heads (its released 4B model leaves them out)
 _GEMMA3 = {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256}
 _CLASS_SIZES = {
     "mistral": {"num_key_value_heads": 8}, "mixtral": {"num_key_value_heads": 8},
