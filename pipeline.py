@@ -398,7 +398,7 @@ def stage_sync(sub, decisions, model, q: int, ctx=None) -> tuple[float, float]:
     what it leaves exposed under the last micro-batch's backward pass,
     operator by operator (:func:`cost.time.last_sync_exposed`)."""
     from blocks import find_chains
-    from cost.time import last_sync_exposed
+    from cost.time import _real_parts, last_sync_exposed
     from cost_model import price_stage, with_options
     from graph import operators
     from options import OPTIONS, contexts
@@ -411,7 +411,11 @@ def stage_sync(sub, decisions, model, q: int, ctx=None) -> tuple[float, float]:
         key = (op, d, ctx[v].key)
         if key not in seen:
             C, work, _ = with_options(op, [d.config], model, ctx[v], {n: d.option(n) for n in OPTIONS})
-            seen[key] = (float(price_stage(work, C, whole, op)[2][0]), float(last_sync_exposed(work, C, whole, op)[0]))
+            parts = _real_parts(work, C, whole, op) if whole.cluster.realistic else None  # read by both
+            sync = float(price_stage(work, C, whole, op, parts=parts)[2][0])
+            # exposed under the last micro-batch: read where there is one stage alone (accumulation)
+            exposed = 0.0 if model.pipelined else float(last_sync_exposed(work, C, whole, op, parts=parts)[0])
+            seen[key] = (sync, exposed)
         out.append(seen[key])
     return math.fsum(x for x, _ in out), math.fsum(y for _, y in out)
 
