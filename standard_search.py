@@ -235,8 +235,8 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
     fitted = []  # (estimate, zero, recompute index, structure, depth, std, signature)
     best = [math.inf]
 
-    def cost_all(shape, i: int, depth: int) -> bool:
-        """Cost every option pair of ``shape``; whether one fits."""
+    def cost_all(shape, i: int, depth: int) -> None:
+        """Cost every option pair of ``shape``, keeping those that fit."""
         pairs = grid_of(shape)
         if capacity is not None:  # first the pairs that need the least memory: if they do not fit, none does
             least_of = min(costing.estimate(replace(shape, zero=z, recompute="full")).memory for z in _leanest(pairs))
@@ -246,9 +246,8 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
             if least_of > capacity * (1 + _TIE):
                 tally["unfit"] += len(_leanest(pairs))
                 tally["skipped"] += len(pairs) - len(_leanest(pairs))
-                return False
+                return
             tally["costed"] -= len(_leanest(pairs))  # costed again below (the estimates are kept)
-        fits = False
         for zero, rec in pairs:
             std = replace(shape, zero=zero, recompute=rec)
             est = costing.estimate(std)
@@ -261,10 +260,8 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
             if capacity is not None and memory > capacity:
                 tally["unfit"] += 1
                 continue
-            fits = True
             fitted.append((est.cost, zero, RECOMPUTE.index(rec), i, depth, std, est.sig))
             best[0] = min(best[0], est.cost)
-        return fits
 
     def half(shape, i: int, depth: int):
         """``shape`` accumulating half its micro-batch's samples at a time,

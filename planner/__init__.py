@@ -21,7 +21,7 @@ import os
 from dataclasses import replace
 from typing import NamedTuple
 
-from errors import InputError, SettingError, shown
+from errors import InputError, SettingError
 from planner.configurations import (_accumulation, _search_standard, _standard_pipeline,  # noqa: F401
                                     _standard_result, standard_costing)
 from planner.graphs import _chain, pipe_graph  # noqa: F401
@@ -158,12 +158,6 @@ def cost_model_for(s: Settings, recorded: dict | None = None):
     elif "embedding_lookup" in recorded or "embedding_sync" in recorded:
         rules = {k: recorded[k] for k in ("embedding_lookup", "embedding_sync") if k in recorded}
     optimizer = s.optimizer if s.optimizer is not None else recorded.get("optimizer", "adam")
-    if s.optimizer is None and "optimizer" in recorded:  # the plan file's: a bad one named in the file
-        from cost.rules import OPTIMIZERS
-
-        if not isinstance(optimizer, str) or optimizer not in OPTIMIZERS:
-            raise InputError(f"--evaluate: {s.evaluate}: optimizer must be one of {', '.join(OPTIMIZERS)}, got "
-                             f"{shown(optimizer)}")
     from frameworks.planning import framework_cluster, framework_for
 
     cluster = cluster_for(s, recorded)
@@ -172,8 +166,13 @@ def cost_model_for(s: Settings, recorded: dict | None = None):
     if fw is not None:
         cluster, supplied = framework_cluster(s, recorded, cluster, fw, file, str(s.evaluate))
         fw = replace(fw, supplied=supplied)
-    return CostModel(cluster, distinct_rows=s.distinct_rows, optimizer=optimizer, options=options_for(s),
-                     framework=fw, **rules)
+    try:
+        return CostModel(cluster, distinct_rows=s.distinct_rows, optimizer=optimizer, options=options_for(s),
+                         framework=fw, **rules)
+    except SettingError as e:  # the plan file's optimizer, not a flag: named in the file
+        if e.name == "optimizer" and s.optimizer is None and "optimizer" in recorded:
+            raise InputError(f"--evaluate: {s.evaluate}: {e.name} {e.problem}") from None
+        raise
 
 
 def options_for(s: Settings) -> tuple:
