@@ -479,9 +479,16 @@ def need(src, tgt, ps, pt):
     ``ps``, ``pt``: device counts, broadcastable to the result.
     """
     r = src.shape[-1]
-    overlap = np.minimum(src[..., 0], tgt[..., 0])
+    # worked out in place: an edge's pairs of splits run to millions, each a temporary array of the full size
+    overlap = np.minimum(src[..., 0], tgt[..., 0]).astype(float, copy=False)
+    part = np.empty_like(overlap) if r > 1 else None
     volume = tgt[..., 0]
     for j in range(1, r):
-        overlap = overlap * np.minimum(src[..., j], tgt[..., j])
+        overlap *= np.minimum(src[..., j], tgt[..., j], out=part)
         volume = volume * tgt[..., j]
-    return np.maximum(volume - np.where(pt > ps, 0.0, overlap), 0.0)
+    shape = np.broadcast_shapes(overlap.shape, np.shape(volume), np.shape(ps), np.shape(pt))
+    if shape != overlap.shape:
+        overlap = np.array(np.broadcast_to(overlap, shape))
+    overlap[np.broadcast_to(np.greater(pt, ps), shape)] = 0.0
+    np.subtract(volume, overlap, out=overlap)
+    return np.maximum(overlap, 0.0, out=overlap)
