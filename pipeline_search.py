@@ -110,7 +110,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     :func:`as_plan` costs the answer as a plan)."""
     from blocks import find_chains
     from cost_model import build_costs, with_edges
-    from dp_search import search as plain_search, stage_costs
+    from dp_search import pieces_bound, search as plain_search, stage_costs
 
     capacity = model.cluster.capacity
     g1 = build(micro_values[0] if micro_values else 1)
@@ -156,6 +156,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         if len(ranked) >= SEARCHED and floor >= sorted(r[0] for r in ranked)[SEARCHED - 1]:
             continue
         least: dict = {}  # in flight -> each operator's least memory (a lower bound of a stage's)
+        arrays = memory_arrays(costed) if capacity is not None else None  # the operators' arrays, each once
 
         def too_big(ranges, sched):
             if capacity is None:
@@ -163,11 +164,14 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             need = 0.0
             for i, (lo, hi) in enumerate(ranges):
                 f = node_in_flight(sched, i, pp, m, chain, lo, hi)
-                fs = f if isinstance(f, tuple) else (f,) * (hi - lo)  # each chunk's operators with its own count
+                fs = f if isinstance(f, tuple) else (f,)  # each chunk's operators with its own count
                 for x in sorted(set(fs)):
                     if x not in least:
-                        least[x] = least_memory(costed, x)
-                need = max(need, math.fsum(least[x][u] for u, x in zip(range(lo, hi), fs)))
+                        least[x] = least_memory(costed, x, arrays).tolist()
+                if isinstance(f, tuple):
+                    need = max(need, math.fsum(least[x][u] for u, x in zip(range(lo, hi), fs)))
+                else:
+                    need = max(need, math.fsum(least[f][lo:hi]))
             smallest[0] = min(smallest[0], need)
             return need > capacity
 
@@ -194,6 +198,12 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         if not fitting:
             continue
         costed = with_edges(costed)
+        bars = ([incumbent] if incumbent is not None else []) + (
+            [sorted(r[0] for r in ranked)[SEARCHED - 1]] if len(ranked) >= SEARCHED else [])
+        if pp == 1 and chain is not None and bars:
+            # one stage is the whole plan, whose figure below costs what its search does: first its pieces' bound
+            if m * pieces_bound(costed, threads=threads, memory_limit=memory_limit) >= min(bars):
+                continue
         costs[(micro, pp)] = (g, costed, stage_model)
         table = stage_costs(costed, threads=threads, memory_limit=memory_limit) if chain is not None else None
         memo: dict = {}
@@ -237,24 +247,39 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             bar.close()
 
 
-def least_memory(costed, in_flight: float) -> list[float]:
-    """Each operator's least memory (bytes) over its configurations and the
-    values of its searched options, with the activations of ``in_flight``
-    micro-batches: a stage's least is their sum (operators alike share
-    their arrays, each reduced once)."""
+def memory_arrays(costed):
+    """The operators' memory arrays, each once: ``(index, arrays)``,
+    operator ``v``'s being ``arrays[index[v]]`` (its parts and its
+    searched options' tables; operators alike share them)."""
     import numpy as np
 
-    out, seen = [], {}
+    index, arrays, seen = np.empty(costed.n, dtype=np.intp), [], {}
     for v, parts in enumerate(costed.parts):
         tables = costed.tables[v] if costed.tables else ()
         key = (id(parts), tuple(id(t) for t in tables))
         if key not in seen:
-            m = parts[0] + parts[1] + parts[2] + in_flight * parts[3]
-            for t in tables:  # each option's least, per configuration
-                m = m + (t.kept if in_flight == 1 else t.kept_with(in_flight)).min(axis=1)
-            seen[key] = (parts, tables, float(np.min(m)))
-        out.append(seen[key][2])
-    return out
+            seen[key] = len(arrays)
+            arrays.append((parts, tables))
+        index[v] = seen[key]
+    return index, arrays
+
+
+def least_memory(costed, in_flight: float, arrays=None):
+    """Each operator's least memory (bytes; an array over the operators)
+    over its configurations and the values of its searched options, with
+    the activations of ``in_flight`` micro-batches: a stage's least is
+    their sum (operators alike share their arrays, each reduced once;
+    ``arrays``: :func:`memory_arrays` of ``costed``, when worked out)."""
+    import numpy as np
+
+    index, arrays = memory_arrays(costed) if arrays is None else arrays
+    least = np.empty(len(arrays))
+    for i, (parts, tables) in enumerate(arrays):
+        m = parts[0] + parts[1] + parts[2] + in_flight * parts[3]
+        for t in tables:  # each option's least, per configuration
+            m = m + (t.kept if in_flight == 1 else t.kept_with(in_flight)).min(axis=1)
+        least[i] = np.min(m)
+    return least[index]
 
 
 def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, threads, pps, smallest, bar):

@@ -555,3 +555,28 @@ def test_an_interleaved_schedule_needs_repeated_blocks():
     assert proc.returncode == 2
     assert one_line_error(proc) == ("--plan: the interleaved schedule splits stages into chunks of blocks; alexnet has "
                                     "no repeated blocks")
+
+
+def test_one_stage_of_the_whole_batch_is_dropped_by_its_pieces_bound_answer_unchanged(monkeypatch):
+    """``--pp auto`` ranks one stage of the whole batch (the plan itself)
+    too, whose figure costs as much as the plan's own search: where the
+    bound of its pieces (:func:`dp_search.pieces_bound`) already loses to
+    the settings ranked before it, it is not worked out, and the answer is
+    the one found when every setting is."""
+    import dp_search
+    from cli.args import parse_args
+    from planner import plan
+
+    args = ["-g", str(ROOT / "tests/data/configs/llama3-8b"), "-p", "16", "-b", "16", "--seq", "1024", "--device",
+            "h100", "--pp", "auto"]
+    real = dp_search.stage_costs
+    found = {}
+    for name, bound in (("bounded", dp_search.pieces_bound), ("unbounded", lambda costed, **kw: -math.inf)):
+        worked = []
+        monkeypatch.setattr(dp_search, "pieces_bound", bound)
+        monkeypatch.setattr(dp_search, "stage_costs", lambda costed, **kw: worked.append(costed.n) or real(costed, **kw))
+        r = plan(parse_args(args)).result
+        found[name] = (len(worked), r.total_cost, r.pipeline.pp, r.pipeline.m, r.strategy)
+    assert found["bounded"][1:] == found["unbounded"][1:]
+    assert found["bounded"][2:4] == (4, 8)  # a pipeline, not the plan without stages
+    assert found["bounded"][0] == found["unbounded"][0] - 1  # the whole batch's one stage not worked out
