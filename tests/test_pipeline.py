@@ -574,7 +574,8 @@ def test_one_stage_of_the_whole_batch_is_dropped_by_its_pieces_bound_answer_unch
     for name, bound in (("bounded", dp_search.pieces_bound), ("unbounded", lambda costed, **kw: -math.inf)):
         worked = []
         monkeypatch.setattr(dp_search, "pieces_bound", bound)
-        monkeypatch.setattr(dp_search, "stage_costs", lambda costed, **kw: worked.append(costed.n) or real(costed, **kw))
+        monkeypatch.setattr(dp_search, "stage_costs",
+                            lambda costed, **kw: worked.append(costed.n) or real(costed, **kw))
         r = plan(parse_args(args)).result
         found[name] = (len(worked), r.total_cost, r.pipeline.pp, r.pipeline.m, r.strategy)
     assert found["bounded"][1:] == found["unbounded"][1:]
