@@ -202,7 +202,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             [sorted(r[0] for r in ranked)[SEARCHED - 1]] if len(ranked) >= SEARCHED else [])
         if pp == 1 and chain is not None and bars:
             # one stage is the whole plan, whose figure below costs what its search does: first its pieces' bound
-            if m * pieces_bound(costed, threads=threads, memory_limit=memory_limit) >= min(bars):
+            if m * pieces_bound(costed, threads=threads, memory_limit=memory_limit) >= min(bars) * (1 + 1e-9):
                 continue
         costs[(micro, pp)] = (g, costed, stage_model)
         table = stage_costs(costed, threads=threads, memory_limit=memory_limit) if chain is not None else None

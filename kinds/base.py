@@ -480,7 +480,7 @@ def need(src, tgt, ps, pt):
     """
     r = src.shape[-1]
     # worked out in place: an edge's pairs of splits run to millions, each a temporary array of the full size
-    overlap = np.minimum(src[..., 0], tgt[..., 0]).astype(float, copy=False)
+    overlap = np.array(np.minimum(src[..., 0], tgt[..., 0]), dtype=np.result_type(src.dtype, tgt.dtype, np.float16))
     part = np.empty_like(overlap) if r > 1 else None
     volume = tgt[..., 0]
     for j in range(1, r):
@@ -491,4 +491,4 @@ def need(src, tgt, ps, pt):
         overlap = np.array(np.broadcast_to(overlap, shape))
     overlap[np.broadcast_to(np.greater(pt, ps), shape)] = 0.0
     np.subtract(volume, overlap, out=overlap)
-    return np.maximum(overlap, 0.0, out=overlap)
+    return np.maximum(overlap, 0.0, out=overlap)[()]  # extents of one tensor (no pairs): a number

@@ -328,3 +328,30 @@ class TestFusedAttention:
         assert op.inputs[1].axes == ("b", "g", "", "t", "d")
         with pytest.raises(ValueError, match="key/value axis 1 of size 3 against 2"):
             B.add("bad", FusedAttention(), q, B.data((2, 3, 1, 8, 16), "bgusd"), B.data((2, 3, 1, 8, 16), "bgusd"))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_need_is_the_area_needed_for_every_pair_and_for_one(dtype):
+    """``kinds.need``, worked out in place over every pair of splits, is the
+    spec's area needed pair by pair (``prod(tgt) - (0 if P(Q) > P(S) else
+    prod(min(src, tgt)))``, at least 0), in the extents' precision, and a
+    number for one pair of extents."""
+    from kinds import need
+
+    rng = np.random.default_rng(7)
+    for r in (1, 2, 3, 5):
+        src = rng.choice([1, 2, 4, 8, 16], size=(6, r)).astype(dtype)
+        tgt = rng.choice([1, 2, 4, 8, 16], size=(4, r)).astype(dtype)
+        ps, pt = rng.choice([1, 2, 4, 8], size=6).astype(float), rng.choice([1, 2, 4, 8], size=4).astype(float)
+        got = need(src[:, None, :], tgt[None, :, :], ps[:, None], pt[None, :])
+        assert got.shape == (6, 4) and got.dtype == np.result_type(dtype, np.float16)
+        for i in range(6):
+            for j in range(4):
+                lack = math.prod(tgt[j].tolist()) - (0 if pt[j] > ps[i] else
+                                                     math.prod(np.minimum(src[i], tgt[j]).tolist()))
+                assert got[i, j] == max(lack, 0)
+                one = need(src[i], tgt[j], ps[i], pt[j])
+                assert np.ndim(one) == 0 and one == got[i, j]
+    # counts broadcast wider than the extents: one overlap, several comparisons
+    wide = need(np.array([[4.0, 4.0]]), np.array([[2.0, 8.0]]), np.array([[1.0], [4.0]]), 2.0)
+    assert wide.tolist() == [[16.0], [8.0]]
