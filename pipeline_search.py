@@ -134,6 +134,14 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     chunked, unchunked = 0, None  # settings whose stages can run the schedule; why the first other cannot
     bar = progress("ranking pipelines", "settings") if progress is not None else None
     best_of: dict = {}  # pp -> (micro, its best estimate)
+
+    def loses(bound: float) -> bool:
+        """Whether a setting whose step is at least ``bound`` can be
+        neither faster than the incumbent nor among the settings searched."""
+        if incumbent is not None and bound >= incumbent:
+            return True
+        return len(ranked) >= SEARCHED and bound >= sorted(r[0] for r in ranked)[SEARCHED - 1]
+
     for n_done, (pp, micro) in enumerate(pairs):
         if bar is not None:
             bar(n_done + 1, len(pairs))
@@ -150,10 +158,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         costed = build_costs(g, q, stage_model, memory_limit=memory_limit, edges=False, chains=chains_of[micro],
                              known=known_of[micro])
         # a bound: every stage's operators at their cheapest (with their options' cheapest), edges free
-        floor = m * costed.least_cost / pp
-        if incumbent is not None and floor >= incumbent:
-            continue
-        if len(ranked) >= SEARCHED and floor >= sorted(r[0] for r in ranked)[SEARCHED - 1]:
+        if loses(m * costed.least_cost / pp):
             continue
         least: dict = {}  # in flight -> each operator's least memory (a lower bound of a stage's)
         arrays = memory_arrays(costed) if capacity is not None else None  # the operators' arrays, each once
@@ -198,12 +203,11 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         if not fitting:
             continue
         costed = with_edges(costed)
-        bars = ([incumbent] if incumbent is not None else []) + (
-            [sorted(r[0] for r in ranked)[SEARCHED - 1]] if len(ranked) >= SEARCHED else [])
-        if pp == 1 and chain is not None and bars:
-            # one stage is the whole plan, whose figure below costs what its search does: first its pieces' bound
-            if m * pieces_bound(costed, threads=threads, memory_limit=memory_limit) >= min(bars) * (1 + 1e-9):
-                continue
+        # one stage is the whole plan, whose figure below costs what its search does: first its pieces' bound
+        # (with room for rounding), where a bound can drop it
+        if pp == 1 and chain is not None and (incumbent is not None or len(ranked) >= SEARCHED) and loses(
+                m * pieces_bound(costed, threads=threads, memory_limit=memory_limit) / (1 + 1e-9)):
+            continue
         costs[(micro, pp)] = (g, costed, stage_model)
         table = stage_costs(costed, threads=threads, memory_limit=memory_limit) if chain is not None else None
         memo: dict = {}
