@@ -246,10 +246,118 @@ def pieces_bound(costed, *, threads: int | None = None, memory_limit: int | None
     kept: a tree is searched in the time of its edges), the other edges
     dropped (a re-distribution costs nothing or more).  ``-inf`` without a
     chain, or when a dropped edge could cost less than nothing."""
+    found = _pieces(costed, threads=threads, memory_limit=memory_limit)
+    return -math.inf if found is None else math.fsum(r.cost for _, r in found)
+
+
+def pieces_within(costed, capacity: float, *, cutoff: float | None = None, searches: int = 12,
+                  threads: int | None = None, memory_limit: int | None = None) -> float:
+    """A lower bound of the cheapest strategy of ``costed`` that keeps at
+    most ``capacity`` bytes a device (what :func:`search_within` finds, in
+    the operators' own costs), from the pieces of :func:`pieces_bound`:
+    the Lagrangian dual of the capacity on them.
+
+    At a multiplier ``lam >= 0`` every operator's cost vector, and what
+    each value of its searched options adds to it, take ``lam`` times the
+    memory they keep; the pieces' bound of those costs, less ``lam *
+    capacity``, bounds every strategy that fits from below.  The
+    multipliers are walked as :func:`search.lagrange.relax` walks them
+    (where the lines of a solution above the capacity and one within it
+    cross), from the multiplier at which the memory weighs as much as the
+    cost, raised eightfold until the pieces' solution fits; at most
+    ``searches`` pieces' searches, stopped as soon as the bound reaches
+    ``cutoff``.  ``-inf`` where :func:`pieces_bound` is."""
+
+    def solve_at(lam):  # the pieces' solution at lam: (its cost, its memory), or None
+        shifted = _with_memory_priced(costed, lam)
+        found = _pieces(shifted, threads=threads, memory_limit=memory_limit)
+        if found is None:
+            return None
+        memory = math.fsum(_kept(shifted, piece, r) for piece, r in found)
+        return math.fsum(r.cost for _, r in found) - lam * memory, memory
+
+    first = solve_at(0.0)
+    if first is None:
+        return -math.inf
+    c_lo, m_lo = first
+    bound, done = c_lo, 1
+    if m_lo <= capacity:
+        return bound
+
+    def enough():
+        return cutoff is not None and bound >= cutoff
+
+    hi = None
+    lam = c_lo / m_lo if c_lo > 0 else 1.0
+    while hi is None and done < searches and not enough():  # a multiplier at which the pieces fit
+        c, m = solve_at(lam)
+        done += 1
+        bound = max(bound, c + lam * (m - capacity))
+        if m > capacity:
+            c_lo, m_lo = c, m
+            lam *= 8.0
+        else:
+            hi = (c, m)
+    while hi is not None and done < searches and not enough():
+        c_hi, m_hi = hi
+        if m_lo <= m_hi:
+            break
+        lam = (c_hi - c_lo) / (m_lo - m_hi)  # where cost + lam * memory is equal for both
+        if not lam > 0 or not math.isfinite(lam):
+            break
+        c, m = solve_at(lam)
+        done += 1
+        bound = max(bound, c + lam * (m - capacity))
+        if c + lam * m >= (c_lo + lam * m_lo) * (1 - 1e-12):  # nothing below both lines: lam is optimal
+            break
+        if m > capacity:
+            c_lo, m_lo = c, m
+        else:
+            hi = (c, m)
+    return bound
+
+
+def _with_memory_priced(costed, lam: float):
+    """``costed`` with ``lam`` times the memory each operator keeps added to
+    its cost vector, and to each searched option's value what it keeps
+    (arrays shared as ``costed``'s are)."""
+    if not lam:
+        return costed
+    made: dict = {}
+
+    def shared(key, make):
+        if key not in made:
+            made[key] = make()
+        return made[key]
+
+    nodes = [shared((id(c), id(m)), lambda c=c, m=m: c + lam * m) for c, m in zip(costed.node_costs, costed.memory)]
+    tables = [tuple(shared(id(t), lambda t=t: replace(t, compute=t.compute + lam * t.kept)) for t in ts)
+              for ts in costed.tables] if costed.tables else costed.tables
+    return replace(costed, node_costs=nodes, tables=tables)
+
+
+def _kept(costed, piece, result) -> float:
+    """The bytes the operators ``piece`` of ``costed`` keep at ``result``
+    (a search of them alone)."""
+    tables = costed.tables or [()] * costed.n
+    out = []
+    for k, (v, i) in enumerate(zip(piece, result.index)):
+        out.append(float(costed.memory[v][i]))
+        for t in tables[v]:
+            j = (result.choices or {}).get(k, {}).get(t.name, 0)
+            out.append(float(t.parts[:, i, j].sum()))  # what the value keeps (its column of ``kept``)
+    return math.fsum(out)
+
+
+def _pieces(costed, *, threads: int | None = None, memory_limit: int | None = None):
+    """The searches :func:`pieces_bound` sums: ``(piece, result)`` for each
+    piece (its operators' ids, ascending; pieces with the same arrays share
+    one result).  ``None`` without a chain, or when a dropped edge could
+    cost less than nothing."""
     import networkx as nx
 
     if not costed.chains:
-        return -math.inf
+        return None
     c = max(costed.chains, key=lambda x: x.count * x.size)
     pieces = [range(0, c.start)] + [c.block(k) for k in range(c.count)] + [range(c.stop, costed.n)]
     where = {v: i for i, piece in enumerate(pieces) for v in piece}
@@ -257,31 +365,31 @@ def pieces_bound(costed, *, threads: int | None = None, memory_limit: int | None
     for (u, v), m in costed.edge_costs.items():
         if where[u] != where[v]:
             if float(m.min()) < 0:
-                return -math.inf
+                return None
             continue
         lo = pieces[where[u]][0]
         inner.setdefault(where[u], []).append((u - lo, v - lo, m))
     tables = costed.tables or [()] * costed.n
-    found: dict = {}  # what identifies a piece's arrays -> its bound
-    parts = []
+    ids = [(id(costed.node_costs[v]), tuple(id(t) for t in tables[v])) for v in range(costed.n)]
+    found: dict = {}  # what identifies a piece's arrays -> its search
+    out = []
     for i, piece in enumerate(pieces):
         if not len(piece):
             continue
         edges = inner.get(i, [])
-        key = (tuple((id(costed.node_costs[v]), tuple(id(t) for t in tables[v])) for v in piece),
-               tuple(sorted((u, v, id(m)) for u, v, m in edges)))
+        key = (tuple(ids[v] for v in piece), tuple(sorted((u, v, id(m)) for u, v, m in edges)))
         if key not in found:
             tree = nx.Graph()
             tree.add_nodes_from(range(len(piece)))
             tree.add_weighted_edges_from((u, v, float(m.max())) for u, v, m in edges)
             tree = nx.maximum_spanning_tree(tree)
             if any(not tree.has_edge(u, v) and float(m.min()) < 0 for u, v, m in edges):
-                return -math.inf
+                return None
             sub = costed.restrict(piece)
             sub = replace(sub, edge_costs={e: m for e, m in sub.edge_costs.items() if tree.has_edge(*e)})
-            found[key] = search(sub, threads=threads, memory_limit=memory_limit, prune=False).cost
-        parts.append(found[key])
-    return math.fsum(parts)
+            found[key] = search(sub, threads=threads, memory_limit=memory_limit, prune=False)
+        out.append((list(piece), found[key]))
+    return out
 
 
 def stage_costs(costed, *, threads: int | None = None, memory_limit: int | None = None):

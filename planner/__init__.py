@@ -405,8 +405,9 @@ def _plain(job: Job, progress, cutoff: float | None = None):
     result, and the profile's text with ``job.profile``; with ``cutoff`` (the step of
     a plan found otherwise, in the operators' own costs: its blocks' collectives not
     pooled, as the bounds here), ``None`` when it cannot be faster (its
-    operators at their cheapest, its pieces searched alone, or the search's
-    bound, reach it: :func:`dp_search.pieces_bound`)."""
+    operators at their cheapest, its pieces searched alone, those within the
+    device memory, or the search's bound, reach it: :func:`dp_search.pieces_bound`,
+    :func:`dp_search.pieces_within`)."""
     from cost_model import build_costs, with_edges
     from dp_search import NotBetter
 
@@ -420,10 +421,15 @@ def _plain(job: Job, progress, cutoff: float | None = None):
     finally:
         if bar is not None:
             bar.close()
-    if cutoff is not None:  # its pieces searched alone bound it below (with room for rounding)
-        from dp_search import pieces_bound
+    if cutoff is not None:  # its pieces searched alone bound it below, within the device memory where it has one
+        from dp_search import pieces_bound, pieces_within
 
-        if pieces_bound(costed, threads=job.threads, memory_limit=job.memory_limit) >= cutoff * (1 + 1e-9):
+        beaten, capacity = cutoff * (1 + 1e-9), job.model.cluster.capacity  # with room for rounding
+        if capacity is None:
+            bound = pieces_bound(costed, threads=job.threads, memory_limit=job.memory_limit)
+        else:
+            bound = pieces_within(costed, capacity, cutoff=beaten, threads=job.threads, memory_limit=job.memory_limit)
+        if bound >= beaten:
             return None, None
     try:
         result, profile = _search(job, costed, progress, cutoff)

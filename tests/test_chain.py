@@ -12,7 +12,7 @@ from blocks import find_chains
 from cluster import Cluster
 from conftest import ROOT, built, reference, rel, run_cli
 from cost_model import CostModel, build_costs
-from dp_search import pieces_bound, runs_of, search, search_within
+from dp_search import pieces_bound, pieces_within, runs_of, search, search_within
 from graph import GraphBuilder, operators
 from models import build_graph
 from search.chain import Run, _Blocks, _reduced, minplus_vector, series, solve_chained, stage_costs
@@ -257,3 +257,30 @@ def test_the_pieces_bound_lies_between_the_cheapest_operators_and_the_optimum(na
     bound = pieces_bound(cg)
     assert floor < bound <= search(cg).cost * (1 + 1e-12)
     assert pieces_bound(build_costs(built("alexnet"), 8, TWO_LEVEL)) == -math.inf  # no repeated blocks
+
+
+def test_the_pieces_bound_within_the_memory_lies_below_the_search_within_it():
+    """The Lagrangian dual of a memory capacity on the pieces
+    (:func:`dp_search.pieces_within`): at least the pieces' bound, at most
+    the cheapest strategy that fits (the search within the capacity,
+    optimal or not); the pieces' bound itself where the unconstrained
+    optimum fits; a capacity that binds raises it; a cutoff stops it
+    once reached."""
+    cg = build_costs(config("llama3-8b", batch=16, seq=512), 32,
+                     CostModel(TWO_LEVEL.cluster, options=(("recompute", "auto"), ("zero", "auto"))))
+    free = pieces_bound(cg)
+    unconstrained = search_within(cg, 1e15)
+    assert unconstrained.status == "unconstrained optimum fits"
+    assert pieces_within(cg, unconstrained.memory) == free
+    raised = 0
+    for share in (0.9, 0.6, 0.3, 0.15):
+        capacity = cg.least_memory + share * (unconstrained.memory - cg.least_memory)
+        within = search_within(cg, capacity)
+        bound = pieces_within(cg, capacity)
+        assert free <= bound <= within.cost * (1 + 1e-12)
+        raised += bound > free * (1 + 1e-6)
+        if bound > free:
+            cutoff = (free + bound) / 2
+            assert cutoff <= pieces_within(cg, capacity, cutoff=cutoff) <= bound
+    assert raised >= 2
+    assert pieces_within(build_costs(built("alexnet"), 8, TWO_LEVEL), 1e9) == -math.inf

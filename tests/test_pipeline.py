@@ -581,3 +581,31 @@ def test_one_stage_of_the_whole_batch_is_dropped_by_its_pieces_bound_answer_unch
     assert found["bounded"][1:] == found["unbounded"][1:]
     assert found["bounded"][2:4] == (4, 8)  # a pipeline, not the plan without stages
     assert found["bounded"][0] == found["unbounded"][0] - 1  # the whole batch's one stage not worked out
+
+
+def test_the_plan_without_stages_is_not_searched_where_its_pieces_within_the_memory_lose(monkeypatch):
+    """Without a flag the plan without stages is searched beside the
+    pipelines. Llama 3 70B on 64 H100s: its unconstrained optimum would beat
+    the best pipeline but does not fit, and the Lagrangian bound of its
+    pieces within the memory (:func:`dp_search.pieces_within`) already loses
+    to the pipeline, so its search within the memory is never run; the
+    answer is the one found when it is."""
+    import dp_search
+    import planner
+    from cli.args import parse_args
+    from planner import plan
+
+    args = ["-g", str(ROOT / "tests/data/configs/llama3-70b"), "-p", "64", "-b", "64", "--seq", "4096", "--device",
+            "h100"]
+    real = planner._search
+    found = {}
+    for name, bound in (("bounded", dp_search.pieces_within), ("unbounded", lambda *a, **kw: -math.inf)):
+        searched = []  # the plan without stages searched within the memory, beside the pipelines' answer
+        monkeypatch.setattr(dp_search, "pieces_within", bound)
+        monkeypatch.setattr(planner, "_search", lambda job, costed, progress, cutoff=None: searched.append(
+            cutoff is not None) or real(job, costed, progress, cutoff))
+        r = plan(parse_args(args)).result
+        found[name] = (sum(searched), r.total_cost, r.pipeline.pp, r.pipeline.m, r.strategy)
+    assert found["bounded"][1:] == found["unbounded"][1:]
+    assert found["bounded"][2:4] == (8, 64)  # a pipeline, not the plan without stages
+    assert found["bounded"][0] == 0 < found["unbounded"][0]
