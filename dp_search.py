@@ -250,41 +250,6 @@ def pieces_bound(costed, *, threads: int | None = None, memory_limit: int | None
     return -math.inf if found is None else math.fsum(r.cost for _, r in found)
 
 
-def pieces_plan(costed, capacity: float | None = None, *, threads: int | None = None,
-                memory_limit: int | None = None):
-    """A strategy of ``costed`` found at a small part of a search's work:
-    the pieces of :func:`pieces_bound` each at its own optimum, joined, then
-    moved one operator at a time while a move lowers the whole cost, every
-    edge counted (:func:`search.lagrange.improve`), each operator's own
-    options at their cheapest and every block's at its default, its kept
-    memory within ``capacity`` (bytes).  ``(index, choices)`` for
-    :meth:`cost_model.CostedGraph.figures`, or ``None`` where
-    :func:`pieces_bound` is ``-inf`` or nothing found fits."""
-    from search.lagrange import improve
-
-    found = _pieces(costed, threads=threads, memory_limit=memory_limit)
-    if found is None:
-        return None
-    index = [0] * costed.n
-    for piece, r in found:
-        for k, v in enumerate(piece):
-            index[v] = int(r.index[k])
-    problem = problem_of(costed)
-    nodes, edges = problem.at(0.0, False)
-    memory = [np.asarray(m, dtype=float) for m in problem.node_memory]
-    for v in range(costed.n):  # what each configuration keeps at the values the nodes' costs stand for
-        if problem.own[v] is not None:
-            j = problem._own_at(v, 0.0)[1]
-            memory[v] = memory[v] + problem.own[v][1][np.arange(len(j)), j]
-    for g in problem.groups:
-        for v, _, m in g.members:
-            memory[v] = memory[v] + m[:, g.default]
-    better = improve(nodes, memory, edges, index, math.inf if capacity is None else capacity)
-    if better is None:
-        return None
-    return better, choices_of(costed, problem, problem.decode(better, 0.0, False))
-
-
 def pieces_within(costed, capacity: float, *, cutoff: float | None = None, searches: int = 12,
                   threads: int | None = None, memory_limit: int | None = None) -> float:
     """A lower bound of the cheapest strategy of ``costed`` that keeps at

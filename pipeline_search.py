@@ -100,11 +100,9 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
            memory_limit=None, threads=None, progress=None, incumbent: float | None = None,
            beside_plain: bool = False) -> Pipeline | None:
     """The fastest pipeline found (see the module docstring); with
-    ``incumbent`` (the step of a plan found otherwise), the settings whose
-    bound (their operators at their cheapest) reaches it are dropped before
-    they are costed further, and ``None`` where no setting is left; with
-    ``beside_plain`` (the plan without stages searched apart), without one
-    stage of one micro-batch, which is that plan.  ``build(b)``
+    ``incumbent`` (the step of a plan found otherwise), only one faster,
+    else ``None``; with ``beside_plain`` (the plan without stages searched
+    apart), without one stage of one micro-batch, which is that plan.  ``build(b)``
     makes the graph at a micro-batch of ``b`` samples; ``model`` the cost
     model (its cluster's capacity bounds every stage).  Its stages cost what
     their operators' own costs sum to, the currency of the bounds that rank
@@ -294,10 +292,13 @@ def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, t
     from dp_search import DoesNotFit
 
     best, tried, fitted = None, 0, 0
+    to_beat = math.inf if incumbent is None else incumbent
     failed = [math.inf]  # the least a stage searched within the memory needed, where none fitted
     found: dict = {}  # (micro, pp, kind of stage, in flight) -> (plan, bound, gap), or the DoesNotFit it raised
     for est, micro, pp, counts, sched in ranked:
         if best is not None and (fitted >= SEARCHED or est >= best.step):
+            break
+        if est >= to_beat:
             break
         if tried >= 4 * SEARCHED and best is not None:  # enough tried beyond what fits
             break
@@ -328,7 +329,7 @@ def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, t
                 plans[key], floor, gap = found[at]
                 if capacity is not None:
                     bounds.append(gap)
-                if best is not None and m * floor >= ABANDON * best.step:
+                if m * floor >= ABANDON * min(best.step if best is not None else math.inf, to_beat):
                     raise _Slower  # this stage alone makes it slower than the best
         except DoesNotFit as e:
             failed[0] = min(failed[0], e.least)

@@ -400,59 +400,27 @@ def _idle_note(result, model, p: int) -> str:
             f"spread ({why}); the others stay idle.")
 
 
-def _plain_costs(job: Job, progress, cutoff: float | None = None):
-    """The cost tables of the job's whole batch (no stages), with their
-    edges; ``None`` where its operators at their cheapest already reach
-    ``cutoff`` (see :func:`_plain`), before the edges are costed."""
-    from cost_model import build_costs, with_edges
-
-    bar = progress("building the cost tables", "edges") if progress is not None else None
-    try:
-        costed = build_costs(job.graph(), job.procs, job.model, memory_limit=job.memory_limit, edges=False)
-        if cutoff is not None and costed.least_cost >= cutoff:
-            return None
-        return with_edges(costed, bar)
-    finally:
-        if bar is not None:
-            bar.close()
-
-
-def _pieces_step(job: Job, costed) -> float | None:
-    """The step (in the operators' own costs) of a plan without stages found
-    at a small part of its search's work (:func:`dp_search.pieces_plan`),
-    where it fits the device memory: the plan without stages is at least
-    that fast.  ``None`` where none was found."""
-    from dp_search import pieces_plan
-
-    capacity = job.model.cluster.capacity
-    found = pieces_plan(costed, capacity, threads=job.threads, memory_limit=job.memory_limit)
-    if found is None:
-        return None
-    figures = costed.figures(*found)
-    kept = math.fsum(math.fsum(p) for p in figures.parts)
-    if capacity is not None and kept + figures.peak_transient > capacity:
-        return None
-    return figures.total
-
-
-def _plain(job: Job, progress, cutoff: float | None = None, costed=None):
+def _plain(job: Job, progress, cutoff: float | None = None):
     """The per-operator search of the job's whole batch (no stages): its
     result, and the profile's text with ``job.profile``; with ``cutoff`` (the step of
     a plan found otherwise, in the operators' own costs: its blocks' collectives not
     pooled, as the bounds here), ``None`` when it cannot be faster (its
     operators at their cheapest, its pieces searched alone, those within the
     device memory, or the search's bound, reach it: :func:`dp_search.pieces_bound`,
-    :func:`dp_search.pieces_within`).  ``costed``: its cost tables, when
-    :func:`_plain_costs` made them already."""
+    :func:`dp_search.pieces_within`)."""
+    from cost_model import build_costs, with_edges
     from dp_search import NotBetter
 
     g = job.graph()
-    if costed is None:
-        costed = _plain_costs(job, progress, cutoff)
-    elif cutoff is not None and costed.least_cost >= cutoff:
-        costed = None
-    if costed is None:
-        return None, None
+    bar = progress("building the cost tables", "edges") if progress is not None else None
+    try:
+        costed = build_costs(g, job.procs, job.model, memory_limit=job.memory_limit, edges=False)
+        if cutoff is not None and costed.least_cost >= cutoff:
+            return None, None
+        costed = with_edges(costed, bar)
+    finally:
+        if bar is not None:
+            bar.close()
     if cutoff is not None:  # its pieces searched alone bound it below, within the device memory where it has one
         from dp_search import pieces_bound, pieces_within
 
@@ -496,19 +464,12 @@ def _pipeline(s: Settings, job: Job, progress=None, with_plain: bool = False):
         micro_values = [batch // s.microbatches]
     auto = s.schedule == "auto" or s.schedule is None and s.pp == "auto"  # searched; else 1f1b unless given
     schedules = None if auto else [pipeline.parse_schedule(s.schedule or "1f1b")]
-    pipe = failed = costed = incumbent = None
-    if with_plain:  # the plan without stages' costs, and the plan its pieces make where it fits: a step a
-        try:  # pipeline must beat to be searched
-            costed = _plain_costs(job, progress)
-            incumbent = _pieces_step(job, costed)
-        except MemoryError:  # its tables too large: met again, and told, where it is searched below
-            costed = incumbent = None
+    pipe = failed = None
     try:
         pipe = pipeline_search.search(job.graph, job.model, job.procs, batch,
                                       pp_values=[s.pp] if isinstance(s.pp, int) else [1] if s.pp is None else None,
                                       micro_values=micro_values, schedules=schedules, memory_limit=job.memory_limit,
-                                      threads=job.threads, progress=progress, beside_plain=with_plain,
-                                      incumbent=incumbent)
+                                      threads=job.threads, progress=progress, beside_plain=with_plain)
     except pipeline_search.PipelineDoesNotFit as e:
         if not with_plain:
             _nothing_fits(s, job.model, e)
@@ -518,7 +479,7 @@ def _pipeline(s: Settings, job: Job, progress=None, with_plain: bool = False):
         from search.elimination import SearchTooLarge
 
         try:
-            plain, profile = _plain(job, progress, cutoff=None if pipe is None else pipe.step, costed=costed)
+            plain, profile = _plain(job, progress, cutoff=None if pipe is None else pipe.step)
         except MemoryError as e:
             if pipe is None:
                 _nothing_fits(s, job.model, failed, e)

@@ -12,7 +12,7 @@ from blocks import find_chains
 from cluster import Cluster
 from conftest import ROOT, built, reference, rel, run_cli
 from cost_model import CostModel, build_costs
-from dp_search import pieces_bound, pieces_plan, pieces_within, runs_of, search, search_within
+from dp_search import pieces_bound, pieces_within, runs_of, search, search_within
 from graph import GraphBuilder, operators
 from models import build_graph
 from search.chain import Run, _Blocks, _reduced, minplus_vector, series, solve_chained, stage_costs
@@ -284,25 +284,3 @@ def test_the_pieces_bound_within_the_memory_lies_below_the_search_within_it():
             assert cutoff <= pieces_within(cg, capacity, cutoff=cutoff) <= bound
     assert raised >= 2
     assert pieces_within(build_costs(built("alexnet"), 8, TWO_LEVEL), 1e9) == -math.inf
-
-
-def test_the_pieces_plan_is_a_whole_strategy_within_the_capacity_at_least_the_optimum():
-    """The pieces each at its own optimum, joined and moved one operator at
-    a time (:func:`dp_search.pieces_plan`): a whole strategy (every edge
-    counted) that keeps within the capacity asked, at least the optimum (the
-    search's within it), within 5% of it unconstrained on a real decoder;
-    ``None`` without repeated blocks."""
-    cg = build_costs(config("llama3-8b", batch=16, seq=512), 32,
-                     CostModel(TWO_LEVEL.cluster, options=(("recompute", "auto"), ("zero", "auto"))))
-    unconstrained = search_within(cg, 1e15)
-    for capacity in (None, cg.least_memory + 0.3 * (unconstrained.memory - cg.least_memory)):
-        index, choices = pieces_plan(cg, capacity)
-        figures = cg.figures(index, choices)
-        assert len(index) == cg.n and figures.total == cg.cost_at(index, choices)
-        best = unconstrained if capacity is None else search_within(cg, capacity)
-        assert best.cost * (1 - 1e-12) <= figures.total
-        if capacity is None:
-            assert figures.total <= 1.05 * best.cost
-        else:
-            assert math.fsum(math.fsum(p) for p in figures.parts) <= capacity
-    assert pieces_plan(build_costs(built("alexnet"), 8, TWO_LEVEL)) is None

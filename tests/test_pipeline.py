@@ -609,29 +609,3 @@ def test_the_plan_without_stages_is_not_searched_where_its_pieces_within_the_mem
     assert found["bounded"][1:] == found["unbounded"][1:]
     assert found["bounded"][2:4] == (8, 64)  # a pipeline, not the plan without stages
     assert found["bounded"][0] == 0 < found["unbounded"][0]
-
-
-def test_the_pipelines_beside_the_plan_without_stages_must_beat_the_plan_its_pieces_make(monkeypatch):
-    """Without a flag the pipelines are ranked beside the plan without
-    stages. The plan its pieces make (:func:`dp_search.pieces_plan`, a small
-    part of its search) is a step a pipeline must beat: settings whose
-    operators at their cheapest already reach it are not costed further.
-    Llama 3 8B on 64 H100s, where the plan without stages wins: the same
-    answer, with fewer pipeline settings' stages worked out."""
-    import dp_search
-    import planner
-    from cli.args import parse_args
-
-    args = ["-g", str(ROOT / "tests/data/configs/llama3-8b"), "-p", "64", "--device", "h100"]
-    real = dp_search.stage_costs
-    found = {}
-    for name, step in (("bounded", planner._pieces_step), ("unbounded", lambda job, costed: None)):
-        worked = []
-        monkeypatch.setattr(planner, "_pieces_step", step)
-        monkeypatch.setattr(dp_search, "stage_costs",
-                            lambda costed, **kw: worked.append(costed.n) or real(costed, **kw))
-        r = planner.plan(parse_args(args)).result
-        found[name] = (len(worked), r.total_cost, r.pipeline, r.strategy)
-    assert found["bounded"][1:] == found["unbounded"][1:]
-    assert found["bounded"][2] is None  # the plan without stages
-    assert 0 < found["bounded"][0] < found["unbounded"][0]
