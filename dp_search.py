@@ -40,7 +40,7 @@ from search.elimination import (
     worth_pruning,
 )
 from search.chain import Run, series, solve_chained
-from search.lagrange import Bounded, DoesNotFit, NotBetter, relax, within_memory
+from search.lagrange import Bounded, DoesNotFit, NotBetter, crossing, none_below, relax, within_memory
 from search.options import Choice, Group, Problem
 from search.order import breadth_first, generate_seq
 
@@ -299,16 +299,13 @@ def pieces_within(costed, capacity: float, *, cutoff: float | None = None, searc
         else:
             hi = (c, m)
     while hi is not None and done < searches and not enough():
-        c_hi, m_hi = hi
-        if m_lo <= m_hi:
-            break
-        lam = (c_hi - c_lo) / (m_lo - m_hi)  # where cost + lam * memory is equal for both
-        if not lam > 0 or not math.isfinite(lam):
+        lam = crossing(c_lo, m_lo, *hi)
+        if lam is None:
             break
         c, m = solve_at(lam)
         done += 1
         bound = max(bound, c + lam * (m - capacity))
-        if c + lam * m >= (c_lo + lam * m_lo) * (1 - 1e-12):  # nothing below both lines: lam is optimal
+        if none_below(c, m, lam, c_lo, m_lo):
             break
         if m > capacity:
             c_lo, m_lo = c, m

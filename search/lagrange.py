@@ -23,7 +23,8 @@ from result import total
 from search.elimination import SearchResult
 from search.options import Choice, Problem
 
-__all__ = ["DoesNotFit", "Bounded", "within_memory", "relax", "repair", "polish", "block_moves", "improve", "objective"]
+__all__ = ["DoesNotFit", "Bounded", "within_memory", "relax", "crossing", "none_below", "repair", "polish",
+           "block_moves", "improve", "objective"]
 
 
 class DoesNotFit(MemoryError):
@@ -154,10 +155,8 @@ def relax(problem: Problem, capacity: float, solve, *, max_searches: int = 8, rt
     while steps < max_searches - 1 and searches < max_searches and best[2] > bound * (1 + rtol):
         steps += 1
         (_, _, c_lo, m_lo), (_, _, c_hi, m_hi) = lo, hi
-        if m_lo <= m_hi:
-            break
-        lam = (c_hi - c_lo) / (m_lo - m_hi)  # where cost + lam * memory is equal for both
-        if not lam > 0 or not math.isfinite(lam):
+        lam = crossing(c_lo, m_lo, c_hi, m_hi)
+        if lam is None:
             break
         r, s, c, m = at(lam)
         dual = c + lam * (m - capacity)
@@ -168,7 +167,7 @@ def relax(problem: Problem, capacity: float, solve, *, max_searches: int = 8, rt
         fixed = repair(problem, s, capacity)
         if fixed is not None and problem.cost(fixed) < best[2]:
             best = (r, fixed, problem.cost(fixed), problem.memory(fixed))
-        if c + lam * m >= (c_lo + lam * m_lo) * (1 - 1e-12):  # nothing below both lines: lam is optimal
+        if none_below(c, m, lam, c_lo, m_lo):
             break
         if m > capacity:
             lo = (r, s, c, m)
@@ -182,6 +181,23 @@ def relax(problem: Problem, capacity: float, solve, *, max_searches: int = 8, rt
             s, c, m = polished, c2, problem.memory(polished)
     status = "optimal" if c <= bound * (1 + rtol) else "bound"
     return Bounded(result(r, s, c), c, m, min(bound, c), status, lam_best, searches, least)
+
+
+def crossing(c_lo: float, m_lo: float, c_hi: float, m_hi: float) -> float | None:
+    """The multiplier at which the lines ``cost + lam * memory`` of a
+    solution above the capacity (``c_lo``, ``m_lo``) and one within it
+    (``c_hi``, ``m_hi``) cross; ``None`` where they cross at no positive,
+    finite one (the walk is over)."""
+    if m_lo <= m_hi:
+        return None
+    lam = (c_hi - c_lo) / (m_lo - m_hi)
+    return lam if lam > 0 and math.isfinite(lam) else None
+
+
+def none_below(c: float, m: float, lam: float, c_lo: float, m_lo: float) -> bool:
+    """Whether the solution (``c``, ``m``) found at the crossing ``lam`` lies
+    below neither line (within rounding): ``lam`` maximises the bound."""
+    return c + lam * m >= (c_lo + lam * m_lo) * (1 - 1e-12)
 
 
 def _leanest(problem: Problem, capacity: float):
