@@ -25,12 +25,33 @@ def fmt_config(cfg) -> str:
     return "(" + ",".join(map(str, cfg)) + ")"
 
 
+def _digits(v: float) -> str:
+    """``v`` to 3 significant digits, in plain digits from 1,000 up (``1,640``, not ``1.64e+03``)."""
+    s = f"{v:.3g}"
+    return f"{round(float(s)):,}" if "e+" in s else s
+
+
+def _scaled(x: float, units) -> tuple[str, str] | None:
+    """``x`` in the largest of ``units`` (``(name, size)``, largest first) it
+    reaches, or the next larger one where rounding reaches 1,000 of it."""
+    for i, (unit, size) in enumerate(units):
+        if x >= size:
+            if i and float(f"{x / size:.3g}") >= 1000:
+                unit, size = units[i - 1]
+            return _digits(x / size), unit
+    return None
+
+
 def fmt_bytes(n: float, compact: bool = False) -> str:
-    """Bytes in decimal units: ``6.06 MB`` (``6.06M`` when ``compact``)."""
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g}{unit[0]}" if compact else f"{n / size:.3g} {unit}"
-    return f"{n:.0f}" if compact else f"{n:.0f} B"
+    """Bytes in decimal units: ``6.06 MB`` (``6.06M`` when ``compact``;
+    a negative amount, a difference, with its sign)."""
+    if n < 0:
+        return "-" + fmt_bytes(-n, compact)
+    found = _scaled(n, (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0)))
+    if found is None or found[1] == "B":
+        return f"{n:.0f}" if compact else f"{n:.0f} B"
+    v, unit = found
+    return f"{v}{unit[0]}" if compact else f"{v} {unit}"
 
 
 def _model_line(r: Result) -> str:
@@ -48,10 +69,10 @@ def fmt_time(t: float) -> str:
     under a nanosecond (what rounding leaves of a difference) 0."""
     if abs(t) < 1e-9:
         return "0 us"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if t >= scale or unit == "us":
-            return f"{t / scale:.3g} {unit}"
-    return f"{t:.3g} s"
+    if t < 0:  # a difference
+        return "-" + fmt_time(-t)
+    found = _scaled(t, (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)))
+    return f"{_digits(t / 1e-6)} us" if found is None else f"{found[0]} {found[1]}"
 
 
 def _memory_lines(r: Result) -> list[str]:
@@ -251,6 +272,8 @@ def _options_line(r: Result) -> str:
     listed = ", ".join(f"{k}={v} on {n} operator{'s' * (n > 1)}" for (k, v), n in sorted(counts.items(),
                                                                                         key=str))
     saved = sum(layer.saves for layer in r.layers)
+    if saved < 0:  # a framework's stage that keeps more than it shards (DeepSpeed's ZeRO-1 over one device)
+        return f"Execution options: {listed}; they need {fmt_bytes(-saved)} more per device"
     return f"Execution options: {listed}; they save {fmt_bytes(saved)} per device"
 
 
