@@ -143,7 +143,7 @@ class Schedule:
         (:func:`order`): whether it was a forward pass, and the micro-batches
         of each chunk then held."""
         held = [0] * self.chunks
-        for kind, _, c in order(self.name, i, pp, m, self.chunks):
+        for kind, _, c in order(self.name, i, pp, _periodic(self, i, pp, m), self.chunks):
             held[c] += 1 if kind == "F" else -1
             yield kind == "F", tuple(held)
 
@@ -161,6 +161,21 @@ class Schedule:
         """Idle time over the busy time of the slowest stage."""
         longest = max(times)
         return (self.time(times, m, share) - m * longest) / (m * longest) if longest else 0.0
+
+
+def _periodic(schedule: Schedule, i: int, pp: int, m: int) -> int:
+    """As many micro-batches as stage ``i`` needs to hold what ``m`` make
+    it hold: past its warm-up, :func:`order` repeats itself every ``pp``
+    micro-batches (each chunk of each in turn), so the same warm-up, a few
+    of those turns and the same last, partial group show every count it
+    ever holds; ``m`` itself where that is not fewer (a batch of millions
+    of micro-batches is not listed one by one)."""
+    if schedule.name == "gpipe":
+        return m
+    v = schedule.chunks
+    warm = (pp - i - 1) * (2 if v > 1 else 1) + (v - 1) * pp  # forward chunks before the first backward
+    enough = pp * (-(-warm // (pp * v)) + 4)
+    return m if m <= enough + pp else enough + (m - enough) % pp
 
 
 def order(name: str, i: int, pp: int, m: int, v: int = 1) -> list[tuple[str, int, int]]:
@@ -191,7 +206,7 @@ def parse_schedule(text: str) -> Schedule:
     name, _, chunks = str(text).strip().lower().partition(":")
     if name not in SCHEDULES or (chunks and name != "interleaved"):
         raise InputError(f"schedule must be gpipe, 1f1b, interleaved or interleaved:V, got {text!r}")
-    if chunks and (not chunks.isdigit() or not 2 <= int(chunks) <= 64):
+    if chunks and (not (chunks.isascii() and chunks.isdigit()) or not 2 <= int(chunks) <= 64):
         raise InputError(f"interleaved:V needs V from 2 to 64 chunks, got {chunks!r}")
     return Schedule(name, int(chunks) if chunks else (2 if name == "interleaved" else 1))
 
