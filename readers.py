@@ -94,6 +94,19 @@ def read_text(path: str, limit: int, what: str) -> str:
         raise InputError(f"{path} is not a text file") from None
 
 
+def read_toml(path: str, limit: int, what: str):
+    """The TOML document in ``path`` (see :func:`read_text`)."""
+    import tomllib
+
+    text = read_text(path, limit, what)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{path} is not valid TOML ({e})") from None
+    except RecursionError:
+        raise InputError(f"{path} is nested too deeply to be a {what}") from None
+
+
 def read_json(path: str, limit: int, what: str):
     """The JSON document in ``path`` (see :func:`read_text`)."""
     text = read_text(path, limit, what)

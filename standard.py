@@ -140,7 +140,7 @@ class Standard:
 
 
 def _int(key: str, text: str, low: int = 1) -> int:
-    if not text.isdigit() or not low <= int(text) <= 10**6:
+    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= 10**6:
         raise InputError(f"--plan: {key} must be an integer from {low} to 1,000,000, got {text!r}")
     return int(text)
 

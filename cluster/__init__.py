@@ -89,6 +89,8 @@ def check_value(name: str, value):
     d = FIELDS[name]
     low, inclusive, high, what = _BOUNDS[d.kind]
     high = d.high if d.high is not None else high
+    if d.low is not None:
+        low, inclusive = d.low, True
     if d.kind == "count":
         ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
         if not ok:
@@ -122,6 +124,7 @@ class Declared:
     label: str = ""
     tag: str = ""
     high: float | None = None  # the largest value (default: the kind's)
+    low: float | None = None  # the smallest value, allowed (default: the kind's)
 
 
 def _field(default, flag: str, kind: str, help: str, **how):
@@ -197,7 +200,7 @@ class Cluster:
                                          label="latency between nodes (us)", tag="ilat")
     bucket_mb: float = _field(25.0, "--bucket-mb", "positive", "size of the gradient buckets synchronised together "
                               "(realistic model: a bucket pays one collective's latency; default: 25, PyTorch DDP's)",
-                              metavar="MB", label="gradient bucket (MB)", tag="bucket", high=1e6)
+                              metavar="MB", label="gradient bucket (MB)", tag="bucket", low=1e-3, high=1e6)
     overlap: float = _field(1.0, "--overlap", "share", "share of the gradients' reduction and ZeRO's weight gathers "
                             "that overlaps computation (realistic model): 1 (default) as PyTorch DDP, FSDP and "
                             "Megatron-LM with --overlap-grad-reduce run them, 0 after the backward pass",

@@ -74,11 +74,15 @@ def read_measurements(path: str) -> dict:
             data = json.loads(text)
         except ValueError as e:
             raise InputError(f"--calibrate: {path} is not valid JSON: {e}") from None
+        except RecursionError:
+            raise InputError(f"--calibrate: {path} is nested too deeply to be a file of measurements") from None
     else:
         import tomllib
 
         try:
             data = tomllib.loads(text)
+        except RecursionError:
+            raise InputError(f"--calibrate: {path} is nested too deeply to be a file of measurements") from None
         except ValueError as e:
             if not looks_like_output(text):
                 raise InputError(f"--calibrate: {path} is not valid TOML: {str(e).splitlines()[0]}") from None

@@ -100,15 +100,10 @@ def _run_value(key: str, value, where: str):
 
 def read_cluster_file(path: str) -> dict:
     """The fields of a cluster file: ``.toml``, else JSON."""
-    from readers import read_json, read_text
+    from readers import read_json, read_toml
 
     if path.lower().endswith(".toml"):
-        import tomllib
-
-        try:
-            data = tomllib.loads(read_text(path, MAX_FILE_BYTES, "cluster file"))
-        except tomllib.TOMLDecodeError as e:
-            raise InputError(f"{path} is not valid TOML ({e})") from None
+        data = read_toml(path, MAX_FILE_BYTES, "cluster file")
     else:
         data = read_json(path, MAX_FILE_BYTES, "cluster file")
     if not isinstance(data, dict):

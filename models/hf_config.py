@@ -129,7 +129,7 @@ def read_config(path: str) -> DecoderConfig:
     family = data.get("model_type", _MISSING)
     if family is _MISSING:
         fail("missing key 'model_type'")
-    if family not in FAMILY_PARTS:
+    if not isinstance(family, str) or family not in FAMILY_PARTS:
         fail(f"model_type {shown(family)} is not a decoder family the tool reads ({', '.join(FAMILIES)})")
     parts = FAMILY_PARTS[family]
     if parts.text:  # a multimodal model: its decoder is the text part

@@ -39,12 +39,14 @@ def locate(arg: str) -> tuple[str, str]:
             names = sorted(os.listdir(arg))
         except OSError as e:
             raise ModelFileError(f"{arg}: cannot list the directory: {e.strerror}") from None
-        if "config.json" in names:
-            return "config", os.path.join(arg, "config.json")
         found = [n for n in names if n.lower().endswith(".onnx")]
-        if len(found) == 1:
+        if "config.json" in names and not found:
+            return "config", os.path.join(arg, "config.json")
+        if len(found) == 1 and "config.json" not in names:
             return "onnx", os.path.join(arg, found[0])
-        what = "no config.json or .onnx file" if not found else f"{len(found)} .onnx files ({', '.join(found[:3])})"
+        what = ("no config.json or .onnx file" if not found else f"both config.json and {found[0]}"
+                if "config.json" in names and len(found) == 1 else f"{len(found)} .onnx files ({', '.join(found[:3])})"
+                + (" and config.json" if "config.json" in names else ""))
         raise ModelFileError(f"{arg}: {what} in this directory; name the model file")
     if not os.path.exists(arg):
         from readers import missing

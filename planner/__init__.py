@@ -77,9 +77,11 @@ def cluster_for(s: Settings, recorded: dict | None = None):
     old = recorded.get("cluster")
     if not isinstance(old, dict):  # files written before the cluster was recorded
         old = {k: recorded[k] for k in ("flops", "bw") if k in recorded}
-    else:  # the top-level figures repeat the cluster's: one that differs was edited by hand, and is used
-        old = {**old, **{k: recorded[k] for k in ("flops", "bw") if k in recorded and recorded[k] != old.get(k)}}
     try:
+        if isinstance(recorded.get("cluster"), dict):  # checked whole, before the top-level figures replace any
+            check_fields(old, str(s.evaluate))
+            # the top-level figures repeat the cluster's: one that differs was edited by hand, and is used
+            old = {**old, **{k: recorded[k] for k in ("flops", "bw") if k in recorded and recorded[k] != old.get(k)}}
         old = check_fields(old, str(s.evaluate))
     except ValueError as e:
         raise InputError(f"--evaluate: {e}") from None
@@ -169,8 +171,10 @@ def cost_model_for(s: Settings, recorded: dict | None = None):
     try:
         return CostModel(cluster, distinct_rows=s.distinct_rows, optimizer=optimizer, options=options_for(s),
                          framework=fw, **rules)
-    except SettingError as e:  # the plan file's optimizer, not a flag: named in the file
-        if e.name == "optimizer" and s.optimizer is None and "optimizer" in recorded:
+    except SettingError as e:  # a value the plan file gave, not a flag: named in the file
+        given = {"optimizer": s.optimizer is not None, "distinct_rows": "distinct_rows" in s.explicit,
+                 "embedding_sync": s.sparse_embeddings, "embedding_lookup": s.sparse_embeddings}
+        if e.name in recorded and not given.get(e.name, True):
             raise InputError(f"--evaluate: {s.evaluate}: {e.name} {e.problem}") from None
         raise
 
@@ -209,6 +213,8 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
         except InputError as e:
             raise InputError(f"--evaluate: {e}") from None
         recorded = file.recorded
+        if "procs" not in recorded and "procs" not in s.explicit:  # its per-device figures need the devices
+            raise InputError(f"--evaluate: {s.evaluate} records no procs (the devices the plan is for): give -p")
         check_given_plan(s, recorded)
         s = _with_file_settings(s, recorded)
     from_file = {k for k in ("procs",) + MODEL_PARAMS if k in recorded and k not in s.explicit}

@@ -21,6 +21,8 @@ def recorded_pipeline(job: Job, file, path: str):
         pp, m, micro = (_whole(rec, key) for key in ("pp", "m", "micro"))
         sched = pipeline.parse_schedule(rec["schedule"])
         ranges = [tuple(r) for r in rec["stages"]]
+        if not all(type(x) is int for r in ranges for x in r):
+            raise ValueError(f"stages must be pairs of operator numbers, got {rec['stages']!r}"[:200])
     except (KeyError, TypeError, ValueError) as e:
         raise InputError(f"--evaluate: {path}: the pipeline record is not one this tool wrote ({e})") from None
     if len(ranges) != pp:
