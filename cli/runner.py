@@ -95,6 +95,7 @@ def run(s: Settings, out=None):
         check_writable(s.output, "--output", reads)
     if s.dump_graph:
         check_writable(DOT_FILE, "--dump-graph", reads)
+        _check_own_dot(DOT_FILE)
     from planner import plan
     from report import render_text
 
@@ -161,6 +162,22 @@ def _say(line: str) -> None:
             print(line, file=sys.stderr)
         except OSError:
             pass
+
+
+def _check_own_dot(path: str) -> None:
+    """Refuse to replace a ``graph.dot`` that ``-d`` did not write (its
+    first line is not :data:`exports.DOT_MARK`): the user's own file."""
+    from exports import DOT_MARK
+
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            first = f.readline(len(DOT_MARK) + 2).rstrip("\r\n")
+    except OSError as e:
+        raise UsageError(f"--dump-graph: cannot read {path}: {e.strerror or e}") from None
+    if first != DOT_MARK:
+        raise UsageError(f"--dump-graph: {os.path.abspath(path)} was not written by -d; move it away first")
 
 
 def main(argv=None) -> int:

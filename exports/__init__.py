@@ -63,8 +63,13 @@ def render_csv(r, g=None) -> str:
     return out.getvalue()
 
 
+#: the first line of every graph file the tool writes: ``-d`` replaces a ``graph.dot`` that starts so, and no other
+DOT_MARK = "// a model's graph, written by PaSE (scheduler.py -d)"
+
+
 def render_dot(r, g) -> str:
-    """The graph in Graphviz format: one node per operator, one edge per tensor."""
+    """The graph in Graphviz format: one node per operator, one edge per
+    tensor, after the line :data:`DOT_MARK`."""
     import pydot
 
     dot = pydot.Dot(g.graph["name"], graph_type="digraph", rankdir="TB")
@@ -78,7 +83,7 @@ def render_dot(r, g) -> str:
     for u, v, d in sorted(g.edges(data=True)):
         shape = "x".join(map(str, g.nodes[u]["op"].outputs[d["out"]].shape))
         dot.add_edge(pydot.Edge(str(u), str(v), label=f'"{shape}"'))
-    return dot.to_string()
+    return DOT_MARK + "\n" + dot.to_string()
 
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
