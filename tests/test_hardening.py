@@ -7,6 +7,7 @@ import functools
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -325,3 +326,131 @@ def test_an_interrupt_python_cannot_raise_still_ends_the_run():
                   "--require-fit"]):
         proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 130 and proc.stderr == "scheduler.py: interrupted\n", (args, proc.stderr)
+
+
+# -- a second adversarial run: inputs refused in one line, figures shown plainly -----------------
+
+
+LLAMA8B = str(ROOT / "tests" / "data" / "configs" / "llama3-8b")
+GPT2 = str(ROOT / "tests" / "data" / "configs" / "gpt2")
+
+
+def test_numbers_of_a_thousand_units_or_more_print_in_digits_and_round_up_to_the_next_unit():
+    from report import fmt_bytes, fmt_time
+
+    assert [fmt_bytes(x) for x in (999.6e6, 1.64e12, 4.4567e12, 6.06e6, 512)] == \
+        ["1 GB", "1,640 GB", "4,460 GB", "6.06 MB", "512 B"]
+    assert fmt_bytes(1.1e12, compact=True) == "1,100G" and fmt_bytes(-1176576, compact=True) == "-1.18M"
+    assert [fmt_time(x) for x in (0.9996, 999.6e-6, 1220.0, 99_900.0, 4.5e-7, -0.5)] == \
+        ["1 s", "1 ms", "1,220 s", "99,900 s", "0.45 us", "-500 ms"]
+    out = run("-g", "alexnet", "-p", 1, "-q").stdout  # its optimizer: 999.8 MB, once printed "1e+03 MB"
+    assert "optimizer 1 GB" in out and not re.search(r"e\+\d+ ?(GB|MB|kB|B|s|ms|us)\b", out)
+
+
+def test_a_batch_of_a_billion_samples_is_planned_in_seconds_and_little_memory():
+    """Micro-batch sizes found by trial division, and the interleaved
+    schedule's chunk counts from a few of its repeating turns, not from a
+    list of every micro-batch (which took 24 GB and the machine)."""
+    start = time.monotonic()
+    proc = run("-g", LLAMA8B, "-p", 8, "-b", 10**9, "--seq", 2048, "--device", "h100", "-q", timeout=120)
+    assert proc.returncode == 0 and "Gradient accumulation" in proc.stdout, proc.stderr
+    assert time.monotonic() - start < 60
+
+
+def test_the_chunk_counts_from_a_few_turns_equal_those_of_every_micro_batch():
+    from pipeline import Schedule, order
+
+    for name, v in (("1f1b", 1), ("interleaved", 2), ("interleaved", 3)):
+        sched = Schedule(name, v)
+        for pp in (2, 3, 4, 8):
+            for i in range(pp):
+                for m in (1, pp, 7 * pp + 3, 40 * pp, 40 * pp + 1, 123):
+                    held, moments, most = [0] * v, {}, [0] * v
+                    for kind, _, c in order(name, i, pp, m, v):
+                        held[c] += 1 if kind == "F" else -1
+                        most = [max(a, b) for a, b in zip(most, held)]
+                        if kind == "F":
+                            moments.setdefault(tuple(held), None)
+                    assert sched.chunk_peaks(i, pp, m) == tuple(map(float, most)), (name, v, pp, i, m)
+                    assert sched.forward_moments(i, pp, m) == tuple(moments), (name, v, pp, i, m)
+
+
+def test_odd_json_and_toml_values_are_refused_in_one_line(tmp_path):
+    config = json.loads((ROOT / "tests" / "data" / "configs" / "llama3-8b" / "config.json").read_text())
+    for value in ([4], {"a": 1}):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({**config, "model_type": value}))
+        one_line_error(run("-g", path, "-p", 4, "-b", 8, "--seq", 128, "-q"), 2, "is not a decoder family")
+    deep = tmp_path / "deep.toml"
+    deep.write_text("device = " + "[" * 500 + "]" * 500 + "\n")
+    one_line_error(run("-g", "alexnet", "-p", 4, "-q", "--cluster", deep), 2, "is nested too deeply")
+    measured = tmp_path / "m.toml"
+    measured.write_text("gemm = " + "[" * 500 + "]" * 500 + "\n")
+    one_line_error(run("--calibrate", measured, "--device", "h100"), 2, "is nested too deeply")
+
+
+def test_a_plan_file_is_checked_where_its_values_come_from(tmp_path):
+    plan = tmp_path / "p.json"
+    run("-g", GPT2, "-p", 4, "-b", 8, "--seq", 128, "--device", "h100", "--output", plan, "-q")
+    data = json.loads(plan.read_text())
+
+    def edited(**changes):
+        path = tmp_path / "edited.json"
+        path.write_text(json.dumps({**data, **changes}))
+        return path
+
+    one_line_error(run("--evaluate", edited(procs=None), "-q"), 2, "records no procs")
+    assert run("--evaluate", edited(procs=None), "-p", 4, "-q").returncode == 0
+    for key, value, message in (("flops", float("nan"), "flops must be a number above 0"),
+                                ("bw", "x", "bw must be a number, got 'x'")):
+        one_line_error(run("--evaluate", edited(cluster={**data["cluster"], key: value}), "-q"), 2,
+                       f"{tmp_path / 'edited.json'}: {message}")
+    one_line_error(run("--evaluate", edited(distinct_rows=-5), "-q"), 2,
+                   f"{tmp_path / 'edited.json'}: distinct_rows must be an integer >= 1")
+    one_line_error(run("--evaluate", edited(embedding_sync="bogus"), "-q"), 2,
+                   f"{tmp_path / 'edited.json'}: embedding_sync must be one of")
+    piped = tmp_path / "pp.json"
+    run("-g", LLAMA8B, "-p", 16, "-b", 16, "--seq", 1024, "--device", "h100", "--plan", "tp=8,pp=2",
+        "--output", piped, "-q")
+    record = json.loads(piped.read_text())
+    record["pipeline"]["stages"] = [[0, "a"], [1, 2]]
+    piped.write_text(json.dumps(record))
+    one_line_error(run("--evaluate", piped, "-q"), 2, "the pipeline record is not one this tool wrote")
+
+
+def test_only_ascii_digits_count_in_a_plan_and_a_schedule():
+    for args, message in ((["--plan", "tp=\u0668"], "--plan: tp must be an integer"),
+                          (["--plan", "tp=\uff18"], "--plan: tp must be an integer"),
+                          (["--pp", 2, "--schedule", "interleaved:\u0662"], "interleaved:V needs V from 2 to 64")):
+        one_line_error(run("-g", LLAMA8B, "-p", 16, "-b", 16, "--seq", 1024, "--device", "h100", "-q", *args), 2,
+                       message)
+
+
+def test_a_tiny_gradient_bucket_is_refused_by_its_bound():
+    one_line_error(run("-g", GPT2, "-p", 8, "-b", 8, "--seq", 128, "--device", "h100", "-q", "--bucket-mb", "5e-324"),
+                   2, "--bucket-mb: must be a number from 0.001 to 1,000,000")
+
+
+def test_dump_graph_replaces_its_own_graph_dot_and_never_another(tmp_path):
+    (tmp_path / "graph.dot").write_text("digraph mine {}\n")
+    one_line_error(run("-g", "alexnet", "-p", 4, "-q", "-d", cwd=tmp_path), 2, "was not written by -d")
+    assert (tmp_path / "graph.dot").read_text() == "digraph mine {}\n"
+    (tmp_path / "graph.dot").unlink()
+    for _ in range(2):  # its own file, written again
+        assert "Wrote the graph" in run("-g", "alexnet", "-p", 4, "-q", "-d", cwd=tmp_path).stdout
+
+
+def test_a_directory_with_a_config_and_an_onnx_file_names_neither(tmp_path):
+    import shutil
+
+    shutil.copy(ROOT / "tests" / "data" / "configs" / "gpt2" / "config.json", tmp_path / "config.json")
+    shutil.copy(ROOT / "tests" / "data" / "onnx" / "hf-gpt2-dynamo.onnx", tmp_path / "model.onnx")
+    one_line_error(run("-g", tmp_path, "-p", 4, "-q"), 2, "both config.json and model.onnx in this directory")
+
+
+def test_a_zero_stage_that_keeps_more_says_so_in_plain_bytes():
+    """DeepSpeed's ZeRO-1 over one device keeps its fp32 gradients beside
+    the 16-bit ones: more memory, said as such."""
+    out = run("-g", GPT2, "-p", 2, "-b", 4, "--seq", 128, "--device", "h100", "--framework", "deepspeed", "--pp", 1,
+              "--zero", 1, "-q").stdout
+    assert "Execution options: zero=1 on 75 operators; they need 249 MB more per device" in out
