@@ -258,7 +258,7 @@ def check_roles(g, std: Standard) -> dict:
     name = g.graph["name"]
     if not roles:
         for key in ("cp", "ep", "sp"):
-            if getattr(std, key) not in (0, 1):
+            if getattr(std, key) not in ((0,) if key == "sp" else (0, 1)):  # sp=1 splits a sequence too
                 raise InputError(f"--plan: {key} does not apply to {name}: it names no sequence or experts "
                                  "(only tp, dp, pp, recompute, zero do)")
     if (std.ep > 1 or std.etp is not None) and not has_experts(g):

@@ -260,7 +260,9 @@ def run_study(s: Settings, out=None, reads=None):
     df, axes = sw.table, sw.axes
     fixed = _fixed(s, axes)
     counts = " x ".join(f"{len(v)} {SWEEPABLE[a]}" for a, v in s.sweep)
-    print(f"PaSE sweep: {len(sw.settings)} settings ({counts}){'; ' + fixed if fixed else ''}", file=out)
+    n = len(sw.settings)
+    print(f"PaSE sweep: {n} setting{'s' * (n != 1)}{f' ({counts})' if counts else ''}{'; ' + fixed if fixed else ''}",
+          file=out)
     print(render(df), file=out)
     if s.breakdown:
         parts = [p for o in sw.outcomes if o is not None and o[2] for p in o[2]]

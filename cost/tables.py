@@ -493,11 +493,13 @@ def build_costs(g, p: int, model: CostModel = CostModel(), memory_limit: int | N
         known["contexts"] = contexts(g, chains)
     ctx = known["contexts"]
     if memory_limit is not None:
+        from report import fmt_bytes
+
         est = estimate_costs(g, p, model, chains, known)
         if est.peak > memory_limit:
             raise CostTablesTooLarge(
-                f"the cost arrays for p = {p} need {est.peak / 1e9:.3g} GB but the limit is "
-                f"{memory_limit / 1e9:.3g} GB (up to {est.largest_K} configurations per operator, "
+                f"the cost arrays over {p:,} devices need {fmt_bytes(est.peak)} but the limit is "
+                f"{fmt_bytes(memory_limit)} (up to {est.largest_K} configurations per operator, "
                 f"edge matrices of up to {est.largest_edge:.3g} entries); use a smaller p or raise the memory limit"
             )
     cutoff = g.graph["cutoff"]

@@ -84,8 +84,10 @@ def framework_for(s, recorded: dict, cluster, file: dict):
         if file.get("compile") and file.get("framework") == name:
             raise InputError(f"--cluster: {s.cluster}: compile {why}")
     if fw is not None and fw.float8 and not (cluster.realistic and cluster.fp8_flops):
-        raise SettingError("float8", "needs a device with an FP8 peak (--device h100, h100-96gb, h100-nvl, h800, "
-                                     "h200, b200, or --fp8-flops)")
+        from cluster.presets import DEVICES
+
+        with_fp8 = ", ".join(name for name, d in DEVICES.items() if d.fp8)
+        raise SettingError("float8", f"needs a device with an FP8 peak (--device {with_fp8}, or --fp8-flops)")
     return None if fw is None else fw.on_device(cluster.device)
 
 

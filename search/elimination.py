@@ -206,7 +206,9 @@ def default_memory_limit() -> int:
 
 
 def _gb(nbytes: float) -> str:
-    return f"{nbytes / 1e9:.3g} GB"
+    from report import fmt_bytes
+
+    return fmt_bytes(nbytes)
 
 
 def check_fits(pl: Elimination, limit: int, names=None, threads: int = 1, held: int = 0, fused: bool = False) -> None:

@@ -148,7 +148,7 @@ def test_help_explains_every_flag():
 
 def test_mem_limit_refuses_before_searching():
     proc = run("-g", "transformer", "-p", 16, "--mem-limit", "0.001", ok=False)
-    assert proc.returncode == 1 and "limit is 0.001 GB" in proc.stderr
+    assert proc.returncode == 1 and "limit is 1 MB" in proc.stderr
 
 
 # A small launcher runs scheduler.py and reports the child's own peak RSS: a
@@ -178,13 +178,15 @@ def test_peak_memory_stays_within_the_limit(limit, fits):
     if fits:
         assert code == 0, err
     else:
-        assert code == 1 and f"but the limit is {limit:g} GB" in err and len(err.splitlines()) == 1, err
+        from report import fmt_bytes
+
+        assert code == 1 and f"but the limit is {fmt_bytes(limit * 1e9)}" in err and len(err.splitlines()) == 1, err
     assert rss <= limit * 1e9 + MEMORY_OVERHEAD
 
 
 def test_cost_arrays_too_large_are_refused_at_once():
     code, rss, err = run_measured("-g", "transformer", "-p", 10**6, "--mem-limit", 2)
-    assert code == 1 and "the cost arrays for p = 1000000 need " in err and len(err.splitlines()) == 1, err
+    assert code == 1 and "the cost arrays over 1,000,000 devices need " in err and len(err.splitlines()) == 1, err
     assert rss <= MEMORY_OVERHEAD  # nothing was built
 
 
@@ -408,7 +410,7 @@ def test_merged_tables_are_counted_as_they_are_kept(tmp_path):
     assert record["search"]["work_computed"] < record["search"]["work"] / 2 and len(record["layers"]) == 204
     code, rss, err = run_measured("-g", "transformer", "-p", 1024, "--mem-limit", 0.5, "-q")
     assert code == 1 and len(err.splitlines()) == 1, err
-    assert "the search needs more than the limit of 0.5 GB: after " in err and "may need" in err
+    assert "the search needs more than the limit of 500 MB: after " in err and "may need" in err
     assert rss <= 0.5e9 + MEMORY_OVERHEAD
 
 
@@ -417,5 +419,5 @@ def test_a_million_devices_are_refused_at_once_below_the_cost_arrays():
     that the refusal comes before anything is built (above it, the search's
     merged tables fit: benchmarks/large_models.py)."""
     code, rss, err = run_measured("-g", "transformer", "-p", 10**6, "--mem-limit", 10)
-    assert code == 1 and "the cost arrays for p = 1000000 need 10.9 GB but the limit is 10 GB" in err, err
+    assert code == 1 and "the cost arrays over 1,000,000 devices need 10.9 GB but the limit is 10 GB" in err, err
     assert rss <= MEMORY_OVERHEAD

@@ -122,7 +122,7 @@ def test_breadth_first_refuses_cleanly(g):
 
 def test_memory_limit_applies_to_generateseq():
     cg = costed("transformer", 16)
-    with pytest.raises(SearchTooLarge, match="limit is 0.001 GB"):
+    with pytest.raises(SearchTooLarge, match="limit is 1 MB"):
         search(cg, 0, memory_limit=10**6)
 
 

@@ -454,3 +454,21 @@ def test_a_zero_stage_that_keeps_more_says_so_in_plain_bytes():
     out = run("-g", GPT2, "-p", 2, "-b", 4, "--seq", 128, "--device", "h100", "--framework", "deepspeed", "--pp", 1,
               "--zero", 1, "-q").stdout
     assert "Execution options: zero=1 on 75 operators; they need 249 MB more per device" in out
+
+
+def test_sequence_parallelism_is_refused_where_there_is_no_sequence():
+    one_line_error(run("-g", "alexnet", "-p", 8, "-q", "--plan", "sp=1"), 2,
+                   "--plan: sp does not apply to alexnet: it names no sequence")
+
+
+def test_float8_names_every_device_with_an_fp8_peak():
+    from cluster.presets import DEVICES
+
+    proc = run("-g", GPT2, "-p", 8, "--device", "a100-80gb", "--framework", "megatron", "--float8", "-q")
+    one_line_error(proc, 2, "--float8 needs a device with an FP8 peak")
+    assert all(name in proc.stderr for name, d in DEVICES.items() if d.fp8) and "gb300" in proc.stderr
+
+
+def test_a_sweep_of_one_setting_says_so(tmp_path):
+    out = run("-g", "alexnet", "-p", 4, "--plans", tmp_path / "plans", "-q").stdout
+    assert out.splitlines()[0] == "PaSE sweep: 1 setting; -g alexnet, -p 4"
