@@ -380,8 +380,8 @@ def test_too_large_cost_arrays_are_refused_before_anything_is_enumerated(monkeyp
         raise AssertionError("enumerated")
 
     monkeypatch.setattr(cost.tables, "configurations", enumerate_nothing)
-    with pytest.raises(cost_model.CostTablesTooLarge, match=r"the cost arrays over 1,000,000 devices need \d+.\d+ GB but "
-                                                            r"the limit is 1 GB \(up to 27545 configurations"):
+    with pytest.raises(cost_model.CostTablesTooLarge, match=r"the cost arrays over 1,000,000 devices need \d+.\d+ GB "
+                                                            r"but the limit is 1 GB \(up to 27545 configurations"):
         build_costs(built("transformer"), 10**6, memory_limit=10**9)
 
 
