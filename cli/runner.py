@@ -155,8 +155,15 @@ def run(s: Settings, out=None):
     return result
 
 
+MAX_MESSAGE = 2000  # characters of an error's line: an input echoed back whole (a path of 100,000) is cut
+
+
 def _say(line: str) -> None:
-    """One line on stderr, if there is a stderr."""
+    """One line on stderr, if there is a stderr (its middle cut where it
+    passes :data:`MAX_MESSAGE` characters)."""
+    line = " ".join(line.splitlines())
+    if len(line) > MAX_MESSAGE:
+        line = line[:MAX_MESSAGE - 505] + " ... " + line[-500:]
     if sys.stderr is not None:
         try:
             print(line, file=sys.stderr)

@@ -472,3 +472,9 @@ def test_float8_names_every_device_with_an_fp8_peak():
 def test_a_sweep_of_one_setting_says_so(tmp_path):
     out = run("-g", "alexnet", "-p", 4, "--plans", tmp_path / "plans", "-q").stdout
     assert out.splitlines()[0] == "PaSE sweep: 1 setting; -g alexnet, -p 4"
+
+
+def test_an_input_echoed_in_an_error_is_cut_to_a_readable_line(tmp_path):
+    proc = run("-g", str(tmp_path / ("x" * 100_000)), "-p", 4, "-q")
+    one_line_error(proc, 2, ": no such file")
+    assert len(proc.stderr) <= 2001 and " ... " in proc.stderr
