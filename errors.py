@@ -6,6 +6,8 @@ The library raises :class:`SettingError` naming the setting (``flops``,
 
 from __future__ import annotations
 
+import math
+
 
 class InputError(ValueError):
     """Input the tool cannot use (a setting, a file, a model): the user's to
@@ -36,3 +38,15 @@ def shown(value, limit: int = 40) -> str:
     """``repr(value)``, cut to ``limit`` characters for a one-line message."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def plain(x: float, digits: int = 6) -> str:
+    """``x`` to ``digits`` significant digits as ``:g`` writes it (``989.5``,
+    ``0.45``), from 1,000 up with its thousands marked and never with an
+    exponent (``1,979.5``, ``1,500,000``, not ``1.5e+06``)."""
+    text = f"{x:.{digits}g}"
+    if abs(x) < 1000 or not math.isfinite(x):
+        return text
+    v = float(text)
+    frac = text.partition(".")[2] if "e" not in text else ""
+    return ("-" if v < 0 else "") + f"{int(abs(v)):,}" + (f".{frac}" if frac else "")

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from errors import InputError
+from errors import InputError, plain
 from pipeline import (Pipeline, Schedule, balanced_ranges, block_layers, chunk_share, chunking_error, cut_as_framework,
                       evaluate, node_in_flight, partitions, stage_cost_model, stage_ranges)
 from pipeline_layout import _even
@@ -399,7 +399,7 @@ class PipelineDoesNotFit(MemoryError):
     needed (each stage's operators at their least memory, a bound)."""
 
     def __init__(self, stages: int, capacity: float | None, least: float):
-        need = f": the smallest needs at least {least / 1e9:.4g} GB" if math.isfinite(least) else ""
-        where = f"the {capacity / 1e9:.4g} GB of a device" if capacity is not None else "the memory"
+        need = f": the smallest needs at least {plain(least / 1e9, 4)} GB" if math.isfinite(least) else ""
+        where = f"the {plain(capacity / 1e9, 4)} GB of a device" if capacity is not None else "the memory"
         super().__init__(f"no pipeline of up to {stages} stages fits {where}{need}")
         self.least, self.capacity = least, capacity

@@ -5,7 +5,7 @@ formats of ``exports/`` (the plan file's schema is :mod:`plan_file`).
 
 from __future__ import annotations
 
-from errors import printable
+from errors import plain, printable
 from result import Result
 
 __all__ = ["render_text", "fmt_config", "fmt_bytes", "fmt_time", "fmt_total"]
@@ -85,7 +85,7 @@ def _memory_lines(r: Result) -> list[str]:
     cm, cl = r.cost_model, r.cost_model.cluster
     line = f"Memory per device: {fmt_bytes(r.memory_bytes)} ({cm.optimizer}, {cl.precision})"
     if r.capacity is not None:
-        room = fmt_bytes(r.capacity) + (f" ({cl.device_memory:g} GB less {cl.headroom:.3g} GB headroom)"
+        room = fmt_bytes(r.capacity) + (f" ({plain(cl.device_memory)} GB less {plain(cl.headroom, 3)} GB headroom)"
                                         if cl.headroom else "")
         line += f": fits the {room}" if r.fits else f": OVER the {room} of a device"
     lines = [line, f"  {parts}"]
@@ -170,7 +170,7 @@ def _time_lines(r: Result) -> list[str]:
     if r.mfu is not None:
         per = r.model_flops / r.step_seconds / r.procs / 1e12
         active = " on the active parameters" if r.active_parameters is not None else ""
-        line = f"  model FLOP/s per device {per:.1f} T (MFU {100 * r.mfu:.1f}% of {cl.flops:g}{active})"
+        line = f"  model FLOP/s per device {per:.1f} T (MFU {100 * r.mfu:.1f}% of {plain(cl.flops)}{active})"
         if r.recomputed_flops:
             hw = r.hardware_flops / r.step_seconds / r.procs / 1e12
             line += f"; with the recomputation {hw:.1f} T ({100 * hw / cl.flops:.1f}%)"
@@ -293,7 +293,7 @@ def render_text(r: Result, summary: bool = False) -> str:
     words = f"a word moved costs {cl.word:g}" + (
         f" inside a node, {cl.inter_word:g} between nodes" if cl.two_level and cl.inter_word != cl.word else "")
     if r.cost_model.realistic:
-        words = f"a second costs {cl.flops:g}e12"
+        words = f"a second costs {cl.flops:g}e12" if cl.flops < 1e6 else f"a second costs {cl.flops * 1e12:.6g}"
     head = [f"PaSE {what}: {_model_line(r)}, p = {r.procs}", _source_line(r)]
     if r.model_source and not cl.device and not cl.realistic and (cl.flops, cl.bw) == (10.0, 16.0):
         head.append(f"On the PaSE paper's machine ({cl.flops:g} TFLOPS, {cl.bw:g} GB/s, {cl.precision}): give --device "

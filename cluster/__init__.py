@@ -58,7 +58,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from errors import SettingError, shown
+from errors import SettingError, plain, shown
 
 __all__ = ["Cluster", "PRECISIONS", "DEFAULT_PRECISION", "FIELDS", "Declared"]
 
@@ -343,20 +343,20 @@ class Cluster:
     def describe(self, p: int | None = None) -> str:
         """The cluster in words, for the report's header."""
         dev = f"{self.device}: " if self.device else ""
-        head = f"{dev}{self.flops:g} TFLOPS"
+        head = f"{dev}{plain(self.flops)} TFLOPS"
         if self.device_memory is not None:
-            head += f", {self.device_memory:g} GB"
+            head += f", {plain(self.device_memory)} GB"
         if self.precision != DEFAULT_PRECISION:
             head += f" ({self.precision})"
         if not self.two_level:
-            net = f"{self.bw:g} GB/s per device"
+            net = f"{plain(self.bw)} GB/s per device"
         else:
             G = self.gpus_per_node
             layout = "" if p is None else f"{self.nodes(p)} node{'s' * (self.nodes(p) > 1)} of {G}"
             if p is not None and p % G and p > G:
                 layout += f" (the last holds {p % G})"
             inter = self.bw if self.inter_bw is None else self.inter_bw
-            net = f"{layout or f'{G} per node'}, {self.bw:g} GB/s inside a node, {inter:g} GB/s between nodes"
+            net = f"{layout or f'{G} per node'}, {plain(self.bw)} GB/s inside a node, {plain(inter)} GB/s between nodes"
             if self.network:
                 from cluster.presets import network
 

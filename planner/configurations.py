@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from errors import InputError
+from errors import InputError, plain
 from planner.job import Job
 
 __all__ = ["standard_costing"]
@@ -68,8 +68,8 @@ def _search_standard(job: Job, progress, hint=None):
         if not math.isfinite(found.least_memory):
             raise InputError(f"--search standard: no standard configuration applies to {g.graph['name']} on "
                              f"{job.procs} devices")
-        need = f"{'at least ' if found.least_is_bound else ''}{found.least_memory / 1e9:.4g} GB"
-        raise MemoryError(f"no standard configuration fits in {model.cluster.capacity / 1e9:.4g} GB per device: "
+        need = f"{'at least ' if found.least_is_bound else ''}{plain(found.least_memory / 1e9, 4)} GB"
+        raise MemoryError(f"no standard configuration fits in {plain(model.cluster.capacity / 1e9, 4)} GB per device: "
                           f"the smallest needs {need}{hint(found.least_memory) if hint else ''}")
     return found, results[found.best]
 

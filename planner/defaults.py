@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from errors import plain
 from settings import Settings
 
 __all__ = ["real_device", "with_defaults", "what_would_fit", "SEARCHED_ON_A_DEVICE"]
@@ -73,5 +74,5 @@ def what_would_fit(s: Settings, cluster, need: float, *, standard: bool = False)
             ways.append("--microbatches auto (gradient accumulation: a larger split of the batch)")
     what = "; it would fit with " + (" or ".join(ways) if len(ways) < 3 else ", ".join(ways[:-1]) + " or " + ways[-1])
     if cluster.headroom_account:  # the capacity is not the memory the user gave or the data sheet states: say why
-        what += f"; {capacity / 1e9:.4g} GB is the device's {cluster.headroom_account} (--headroom)"
+        what += f"; {plain(capacity / 1e9, 4)} GB is the device's {cluster.headroom_account} (--headroom)"
     return what

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from errors import InputError
+from errors import InputError, plain
 
 __all__ = ["frame", "render", "render_file", "FORMATS"]
 
@@ -44,8 +44,8 @@ def _formatters(df: pd.DataFrame) -> dict:
             out[col] = _seconds
         elif col == "search_seconds":
             out[col] = num(".3f")
-        elif col == "memory_gb":
-            out[col] = num(".3g")
+        elif col == "memory_gb":  # 3 digits, from 1,000 GB up in plain digits as the report writes them
+            out[col] = lambda x: "-" if x is None or (isinstance(x, float) and math.isnan(x)) else plain(x, 3)
         elif col == "largest_K":
             out[col] = lambda x: "-" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
         elif df[col].dtype.kind == "f":  # a swept setting (--bw 16,16.5): as given, not rounded
