@@ -48,6 +48,8 @@ def check_given_plan(s, recorded: dict | None = None) -> None:
         raise InputError(f"{given} and --evaluate {s.evaluate} cannot be given together: a plan file is costed as it "
                          f"is, with its own {what} (plan with -g instead)")
     procs = (recorded or {}).get("procs")
+    if recorded is not None and s.evaluate is not None and procs is None and "procs" not in s.explicit:  # devices
+        raise InputError(f"--evaluate: {s.evaluate} records no procs (the devices the plan is for): give -p")
     if s.evaluate is not None and "procs" in s.explicit and procs is not None and procs != s.procs:
         raise InputError(f"-p {s.procs} and --evaluate {s.evaluate} cannot be given together: a plan file is costed "
                          f"on its own {procs} devices (to plan for {s.procs}, plan with -g instead)")

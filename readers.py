@@ -105,6 +105,9 @@ def read_toml(path: str, limit: int, what: str):
         raise InputError(f"{path} is not valid TOML ({e})") from None
     except RecursionError:
         raise InputError(f"{path} is nested too deeply to be a {what}") from None
+    except ValueError as e:  # e.g. an integer of thousands of digits
+        why = "a number has too many digits" if "digits" in str(e) else type(e).__name__
+        raise InputError(f"{path} is not a usable TOML file ({why})") from None
 
 
 def read_json(path: str, limit: int, what: str):

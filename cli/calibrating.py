@@ -73,8 +73,14 @@ def run_calibration(s, out, reads=None):
         path = os.path.join(os.path.dirname(s.calibrate), str(step["plan"]))
         if not os.path.isfile(path):
             raise InputError(f"--calibrate: {s.calibrate}: step.plan: {path}: no such plan file")
-        return plan(replace(s, calibrate=None, save_cluster=None, evaluate=path, explicit=s.explicit - {"procs"},
-                            **fields)).result.step_seconds  # the plan's own devices
+        try:
+            return plan(replace(s, calibrate=None, save_cluster=None, evaluate=path, explicit=s.explicit - {"procs"},
+                                **fields)).result.step_seconds  # the plan's own devices
+        except InputError as e:
+            if "records no procs" in str(e):  # -p does not stand in for them here: the plan's own are timed
+                raise InputError(f"--calibrate: {s.calibrate}: step.plan: {path} records no procs (the devices "
+                                 "the timed step ran on)") from None
+            raise
 
     fields, lines, details = calibrate(data, base, s.calibrate, predict)
     fitted = replace(base, **fields)

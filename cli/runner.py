@@ -12,7 +12,7 @@ import threading
 from cli.args import DOT_FILE, PROG, UsageError, message, parse_args
 from cli.files import Reads, check_writable, write_atomic
 from cli.progress import Progress
-from errors import InputError
+from errors import InputError, plain
 from settings import Settings
 
 
@@ -116,8 +116,8 @@ def run(s: Settings, out=None):
         out.flush()  # the report before the error, where both go to one place
         account = result.cost_model.cluster.headroom_account
         room = f" ({account})" if account else ""
-        raise DoesNotFit(f"--require-fit: the plan needs {result.memory_bytes / 1e9:.4g} GB per device, more than the "
-                         f"{result.capacity / 1e9:.4g} GB of a device{room}")
+        raise DoesNotFit(f"--require-fit: the plan needs {plain(result.memory_bytes / 1e9, 4)} GB per device, more "
+                         f"than the {plain(result.capacity / 1e9, 4)} GB of a device{room}")
     # The files first, then the report, which is printed even when a file
     # could not be written (a full disk): the error follows it.
     files = []
@@ -184,7 +184,8 @@ def _check_own_dot(path: str) -> None:
     except OSError as e:
         raise UsageError(f"--dump-graph: cannot read {path}: {e.strerror or e}") from None
     if first != DOT_MARK:
-        raise UsageError(f"--dump-graph: {os.path.abspath(path)} was not written by -d; move it away first")
+        raise UsageError(f"--dump-graph: {os.path.abspath(path)} does not start with the line -d writes (a file of "
+                         "your own, or one an older version wrote): move it away first")
 
 
 def main(argv=None) -> int:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from cli.args import UsageError
 from cli.files import check_writable, write_atomic
+from errors import InputError
 from settings import DECLARED, SWEEPABLE, Settings
 
 __all__ = ["run_study"]
@@ -87,6 +88,21 @@ def plan_names(points: list, axes: list) -> list[str]:
     return names
 
 
+def _a_plan(path: str) -> bool:
+    """Whether ``path`` holds a plan file (what ``--output`` and ``--plans``
+    write: a JSON object with its ``layers`` and ``procs``)."""
+    from plan_file import MAX_PLAN_BYTES
+    from readers import read_json
+
+    if not os.path.isfile(path):
+        return False
+    try:
+        data = read_json(path, MAX_PLAN_BYTES, "plan file")
+    except InputError:
+        return False
+    return isinstance(data, dict) and isinstance(data.get("layers"), list) and "procs" in data
+
+
 def _check_plans(s: Settings, reads=None) -> None:
     """Refuse, before any work, a --plans directory we could not write, or
     one where a plan would replace the table or the plot."""
@@ -118,6 +134,10 @@ def _check_plans(s: Settings, reads=None) -> None:
     if reads is not None:
         for n in names:
             reads.check(os.path.join(path, n), "--plans")
+    for n in names:  # a plan of an earlier run is replaced, any other file of its name kept
+        target = os.path.join(path, n)
+        if os.path.lexists(target) and not _a_plan(target):
+            raise UsageError(f"--plans: {target} exists and is not a plan file this tool wrote: move it away first")
     ours = {os.path.realpath(os.path.join(path, n)): n for n in names}
     for flag, other in (("--output", s.output), ("--plot", s.plot)):
         if other is not None and os.path.realpath(other) in ours:

@@ -133,8 +133,13 @@ def _columns(header: list | None, toks: list) -> int | None:
     return None
 
 
+def _digits(tok: str) -> bool:
+    """Whether ``tok`` is ASCII digits (``str.isdigit`` takes ``²``, which ``int`` refuses)."""
+    return tok.isascii() and tok.isdigit()
+
+
 def _row(toks: list, header: list | None) -> Row | None:
-    if len(toks) < 6 or not toks[0].isdigit() or not toks[1].isdigit() or int(toks[0]) <= 0:
+    if len(toks) < 6 or not _digits(toks[0]) or not _digits(toks[1]) or int(toks[0]) <= 0:
         return None
     j = _columns(header, toks)
     if j is None:
@@ -143,7 +148,7 @@ def _row(toks: list, header: list | None) -> Row | None:
     for tok in toks[3:j]:
         if _number(tok) is None:
             redop = tok.lower()
-        elif tok.lstrip("-").isdigit():
+        elif _digits(tok.lstrip("-")):
             root = int(tok)
     t, alg, bus = (float(x) for x in toks[j:j + 3])
     return Row(float(toks[0]), float(toks[1]), toks[2].lower(), redop, root, t * 1e-6, alg, bus)
@@ -172,7 +177,7 @@ def json_output(text: str) -> dict | None:
 
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to be nccl-tests' own
         return None
     return data if isinstance(data, dict) and isinstance(data.get("results"), list) else None
 

@@ -47,10 +47,12 @@ and its exposed communication, in that order.
 from __future__ import annotations
 
 from drawing.records import Box, Lane, Timeline
+from errors import InputError
 from pipeline import order
 
 __all__ = ["timeline", "order", "place", "BACKWARD"]
 
+MOST_BOXES = 200_000  # forward and backward passes a drawn schedule shows, one box each
 BACKWARD = 2.0 / 3.0  # the backward pass's share of a micro-batch's time (as pipeline.assemble counts it)
 
 
@@ -197,6 +199,9 @@ def timeline(result, name: str = "") -> Timeline:
         return Timeline(name, "", 1, (lane,), step, step)
     t = [cl.seconds(s.time) for s in pipe.stages]
     v, m = pipe.schedule.v, pipe.m
+    if 2 * m * v * len(t) > MOST_BOXES:  # each a box of its own: a million micro-batches are not drawn one by one
+        raise InputError(f"--draw: the pipeline's {m:,} micro-batches on {len(t)} stages are too many to draw "
+                         f"({2 * m * v * len(t):,} passes, at most {MOST_BOXES:,}); draw a plan of fewer micro-batches")
     run = cl.seconds(pipe.step - pipe.sync)
     times, interval, note = _schedule_run(pipe.schedule.name, t, m, v, run)
     lanes = []

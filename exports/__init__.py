@@ -64,7 +64,7 @@ def render_csv(r, g=None) -> str:
 
 
 #: the first line of every graph file the tool writes: ``-d`` replaces a ``graph.dot`` that starts so, and no other
-DOT_MARK = "// a model's graph, written by PaSE (scheduler.py -d)"
+DOT_MARK = "// a model's graph, written by PaSE's scheduler.py"
 
 
 def render_dot(r, g) -> str:

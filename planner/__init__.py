@@ -21,7 +21,7 @@ import os
 from dataclasses import replace
 from typing import NamedTuple
 
-from errors import InputError, SettingError
+from errors import InputError, SettingError, plain
 from planner.configurations import (_accumulation, _search_standard, _standard_pipeline,  # noqa: F401
                                     _standard_result, standard_costing)
 from planner.graphs import _chain, pipe_graph  # noqa: F401
@@ -75,13 +75,12 @@ def cluster_for(s: Settings, recorded: dict | None = None):
     if s.cluster is not None:
         file_fields = {k: v for k, v in _cluster_file(s).items() if k not in RUN_KEYS}
     old = recorded.get("cluster")
-    if not isinstance(old, dict):  # files written before the cluster was recorded
-        old = {k: recorded[k] for k in ("flops", "bw") if k in recorded}
     try:
-        if isinstance(recorded.get("cluster"), dict):  # checked whole, before the top-level figures replace any
+        if isinstance(old, dict):  # checked whole first: a top-level figure that differs (edited by hand) is used
             check_fields(old, str(s.evaluate))
-            # the top-level figures repeat the cluster's: one that differs was edited by hand, and is used
             old = {**old, **{k: recorded[k] for k in ("flops", "bw") if k in recorded and recorded[k] != old.get(k)}}
+        else:  # files written before the cluster was recorded
+            old = {k: recorded[k] for k in ("flops", "bw") if k in recorded}
         old = check_fields(old, str(s.evaluate))
     except ValueError as e:
         raise InputError(f"--evaluate: {e}") from None
@@ -213,8 +212,6 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
         except InputError as e:
             raise InputError(f"--evaluate: {e}") from None
         recorded = file.recorded
-        if "procs" not in recorded and "procs" not in s.explicit:  # its per-device figures need the devices
-            raise InputError(f"--evaluate: {s.evaluate} records no procs (the devices the plan is for): give -p")
         check_given_plan(s, recorded)
         s = _with_file_settings(s, recorded)
     from_file = {k for k in ("procs",) + MODEL_PARAMS if k in recorded and k not in s.explicit}
@@ -516,8 +513,8 @@ def _nothing_fits(s: Settings, model, *errors):
         raise errors[-1]
     what = ("with or without pipeline stages" if len(errors) > 1 else "with the pipelines searched"
             if isinstance(errors[0], pipeline_search.PipelineDoesNotFit) else "without pipeline stages")
-    raise MemoryError(f"no plan fits in {model.cluster.capacity / 1e9:.4g} GB per device {what}: the smallest "
-                      f"needs at least {min(needs) / 1e9:.4g} GB{what_would_fit(s, model.cluster, min(needs))}"
+    raise MemoryError(f"no plan fits in {plain(model.cluster.capacity / 1e9, 4)} GB per device {what}: the smallest "
+                      f"needs at least {plain(min(needs) / 1e9, 4)} GB{what_would_fit(s, model.cluster, min(needs))}"
                       ) from None
 
 

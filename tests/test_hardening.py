@@ -433,7 +433,7 @@ def test_a_tiny_gradient_bucket_is_refused_by_its_bound():
 
 def test_dump_graph_replaces_its_own_graph_dot_and_never_another(tmp_path):
     (tmp_path / "graph.dot").write_text("digraph mine {}\n")
-    one_line_error(run("-g", "alexnet", "-p", 4, "-q", "-d", cwd=tmp_path), 2, "was not written by -d")
+    one_line_error(run("-g", "alexnet", "-p", 4, "-q", "-d", cwd=tmp_path), 2, "does not start with the line -d writes")
     assert (tmp_path / "graph.dot").read_text() == "digraph mine {}\n"
     (tmp_path / "graph.dot").unlink()
     for _ in range(2):  # its own file, written again
@@ -478,3 +478,45 @@ def test_an_input_echoed_in_an_error_is_cut_to_a_readable_line(tmp_path):
     proc = run("-g", str(tmp_path / ("x" * 100_000)), "-p", 4, "-q")
     one_line_error(proc, 2, ": no such file")
     assert len(proc.stderr) <= 2001 and " ... " in proc.stderr
+
+
+def test_a_schedule_of_a_million_micro_batches_is_not_drawn(tmp_path):
+    proc = run("-g", GPT2, "-p", 4, "-b", 10**6, "--seq", 128, "--device", "h100", "--pp", 2, "--microbatches", 10**6,
+               "-q", "--draw", tmp_path / "x.png", timeout=120)
+    one_line_error(proc, 2, "--draw: the pipeline's 1,000,000 micro-batches on 2 stages are too many to draw")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_plans_replace_their_own_files_and_no_other(tmp_path):
+    (tmp_path / "p2.json").write_text("mine\n")
+    one_line_error(run("-g", "alexnet", "-p", "2,4", "-q", "--plans", tmp_path), 2,
+                   "p2.json exists and is not a plan file this tool wrote")
+    assert (tmp_path / "p2.json").read_text() == "mine\n" and not (tmp_path / "p4.json").exists()
+    (tmp_path / "p2.json").unlink()
+    for _ in range(2):  # written, then replaced
+        assert run("-g", "alexnet", "-p", "2,4", "-q", "--plans", tmp_path).returncode == 0
+    assert json.loads((tmp_path / "p2.json").read_text())["procs"] == 2
+
+
+def test_measurements_and_cluster_files_of_odd_numbers_are_refused_or_skipped(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"gemm": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    one_line_error(run("--calibrate", deep, "--device", "h100"), 2, "is nested too deeply")
+    big = tmp_path / "big.toml"
+    big.write_text("flops = " + "9" * 5000 + "\n")
+    one_line_error(run("-g", "alexnet", "-p", 4, "-q", "--cluster", big), 2,
+                   "is not a usable TOML file (a number has too many digits)")
+    nccl = ROOT / "tests" / "data" / "calibrate" / "nccl" / "a100_1node_thanos.txt"
+    odd = tmp_path / "sizes.txt"  # a size in superscript digits: a row of no size, skipped
+    odd.write_text(re.sub(r"^(\s*)8 ", "\\1\u00b2 ", nccl.read_text(), count=1, flags=re.M))
+    assert "\u00b2" in odd.read_text()
+    proc = run("--calibrate", odd, "--device", "a100-80gb")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_the_header_writes_large_figures_in_plain_digits():
+    out = run("-g", "alexnet", "-p", 4, "-q", "--device", "h100", "--flops", 1e6, "--bw", 2.5e6,
+              "--device-memory", 5000, "--headroom", 1500).stdout
+    assert "h100: 1,000,000 TFLOPS, 5,000 GB (bf16)" in out and "2,500,000 GB/s inside a node" in out
+    assert "fits the 3,500 GB (5,000 GB less 1,500 GB headroom)" in out
+    assert "a second costs 1e+18" in out and "e+06" not in out
