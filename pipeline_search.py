@@ -59,7 +59,9 @@ def micro_candidates(batch: int, p: int, pp: int) -> list[int]:
     from 8 down to 1 sample each, the rest of the split along other
     dimensions), the largest divisor at or below each."""
     q = p // pp
-    divisors = [d for d in _divisors(batch) if d <= batch // pp]
+    from config_space import divisors_upto
+
+    divisors = list(divisors_upto(batch, batch // pp))  # from its prime factors: a batch of 10^9 is not walked
     if not divisors:
         return []
     out = set()
@@ -69,19 +71,6 @@ def micro_candidates(batch: int, p: int, pp: int) -> list[int]:
         out.add(below[-1] if below else divisors[0])
         t *= 2
     return sorted(out)
-
-
-def _divisors(n: int) -> list[int]:
-    """The divisors of ``n`` in increasing order (trial division to its
-    square root: a batch of a billion samples is not walked)."""
-    small, large, d = [], [], 1
-    while d * d <= n:
-        if n % d == 0:
-            small.append(d)
-            if d * d != n:
-                large.append(n // d)
-        d += 1
-    return small + large[::-1]
 
 
 class _Slower(Exception):

@@ -98,30 +98,31 @@ def read_toml(path: str, limit: int, what: str):
     """The TOML document in ``path`` (see :func:`read_text`)."""
     import tomllib
 
-    text = read_text(path, limit, what)
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"{path} is not valid TOML ({e})") from None
-    except RecursionError:
-        raise InputError(f"{path} is nested too deeply to be a {what}") from None
-    except ValueError as e:  # e.g. an integer of thousands of digits
-        why = "a number has too many digits" if "digits" in str(e) else type(e).__name__
-        raise InputError(f"{path} is not a usable TOML file ({why})") from None
+    return _parsed(path, what, "TOML", tomllib.loads, read_text(path, limit, what),
+                   lambda e: f"({e})" if isinstance(e, tomllib.TOMLDecodeError) else None)
 
 
 def read_json(path: str, limit: int, what: str):
     """The JSON document in ``path`` (see :func:`read_text`)."""
-    text = read_text(path, limit, what)
+    return _parsed(path, what, "JSON", json.loads, read_text(path, limit, what),
+                   lambda e: f"(line {e.lineno} column {e.colno}: {e.msg})" if isinstance(e, json.JSONDecodeError)
+                   else None)
+
+
+def _parsed(path: str, what: str, kind: str, loads, text: str, where):
+    """``loads(text)``, or one line naming ``path``: where the parser says
+    it is not valid ``kind`` (``where(e)``), nested too deeply, or a number
+    too long to read."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path} is not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+        return loads(text)
     except RecursionError:
         raise InputError(f"{path} is nested too deeply to be a {what}") from None
-    except ValueError as e:  # e.g. an integer of thousands of digits
-        why = "a number has too many digits" if "digits" in str(e) else type(e).__name__
-        raise InputError(f"{path} is not a usable JSON file ({why})") from None
+    except ValueError as e:
+        said = where(e)
+        if said is not None:
+            raise InputError(f"{path} is not valid {kind} {said}") from None
+        why = "a number has too many digits" if "digits" in str(e) else type(e).__name__  # thousands of digits
+        raise InputError(f"{path} is not a usable {kind} file ({why})") from None
 
 
 def document(source, limit: int, what: str, error=None):
