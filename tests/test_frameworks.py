@@ -648,7 +648,7 @@ def test_blackwell_systems(device, bf16, per_node, network, between):
     assert FRAMEWORKS["megatron"].on_device(device).overhead == 0.139
     out = run_cli("-g", LLAMA8B, "-p", 144, "-b", 144, "--device", device, "--plan", "dp=144", "-q").stdout
     nodes = "2 nodes of 72" if per_node == 72 else "18 nodes of 8"
-    assert f"{device}: {bf16} TFLOPS" in out and nodes in out and f"({network}: " in out
+    assert f"{device}: {bf16:,} TFLOPS" in out and nodes in out and f"({network}: " in out
 
 
 def test_the_power_limit_slows_the_matrix_units():
