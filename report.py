@@ -25,12 +25,6 @@ def fmt_config(cfg) -> str:
     return "(" + ",".join(map(str, cfg)) + ")"
 
 
-def _digits(v: float) -> str:
-    """``v`` to 3 significant digits, in plain digits from 1,000 up (``1,640``, not ``1.64e+03``)."""
-    s = f"{v:.3g}"
-    return f"{round(float(s)):,}" if "e+" in s else s
-
-
 def _scaled(x: float, units) -> tuple[str, str] | None:
     """``x`` in the largest of ``units`` (``(name, size)``, largest first) it
     reaches, or the next larger one where rounding reaches 1,000 of it."""
@@ -38,7 +32,7 @@ def _scaled(x: float, units) -> tuple[str, str] | None:
         if x >= size:
             if i and float(f"{x / size:.3g}") >= 1000:
                 unit, size = units[i - 1]
-            return _digits(x / size), unit
+            return plain(x / size, 3), unit
     return None
 
 
@@ -72,7 +66,7 @@ def fmt_time(t: float) -> str:
     if t < 0:  # a difference
         return "-" + fmt_time(-t)
     found = _scaled(t, (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)))
-    return f"{_digits(t / 1e-6)} us" if found is None else f"{found[0]} {found[1]}"
+    return f"{plain(t / 1e-6, 3)} us" if found is None else f"{found[0]} {found[1]}"
 
 
 def _memory_lines(r: Result) -> list[str]:

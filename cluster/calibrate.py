@@ -67,28 +67,23 @@ def read_measurements(path: str) -> dict:
         raise InputError(f"--calibrate: {e}") from None
     if json_output(text) is not None:  # the JSON nccl-tests writes (-J)
         return {"nccl": [text], "_nccl_names": [os.path.basename(path)]}
-    if path.lower().endswith(".json"):
-        import json
-
-        try:
-            data = json.loads(text)
-        except ValueError as e:
-            raise InputError(f"--calibrate: {path} is not valid JSON: {e}") from None
-        except RecursionError:
-            raise InputError(f"--calibrate: {path} is nested too deeply to be a file of measurements") from None
+    is_json = path.lower().endswith(".json")
+    if is_json:
+        from json import loads
     else:
-        import tomllib
-
-        try:
-            data = tomllib.loads(text)
-        except RecursionError:
-            raise InputError(f"--calibrate: {path} is nested too deeply to be a file of measurements") from None
-        except ValueError as e:
-            if not looks_like_output(text):
-                raise InputError(f"--calibrate: {path} is not valid TOML: {str(e).splitlines()[0]}") from None
-            data = None
-        if not data and looks_like_output(text):  # the output of nccl-tests itself
-            return {"nccl": [text], "_nccl_names": [os.path.basename(path)]}
+        from tomllib import loads
+    try:
+        data = loads(text)
+    except RecursionError:
+        raise InputError(f"--calibrate: {path} is nested too deeply to be a file of measurements") from None
+    except ValueError as e:
+        if is_json:
+            raise InputError(f"--calibrate: {path} is not valid JSON: {e}") from None
+        if not looks_like_output(text):
+            raise InputError(f"--calibrate: {path} is not valid TOML: {str(e).splitlines()[0]}") from None
+        data = None
+    if not is_json and not data and looks_like_output(text):  # the output of nccl-tests itself
+        return {"nccl": [text], "_nccl_names": [os.path.basename(path)]}
     if not isinstance(data, dict):
         raise InputError(f"--calibrate: {path} must hold a table of measurements")
     unknown = sorted(set(data) - set(KEYS))

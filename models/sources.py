@@ -40,13 +40,17 @@ def locate(arg: str) -> tuple[str, str]:
         except OSError as e:
             raise ModelFileError(f"{arg}: cannot list the directory: {e.strerror}") from None
         found = [n for n in names if n.lower().endswith(".onnx")]
-        if "config.json" in names and not found:
+        config = "config.json" in names
+        if config and not found:
             return "config", os.path.join(arg, "config.json")
-        if len(found) == 1 and "config.json" not in names:
+        if len(found) == 1 and not config:
             return "onnx", os.path.join(arg, found[0])
-        what = ("no config.json or .onnx file" if not found else f"both config.json and {found[0]}"
-                if "config.json" in names and len(found) == 1 else f"{len(found)} .onnx files ({', '.join(found[:3])})"
-                + (" and config.json" if "config.json" in names else ""))
+        if not found:
+            what = "no config.json or .onnx file"
+        elif len(found) == 1:
+            what = f"both config.json and {found[0]}"
+        else:
+            what = f"{len(found)} .onnx files ({', '.join(found[:3])})" + (" and config.json" if config else "")
         raise ModelFileError(f"{arg}: {what} in this directory; name the model file")
     if not os.path.exists(arg):
         from readers import missing

@@ -520,3 +520,14 @@ def test_the_header_writes_large_figures_in_plain_digits():
     assert "h100: 1,000,000 TFLOPS, 5,000 GB (bf16)" in out and "2,500,000 GB/s inside a node" in out
     assert "fits the 3,500 GB (5,000 GB less 1,500 GB headroom)" in out
     assert "a second costs 1e+18" in out and "e+06" not in out
+
+
+def test_a_timed_step_whose_plan_records_no_procs_is_refused_in_the_calibrations_words(tmp_path):
+    plan = tmp_path / "plan.json"
+    run("-g", LLAMA8B, "-p", 8, "--device", "h100", "-b", 8, "--seq", 1024, "--plan", "dp=8,zero=3", "--output", plan)
+    data = json.loads(plan.read_text())
+    del data["procs"]
+    plan.write_text(json.dumps(data))
+    (tmp_path / "s.toml").write_text('step = {plan = "plan.json", seconds = 1.0}\n')
+    one_line_error(run("--calibrate", tmp_path / "s.toml", "--device", "h100", "-p", 8), 2,
+                   "step.plan: " + str(plan) + " records no procs (the devices the timed step ran on)")
