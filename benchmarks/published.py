@@ -1,7 +1,7 @@
 """Every published figure the model is checked against, beside the
 prediction and the error: one table, fitted rows marked.
 
-    python benchmarks/published.py [--markdown] [--only megatron,korthikanti,bridge,modelzoo,torchtitan,zero]
+    python benchmarks/published.py [--markdown] [--only megatron,korthikanti,bridge,modelzoo,torchtitan,megatron_deepspeed,zero]
 
 Each row is costed as the command line costs it (``--plan`` with the
 framework that ran it):
@@ -42,6 +42,11 @@ framework that ran it):
   Llama 3 8B and 70B and Llama 2 13B and 70B on 64 A100s (FSDP, eager;
   ``--device a100-80gb --framework torchtitan@2024-12``, the nearest
   version profiled; tokens/s only);
+- **Megatron-DeepSpeed's published runs** (``megatron_deepspeed``):
+  step seconds of Megatron-Turing NLG 530B on 2,240, 2,800 and 3,360
+  A100s (Smith et al. 2022) and BLOOM 176B's "about 150" TFLOP/s per GPU
+  on 384 A100s (BigScience 2022), ``--framework deepspeed``: DeepSpeed's
+  pipeline engine and optimizer under Megatron-LM's layers;
 - **ZeRO (Rajbhandari et al., SC'20), Figure 1** and **DeepSpeed's
   estimators** (``zero``): model states per device, without a framework and
   with ``--framework deepspeed``.
@@ -87,7 +92,7 @@ from table import render  # noqa: E402
 DATA = ROOT / "tests" / "data" / "published"
 LLAMA8B = ROOT / "tests" / "data" / "configs" / "llama3-8b" / "config.json"
 GPT2 = ROOT / "tests" / "data" / "configs" / "gpt2" / "config.json"
-GROUPS = ("megatron", "korthikanti", "bridge", "modelzoo", "torchtitan", "zero")
+GROUPS = ("megatron", "korthikanti", "bridge", "modelzoo", "torchtitan", "megatron_deepspeed", "zero")
 
 
 def run(*argv):
@@ -258,6 +263,29 @@ def bridge_model(tmp: Path, data: dict, key: str) -> Path:
     d.mkdir(exist_ok=True)
     (d / "config.json").write_text(json.dumps({**cfg, **spec["changes"]}))
     return d
+
+
+def megatron_deepspeed(tmp: Path):
+    """Megatron-DeepSpeed's published runs (MT-NLG 530B, BLOOM 176B) under
+    ``--framework deepspeed``: its pipeline engine, optimizer and gradient
+    reduction; step seconds, or TFLOP/s per GPU by eq. (3) where that is
+    what was published."""
+    data = json.loads((DATA / "megatron_deepspeed.json").read_text())
+    for values in data["rows"]:
+        r = dict(zip(data["columns"], values))
+        spec = data["runs"][r["run"]]
+        m = spec["model"]
+        cfg = gpt(tmp, r["run"], m["n_head"], m["n_embd"], m["n_layer"], m["n_positions"], m["vocab_size"])
+        res = run("-g", cfg, "-p", r["gpus"], "-b", r["batch"], "--device", spec["device"], "--attention",
+                  "materialized", "--framework", "deepspeed", *spec["flags"], "--plan", spec["plan"])
+        label = f"{spec['name']}, {r['gpus']} GPUs"
+        if spec["figure"] == "step seconds":
+            yield row("Megatron-DeepSpeed", label, "step s", r["published"], res.step_seconds, "{:.1f}")
+        else:
+            s, l, h, v = m["n_positions"], m["n_layer"], m["n_embd"], m["vocab_size"]
+            flop = 96 * r["batch"] * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+            yield row("Megatron-DeepSpeed", label, spec["figure"], r["published"],
+                      flop / res.step_seconds / r["gpus"] / 1e12, "{:.0f}")
 
 
 def zero(tmp: Path):
