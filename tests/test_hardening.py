@@ -531,3 +531,15 @@ def test_a_timed_step_whose_plan_records_no_procs_is_refused_in_the_calibrations
     (tmp_path / "s.toml").write_text('step = {plan = "plan.json", seconds = 1.0}\n')
     one_line_error(run("--calibrate", tmp_path / "s.toml", "--device", "h100", "-p", 8), 2,
                    "step.plan: " + str(plan) + " records no procs (the devices the timed step ran on)")
+
+
+def test_flags_of_a_sweep_that_would_change_nothing_are_refused(tmp_path):
+    """--metric only chooses what --plot shows, --jobs only how many of a
+    sweep's settings run at once: alone they are refused in one line, and
+    with what they serve they run."""
+    one_line_error(run("-g", "alexnet", "-p", 8, "--metric", "time", "-q"), 2,
+                   "--metric chooses what --plot shows: give --plot FILE with it")
+    one_line_error(run("-g", "alexnet", "-p", 8, "--jobs", 2, "-q"), 2,
+                   "--jobs runs a sweep's settings at once: give a list, e.g. -p 8,16,32")
+    out = run("-g", "alexnet", "-p", "4,8", "--jobs", 1, "-q", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.startswith("PaSE sweep: 2 settings"), out.stderr
