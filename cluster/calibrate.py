@@ -284,6 +284,11 @@ def nccl_tables(data: dict, where: str) -> tuple[list, list[str]]:
                 skipped.append(f"{name}: {test}_perf left out: the model has no {test.replace('_', '-')} "
                                f"(it uses all_reduce, all_gather, reduce_scatter and sendrecv)")
                 continue
+            if r.unread:
+                lines = ", ".join(map(str, r.unread[:3])) + (", ..." if len(r.unread) > 3 else "")
+                skipped.append(f"{name}: {len(r.unread)} size line{'s' * (len(r.unread) > 1)} of its {test} test "
+                               f"left out: no time and bandwidths read in {'them' if len(r.unread) > 1 else 'it'} "
+                               f"(line {lines})")
             rows = [x for x in r.rows if x.seconds > 0]
             tables.append(Table(test, n, h, [x.size for x in rows], [x.seconds for x in rows],
                                 [x.busbw for x in rows], [x.algbw for x in rows], name, note))

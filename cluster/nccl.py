@@ -75,6 +75,7 @@ class Run:
     started: bool = False  # a "# nThread" line was read
     began: bool = False  # a "# Collective test starting" line was read
     first: int = 0  # the line of its first size line
+    unread: list = field(default_factory=list)  # the numbers (from 1) of its size lines without a readable time
 
     @property
     def hosts(self) -> set:
@@ -250,6 +251,8 @@ def runs(text: str, filename: str = "") -> list[Run]:
             if not run.rows:
                 run.first = no
             run.rows.append(row)
+        elif len(toks) >= 6 and _digits(toks[0]) and _digits(toks[1]):  # a size line whose figures do not read
+            run.unread.append(no + 1)
     found = sorted((run for out in groups.values() for run in out if run.rows), key=lambda r: r.first)
     after = -1
     for run in found:  # the last name read since the previous test's first size line

@@ -398,3 +398,20 @@ def test_the_json_nccl_tests_writes_is_read(tmp_path):
     run_cli("--calibrate", A100, "--device", "a100-80gb", "--save-cluster", tmp_path / "t.toml")
     fit, text = (tomllib.loads((tmp_path / f).read_text()) for f in ("j.toml", "t.toml"))
     assert fit == text and fit["link_eff"] != 0.8
+
+
+def test_size_lines_whose_figures_do_not_read_are_left_out_and_said(tmp_path):
+    """A size line whose time and bandwidths are 'nan' (or cut short) is left
+    out of the fit, and the calibration says which lines: the rest fit as
+    the whole file less those lines fits."""
+    text = A100.read_text()
+    bad = re.sub(r"^(\s*1048576\s+262144\s+float\s+sum\s+-1\s+)\S+\s+\S+\s+\S+", r"\1nan nan nan", text, flags=re.M)
+    bad = re.sub(r"^(\s*2097152\s+524288\s+float\s+sum\s+-1\s+)\S+\s+\S+\s+\S+", r"\1nan nan nan", bad, flags=re.M)
+    assert bad.count("nan nan nan") == 2
+    numbers = [i + 1 for i, line in enumerate(bad.splitlines()) if "nan nan nan" in line]
+    tables, fields, lines = _fit(bad)
+    assert f"out.txt: 2 size lines of its all_reduce test left out: no time and bandwidths read in them (line " \
+           f"{numbers[0]}, {numbers[1]})" in lines
+    less = "\n".join(x for x in text.splitlines() if not re.match(r"\s*(1048576|2097152)\s+\d+\s+float", x))
+    assert fields == _fit(less)[1] and len(tables[0].sizes) == len(_fit(less)[0][0].sizes)
+    assert not any("left out" in x for x in _fit(text)[2])
