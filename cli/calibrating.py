@@ -14,20 +14,20 @@ from cli.args import UsageError
 __all__ = ["run_calibration"]
 
 
-def _step_record(data: dict, where: str) -> dict:
+def _step_record(data: dict, where: str) -> dict | None:
     """What the plan file of the measurements' ``step`` records (its
-    framework runs the step the fit predicts), or nothing (no step, or a
-    plan file refused where the step is predicted)."""
+    framework runs the step the fit predicts, on its devices), or None (no
+    step, or a plan file refused where the step is predicted)."""
     step = data.get("step")
     if not isinstance(step, dict) or not isinstance(step.get("plan"), str):
-        return {}
+        return None
     from plan_file import read
     from settings import MODEL_PARAMS
 
     try:
         return read(os.path.join(os.path.dirname(where), step["plan"]), MODEL_PARAMS).recorded
     except (InputError, OSError):
-        return {}
+        return None
 
 
 def run_calibration(s, out, reads=None):
@@ -62,7 +62,8 @@ def run_calibration(s, out, reads=None):
 
     file = _cluster_file(s)
     given = stated(s, file)
-    fw = framework_for(s, _step_record(data, s.calibrate), base, file)
+    step_record = _step_record(data, s.calibrate)
+    fw = framework_for(s, step_record or {}, base, file)
     if fw is not None:
         base, _ = framework_cluster(s, {}, base, fw, file)
 
@@ -73,14 +74,11 @@ def run_calibration(s, out, reads=None):
         path = os.path.join(os.path.dirname(s.calibrate), str(step["plan"]))
         if not os.path.isfile(path):
             raise InputError(f"--calibrate: {s.calibrate}: step.plan: {path}: no such plan file")
-        try:
-            return plan(replace(s, calibrate=None, save_cluster=None, evaluate=path, explicit=s.explicit - {"procs"},
-                                **fields)).result.step_seconds  # the plan's own devices
-        except InputError as e:
-            if "records no procs" in str(e):  # -p does not stand in for them here: the plan's own are timed
-                raise InputError(f"--calibrate: {s.calibrate}: step.plan: {path} records no procs (the devices "
-                                 "the timed step ran on)") from None
-            raise
+        if step_record is not None and step_record.get("procs") is None:  # -p cannot stand in for them here
+            raise InputError(f"--calibrate: {s.calibrate}: step.plan: {path} records no procs (the devices "
+                             "the timed step ran on)")
+        return plan(replace(s, calibrate=None, save_cluster=None, evaluate=path, explicit=s.explicit - {"procs"},
+                            **fields)).result.step_seconds  # the plan's own devices
 
     fields, lines, details = calibrate(data, base, s.calibrate, predict)
     fitted = replace(base, **fields)
