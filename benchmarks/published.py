@@ -1,7 +1,8 @@
 """Every published figure the model is checked against, beside the
 prediction and the error: one table, fitted rows marked.
 
-    python benchmarks/published.py [--markdown] [--only megatron,korthikanti,bridge,modelzoo,torchtitan,megatron_deepspeed,zero]
+    python benchmarks/published.py [--markdown]
+        [--only megatron,korthikanti,bridge,modelzoo,torchtitan,megatron_deepspeed,zero]
 
 Each row is costed as the command line costs it (``--plan`` with the
 framework that ran it):
@@ -85,7 +86,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the published tables as the tests read them
 
 from cli.args import parse_args  # noqa: E402
-from megatron_table import ROWS as SC21, config, eq3  # noqa: E402
+from megatron_table import ROWS as SC21, config, eq3, eq3_flop  # noqa: E402
 from planner import plan  # noqa: E402
 from table import render  # noqa: E402
 
@@ -282,8 +283,7 @@ def megatron_deepspeed(tmp: Path):
         if spec["figure"] == "step seconds":
             yield row("Megatron-DeepSpeed", label, "step s", r["published"], res.step_seconds, "{:.1f}")
         else:
-            s, l, h, v = m["n_positions"], m["n_layer"], m["n_embd"], m["vocab_size"]
-            flop = 96 * r["batch"] * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+            flop = eq3_flop(r["batch"], m["n_positions"], m["n_layer"], m["n_embd"], m["vocab_size"])
             yield row("Megatron-DeepSpeed", label, spec["figure"], r["published"],
                       flop / res.step_seconds / r["gpus"] / 1e12, "{:.0f}")
 

@@ -72,6 +72,10 @@ def run(s: Settings, out=None):
     from cli.drawing import checked_drawing
 
     drawing = checked_drawing(s, exports, reads)
+    if "metric" in s.explicit and s.plot is None:
+        raise UsageError("--metric chooses what --plot shows: give --plot FILE with it")
+    if "jobs" in s.explicit and not s.sweep:
+        raise UsageError("--jobs runs a sweep's settings at once: give a list, e.g. -p 8,16,32")
     if s.calibrate is not None:
         from cli.calibrating import run_calibration
 
@@ -80,10 +84,6 @@ def run(s: Settings, out=None):
         raise UsageError("--save-cluster writes what --calibrate fits: give --calibrate FILE")
     if s.require_fit and (s.sweep or s.plans or s.plot):
         raise UsageError("--require-fit checks the plan of one run; it cannot be used with a sweep, --plans or --plot")
-    if "metric" in s.explicit and s.plot is None:
-        raise UsageError("--metric chooses what --plot shows: give --plot FILE with it")
-    if "jobs" in s.explicit and not s.sweep:
-        raise UsageError("--jobs runs a sweep's settings at once: give a list, e.g. -p 8,16,32")
     if s.sweep or s.plans or s.plot:
         from cli.study import run_study
 

@@ -229,6 +229,14 @@ def _count(data: dict, key: str, where: str) -> int | None:
     return x
 
 
+def _unread(run) -> str:
+    """``2 size lines (lines 17, 18)``: the size lines (or -J's results)
+    of ``run`` whose figures did not read."""
+    n, what = len(run.unread), "size line" if run.unread_in == "line" else "result"
+    at = ", ".join(map(str, run.unread[:3])) + (", ..." if n > 3 else "")
+    return f"{n} {what}{'s' * (n > 1)} ({run.unread_in}{'s' * (n > 1)} {at})"
+
+
 def nccl_tables(data: dict, where: str) -> tuple[list, list[str]]:
     """The tests of the measurements' nccl-tests outputs the model can
     fit (:class:`cluster.netfit.Table`), and a line per test left out."""
@@ -239,6 +247,12 @@ def nccl_tables(data: dict, where: str) -> tuple[list, list[str]]:
     tables, skipped = [], []
     for name, text in _outputs(data, where):
         found = runs(text, name)
+        unread = [f"{name}: a test left out: no time and bandwidths read in any of its {_unread(r)}"
+                  for r in found if not r.rows]  # a test none of whose size lines reads
+        skipped += unread
+        found = [r for r in found if r.rows]
+        if not found and unread:
+            raise InputError(f"--calibrate: {where}: {unread[0]}")
         if not found:
             raise InputError(f"--calibrate: {where}: {name}: no size lines in the nccl-tests output (the table under "
                              "its '#  size  count  type ...' header)")
@@ -285,10 +299,8 @@ def nccl_tables(data: dict, where: str) -> tuple[list, list[str]]:
                                f"(it uses all_reduce, all_gather, reduce_scatter and sendrecv)")
                 continue
             if r.unread:
-                lines = ", ".join(map(str, r.unread[:3])) + (", ..." if len(r.unread) > 3 else "")
-                skipped.append(f"{name}: {len(r.unread)} size line{'s' * (len(r.unread) > 1)} of its {test} test "
-                               f"left out: no time and bandwidths read in {'them' if len(r.unread) > 1 else 'it'} "
-                               f"(line {lines})")
+                skipped.append(f"{name}: {_unread(r)} of its {test} test left out: no time and bandwidths read in "
+                               f"{'them' if len(r.unread) > 1 else 'it'}")
             rows = [x for x in r.rows if x.seconds > 0]
             tables.append(Table(test, n, h, [x.size for x in rows], [x.seconds for x in rows],
                                 [x.busbw for x in rows], [x.algbw for x in rows], name, note))

@@ -22,6 +22,7 @@ deciding where the table cannot.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -75,7 +76,8 @@ class Run:
     started: bool = False  # a "# nThread" line was read
     began: bool = False  # a "# Collective test starting" line was read
     first: int = 0  # the line of its first size line
-    unread: list = field(default_factory=list)  # the numbers (from 1) of its size lines without a readable time
+    unread: list = field(default_factory=list)  # its size lines (or -J's results) whose figures do not read, from 1
+    unread_in: str = "line"  # what ``unread`` numbers: "line" (of the file) or "result" (of -J's list)
 
     @property
     def hosts(self) -> set:
@@ -193,7 +195,8 @@ def _json_runs(data: dict) -> list[Run]:
     for d in config.get("devices") or []:
         if isinstance(d, dict) and isinstance(d.get("rank"), int):
             run.ranks.setdefault(d["rank"], set()).add((str(d.get("pid")), str(d.get("hostname"))))
-    for r in data["results"]:
+    run.unread_in = "result"
+    for i, r in enumerate(data["results"]):
         try:
             out = r.get("out_of_place") or r["in_place"]
             redop = str(r.get("redop", "")).strip().lower() or None
@@ -201,15 +204,19 @@ def _json_runs(data: dict) -> list[Run]:
                       int(str(r.get("root", -1)).strip()), float(out.get("time", out.get("cpu_time"))) * 1e-6,
                       float(out["alg_bw"]), float(out["bus_bw"]))
         except (AttributeError, KeyError, TypeError, ValueError):
+            run.unread.append(i + 1)
             continue
-        if row.size > 0 and row.seconds > 0:
+        if row.size > 0 and all(math.isfinite(x) for x in (row.seconds, row.algbw, row.busbw)) and row.seconds > 0:
             run.rows.append(row)
-    return [run] if run.rows else []
+        elif row.size > 0 or not math.isfinite(row.size):  # a size of 0 (-b 0) times nothing: passed over
+            run.unread.append(i + 1)
+    return [run] if run.rows or run.unread else []
 
 
 def runs(text: str, filename: str = "") -> list[Run]:
     """The tests in an output (see the module docstring), in the order they
-    appear; those with no size line left out."""
+    appear; those with no size line left out (a test whose size lines all
+    fail to read is kept, with no rows and its ``unread`` lines)."""
     data = json_output(text)
     if data is not None:
         return _json_runs(data)
@@ -251,9 +258,12 @@ def runs(text: str, filename: str = "") -> list[Run]:
             if not run.rows:
                 run.first = no
             run.rows.append(row)
-        elif len(toks) >= 6 and _digits(toks[0]) and _digits(toks[1]):  # a size line whose figures do not read
+        elif (len(toks) >= 3 and _digits(toks[0]) and int(toks[0]) > 0 and _digits(toks[1])
+              and toks[2].lower() in TYPE_BYTES):  # a size line whose figures do not read (nan, cut short)
+            if not run.rows and not run.unread:
+                run.first = no
             run.unread.append(no + 1)
-    found = sorted((run for out in groups.values() for run in out if run.rows), key=lambda r: r.first)
+    found = sorted((run for out in groups.values() for run in out if run.rows or run.unread), key=lambda r: r.first)
     after = -1
     for run in found:  # the last name read since the previous test's first size line
         named = [(no, name, how) for no, name, how in names if after < no < run.first]

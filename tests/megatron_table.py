@@ -21,7 +21,13 @@ def config(where: Path, row: dict) -> Path:
     return d / "config.json"
 
 
+def eq3_flop(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
+    """Megatron-LM's FLOP per iteration of a GPT model (eq. 3, recomputation
+    included), as Megatron-LM and Megatron-DeepSpeed log their TFLOP/s."""
+    s, h = seq, hidden
+    return 96 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
+
+
 def eq3(row: dict) -> float:
-    """Megatron-LM's FLOP per iteration (eq. 3, recomputation included)."""
-    B, s, V, l, h = row["batch"], TABLE["seq"], TABLE["vocab"], row["layers"], row["hidden"]
-    return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    """Eq. (3) for a row of Narayanan et al.'s Table 1."""
+    return eq3_flop(row["batch"], TABLE["seq"], row["layers"], row["hidden"], TABLE["vocab"])

@@ -401,17 +401,45 @@ def test_the_json_nccl_tests_writes_is_read(tmp_path):
 
 
 def test_size_lines_whose_figures_do_not_read_are_left_out_and_said(tmp_path):
-    """A size line whose time and bandwidths are 'nan' (or cut short) is left
+    """A size line whose time and bandwidths are 'nan' or cut short is left
     out of the fit, and the calibration says which lines: the rest fit as
-    the whole file less those lines fits."""
+    the whole file less those lines fits.  A line of size 0 (``-b 0``) is
+    nothing to read, and passed over without a word; a test none of whose
+    lines reads is left out with a line, or refused when it is all there is;
+    -J's JSON says which results."""
     text = A100.read_text()
     bad = re.sub(r"^(\s*1048576\s+262144\s+float\s+sum\s+-1\s+)\S+\s+\S+\s+\S+", r"\1nan nan nan", text, flags=re.M)
-    bad = re.sub(r"^(\s*2097152\s+524288\s+float\s+sum\s+-1\s+)\S+\s+\S+\s+\S+", r"\1nan nan nan", bad, flags=re.M)
-    assert bad.count("nan nan nan") == 2
-    numbers = [i + 1 for i, line in enumerate(bad.splitlines()) if "nan nan nan" in line]
+    bad = re.sub(r"^(\s*2097152\s+524288\s+float\s+sum).*$", r"\1", bad, flags=re.M)  # cut short
+    numbers = [i + 1 for i, line in enumerate(bad.splitlines()) if re.match(r"\s*(1048576|2097152)\s", line)]
+    assert len(numbers) == 2 and "nan nan nan" in bad
     tables, fields, lines = _fit(bad)
-    assert f"out.txt: 2 size lines of its all_reduce test left out: no time and bandwidths read in them (line " \
-           f"{numbers[0]}, {numbers[1]})" in lines
+    assert f"out.txt: 2 size lines (lines {numbers[0]}, {numbers[1]}) of its all_reduce test left out: no time and " \
+           "bandwidths read in them" in lines
     less = "\n".join(x for x in text.splitlines() if not re.match(r"\s*(1048576|2097152)\s+\d+\s+float", x))
     assert fields == _fit(less)[1] and len(tables[0].sizes) == len(_fit(less)[0][0].sizes)
     assert not any("left out" in x for x in _fit(text)[2])
+    # sizes of 0 bytes, as -b 0 prints them: nothing measured, nothing said
+    head, _, rest = text.partition("           8             2")
+    zero = (head + "           0             0     float     sum      -1     0.05    0.00    0.00      0     0.05"
+            "    0.00    0.00      0\n           8             2" + rest)
+    assert not any("left out" in x for x in _fit(zero)[2]) and _fit(zero)[1] == _fit(text)[1]
+    # a second test whose every line is nan: left out with a line; alone, refused in one line
+    nans = re.sub(r"^(\s*\d+\s+\d+\s+float\s+sum\s+-1\s+)\S+\s+\S+\s+\S+", r"\1nan nan nan", text, flags=re.M)
+    _, fields2, lines2 = _fit(text + nans)
+    assert any(x.startswith("out.txt: a test left out: no time and bandwidths read in any of its ") for x in lines2)
+    assert fields2 == _fit(text)[1]
+    from errors import InputError
+
+    with pytest.raises(InputError, match="a test left out: no time and bandwidths read in any of its 30 size "
+                                         r"lines \(lines 17, 18, 19, \.\.\.\)"):
+        _fit(nans)
+    # -J's JSON: a result of no time is named by its place in the list
+    data = {"args": ["all_reduce_perf"], "config": {"devices": [{"rank": i, "pid": 1, "hostname": "h"}
+                                                                for i in range(8)]},
+            "results": [{"size": 2 ** k, "count": 2 ** k // 4, "type": "float", "redop": "sum", "root": -1,
+                         "out_of_place": {"time": 20.0 + 2 ** k / 1.5e5, "alg_bw": 2 ** k / (20.0 + 2 ** k / 1.5e5)
+                                          / 1e3, "bus_bw": 1.75 * 2 ** k / (20.0 + 2 ** k / 1.5e5) / 1e3}}
+                        for k in range(10, 31)]}
+    data["results"][3]["out_of_place"]["time"] = float("nan")
+    _, _, lines3 = _fit(json.dumps(data))
+    assert "out.txt: 1 result (result 4) of its all_reduce test left out: no time and bandwidths read in it" in lines3

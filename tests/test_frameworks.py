@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, rel, run_cli
+from megatron_table import eq3_flop
 
 LLAMA8B = ROOT / "tests" / "data" / "configs" / "llama3-8b"
 GPT2 = ROOT / "tests" / "data" / "configs" / "gpt2" / "config.json"
@@ -114,10 +115,13 @@ def test_korthikanti_table5_step_times(tmp_path):
 
 def test_megatron_deepspeed_is_not_megatron_lm(tmp_path):
     """Megatron-Turing NLG 530B on 280, 350 and 420 DGX A100s (60.1, 50.2
-    and 44.4 s a step, DeepSpeed's pipeline engine) predicted as
-    Megatron-LM runs its layout: 26 to 29% fast, as docs/frameworks.md
-    says (no profile models DeepSpeed's pipeline engine)."""
-    model = gpt(tmp_path, "mt-nlg", 128, 20480, 105, vocab=50272)
+    and 44.4 s a step, Megatron-LM's layers under DeepSpeed's pipeline
+    engine) costed as Megatron-LM would run its layout: 26 to 29% fast, as
+    docs/frameworks.md says, further off than under the DeepSpeed profile
+    (tests below)."""
+    m = json.loads((ROOT / "tests" / "data" / "published" / "megatron_deepspeed.json").read_text())
+    m = m["runs"]["mt-nlg-530b"]["model"]
+    model = gpt(tmp_path, "mt-nlg", m["n_head"], m["n_embd"], m["n_layer"], m["n_positions"], m["vocab_size"])
     for nodes, published, predicted in ((280, 60.1, 44.4), (350, 50.2, 36.7), (420, 44.4, 31.6)):
         r = planned("-g", model, "-p", 8 * nodes, "-b", 1920, "--device", "a100-80gb", "--attention", "materialized",
                     "--framework", "megatron", "--plan", "tp=8,pp=35,recompute=full,microbatch=1")
@@ -637,16 +641,19 @@ def _megatron_deepspeed(tmp_path, run: str):
 
 def test_mt_nlg_steps_scale_as_measured(tmp_path):
     """Held out: MT-NLG 530B's three published steps (60.1, 50.2, 44.4 s on
-    2,240 to 3,360 A100s) under --framework deepspeed: each step is predicted
-    fast by the documented 21 to 25% (docs/frameworks.md), and what the data
-    parallelism adds (fewer micro-batches a pipeline: a larger bubble) moves
-    the predicted steps as it moved the measured ones, within 4%."""
+    2,240 to 3,360 A100s) under --framework deepspeed: each predicted fast
+    by the documented 21 to 25% (docs/frameworks.md), the gap widening with
+    the devices: the step's work per device shrinks with them, the missing
+    time (12.8, 11.2, 10.9 s) far less.  Each step's fall from the one
+    before is within 3 points of the measured fall."""
     rows = _megatron_deepspeed(tmp_path, "mt-nlg-530b")
     assert [g for g, _, _ in rows] == [2240, 2800, 3360]
     for _, published, predicted in rows:
         assert -0.26 < predicted / published - 1 < -0.20, (published, predicted)
     for (_, p0, t0), (_, p1, t1) in zip(rows, rows[1:]):
-        assert abs((t1 / t0) / (p1 / p0) - 1) < 0.04, (t0, t1, p0, p1)
+        assert abs((1 - t1 / t0) - (1 - p1 / p0)) < 0.03, (t0, t1, p0, p1)
+    missing = [published - predicted for _, published, predicted in rows]
+    assert missing[0] > missing[1] > missing[2] and missing[2] / missing[0] > rows[2][2] / rows[0][2]
 
 
 def test_bloom_within_its_published_about_150_tflops(tmp_path):
@@ -655,8 +662,8 @@ def test_bloom_within_its_published_about_150_tflops(tmp_path):
     within 15%, and the slow network between nodes costs it time."""
     [(gpus, published, step)] = _megatron_deepspeed(tmp_path, "bloom-176b")
     m = MEGATRON_DEEPSPEED["runs"]["bloom-176b"]["model"]
-    s, l, h, v, b = m["n_positions"], m["n_layer"], m["n_embd"], m["vocab_size"], 2048
-    tflops = 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)) / step / gpus / 1e12
+    b = 2048
+    tflops = eq3_flop(b, m["n_positions"], m["n_layer"], m["n_embd"], m["vocab_size"]) / step / gpus / 1e12
     assert abs(tflops / published - 1) < 0.15, tflops
     d = tmp_path / "bloom-176b"
     fast = planned("-g", d, "-p", gpus, "-b", b, "--device", "a100-80gb", "--attention", "materialized",

@@ -541,5 +541,8 @@ def test_flags_of_a_sweep_that_would_change_nothing_are_refused(tmp_path):
                    "--metric chooses what --plot shows: give --plot FILE with it")
     one_line_error(run("-g", "alexnet", "-p", 8, "--jobs", 2, "-q"), 2,
                    "--jobs runs a sweep's settings at once: give a list, e.g. -p 8,16,32")
+    nccl = ROOT / "tests" / "data" / "calibrate" / "nccl" / "a100_1node_thanos.txt"
+    one_line_error(run("--calibrate", nccl, "--device", "a100-80gb", "--metric", "cost"), 2, "--metric chooses")
+    one_line_error(run("--calibrate", nccl, "--device", "a100-80gb", "--jobs", 3), 2, "--jobs runs a sweep's")
     out = run("-g", "alexnet", "-p", "4,8", "--jobs", 1, "-q", cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.startswith("PaSE sweep: 2 settings"), out.stderr
