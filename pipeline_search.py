@@ -100,11 +100,13 @@ def _cuts(g, chain, costed, pp: int) -> list:
 
 def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=None, schedules=None,
            memory_limit=None, threads=None, progress=None, incumbent: float | None = None,
-           beside_plain: bool = False) -> Pipeline | None:
+           beside_plain: bool = False, least_stages: int = 1) -> Pipeline | None:
     """The fastest pipeline found (see the module docstring); with
     ``incumbent`` (the step of a plan found otherwise), only one faster,
     else ``None``; with ``beside_plain`` (the plan without stages searched
-    apart), without one stage of one micro-batch, which is that plan.  ``build(b)``
+    apart), without one stage of one micro-batch, which is that plan; with
+    ``least_stages`` 2, without a single stage at all (gradient
+    accumulation, searched apart: see :func:`planner._pipeline`).  ``build(b)``
     makes the graph at a micro-batch of ``b`` samples; ``model`` the cost
     model (its cluster's capacity bounds every stage).  Its stages cost what
     their operators' own costs sum to, the currency of the bounds that rank
@@ -124,6 +126,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         raise InputError(f"--pp {max(pp_values)} is more stages than the {N} blocks of {g1.graph['name']}")
     most = N if chain is not None else min(N, DAG_STAGES)
     pps = pp_values or [d for d in range(1, min(most, p) + 1) if p % d == 0 and N / (d * -(-N // d)) >= BALANCE]
+    pps = [d for d in pps if d >= least_stages]
     ranked = []
     costs: dict = {}
     graphs: dict = {}

@@ -21,7 +21,7 @@ import os
 from dataclasses import replace
 from typing import NamedTuple
 
-from errors import InputError, SettingError, plain
+from errors import InputError, SettingError
 from planner.configurations import (_accumulation, _search_standard, _standard_pipeline,  # noqa: F401
                                     _standard_result, standard_costing)
 from planner.graphs import _chain, pipe_graph  # noqa: F401
@@ -281,7 +281,9 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
 
         result = recorded_pipeline(job, file, s.evaluate)
     elif pipelined:
-        result, profile = _pipeline(s, job, progress, with_plain)
+        from planner.staged import pipelined
+
+        result, profile = pipelined(s, job, progress, with_plain)
     elif file is not None:
         _check_model(g, recorded, s.evaluate)
         try:
@@ -447,75 +449,6 @@ def _plain(job: Job, progress, cutoff: float | None = None):
             f"No operator can use more than {most} of the {job.procs} devices (no configuration splits further "
             f"at cutoff {g.graph['cutoff']}); this strategy uses at most {used}.",))
     return result, profile
-
-
-def _pipeline(s: Settings, job: Job, progress=None, with_plain: bool = False):
-    """A pipelined plan searched as the settings' ``--pp``,
-    ``--microbatches`` and ``--schedule`` ask; with ``with_plain``, the
-    plan without stages where it is faster.  The graphs at micro-batches
-    are the job's, each built once (the answer's included)."""
-    import pipeline
-    import pipeline_search
-
-    batch = job.batch
-    if s.procs % (s.pp if isinstance(s.pp, int) else 1):
-        raise InputError(f"--pp {s.pp} does not divide the {s.procs} devices")
-    micro_values = None
-    if isinstance(s.microbatches, int):
-        if batch % s.microbatches:
-            raise InputError(f"--microbatches {s.microbatches} does not divide the batch of {batch}")
-        micro_values = [batch // s.microbatches]
-    auto = s.schedule == "auto" or s.schedule is None and s.pp == "auto"  # searched; else 1f1b unless given
-    schedules = None if auto else [pipeline.parse_schedule(s.schedule or "1f1b")]
-    pipe = failed = None
-    try:
-        pipe = pipeline_search.search(job.graph, job.model, job.procs, batch,
-                                      pp_values=[s.pp] if isinstance(s.pp, int) else [1] if s.pp is None else None,
-                                      micro_values=micro_values, schedules=schedules, memory_limit=job.memory_limit,
-                                      threads=job.threads, progress=progress, beside_plain=with_plain)
-    except pipeline_search.PipelineDoesNotFit as e:
-        if not with_plain:
-            _nothing_fits(s, job.model, e)
-        failed = e
-    unsearched = None  # why the plan without stages could not be searched, where its search was too large
-    if with_plain:  # searched within what the pipeline found: given up where it cannot be faster
-        from search.elimination import SearchTooLarge
-
-        try:
-            plain, profile = _plain(job, progress, cutoff=None if pipe is None else pipe.step)
-        except MemoryError as e:
-            if pipe is None:
-                _nothing_fits(s, job.model, failed, e)
-            plain = None
-            if isinstance(e, SearchTooLarge):
-                unsearched = str(e)
-        if plain is not None:
-            return plain, profile
-    g = job.graph(pipe.micro)
-    pipe = pipeline_search.as_plan(g, job.model, job.procs, pipe)  # its blocks' collectives pooled
-    result = pipeline.as_result(g, pipe, job.model, job.procs, batch, "search")
-    if unsearched is not None:
-        result = replace(result, notes=result.notes + (
-            f"The plan without stages was not searched ({unsearched}); this is the best of the pipelines and "
-            "micro-batches searched (--algo 0, or a larger --mem-limit, may search it).",))
-    return result, None
-
-
-def _nothing_fits(s: Settings, model, *errors):
-    """Raise the one line saying that no plan fits: the least need any
-    search found, and what would change it."""
-    import pipeline_search
-    from planner.defaults import what_would_fit
-
-    errors = [x for x in errors if x is not None]  # no pipeline tried: the plan without stages' alone
-    needs = [x.least for x in errors if math.isfinite(getattr(x, "least", math.inf))]
-    if not needs or model.cluster.capacity is None:
-        raise errors[-1]
-    what = ("with or without pipeline stages" if len(errors) > 1 else "with the pipelines searched"
-            if isinstance(errors[0], pipeline_search.PipelineDoesNotFit) else "without pipeline stages")
-    raise MemoryError(f"no plan fits in {plain(model.cluster.capacity / 1e9, 4)} GB per device {what}: the smallest "
-                      f"needs at least {plain(min(needs) / 1e9, 4)} GB{what_would_fit(s, model.cluster, min(needs))}"
-                      ) from None
 
 
 def _search(job: Job, costed, progress, cutoff=None):

@@ -1,0 +1,115 @@
+"""The pipelines the planner searches (``--pp``, ``--microbatches``,
+``--schedule``, and by default on a real device beside the plan without
+stages): :func:`pipelined` drives :mod:`pipeline_search` and, where no
+``--pp`` is given, the plain search (:func:`planner._plain`) beside it.
+
+Where the plan without stages is searched beside the pipelines, gradient
+accumulation (one stage, micro-batches one after the other) is searched
+only where that plan does not fit or the device memory holds it back
+from its unconstrained optimum: with the memory to spare, accumulated
+micro-batches cost at least what the whole batch does (the same work in
+smaller products, their collectives repeated), so the search of their
+micro-batch sizes would be time spent for nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from errors import InputError, plain
+from planner.job import Job
+from settings import Settings
+
+__all__ = ["pipelined"]
+
+
+def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
+    """A pipelined plan searched as the settings' ``--pp``,
+    ``--microbatches`` and ``--schedule`` ask; with ``with_plain``, the
+    plan without stages where it is faster.  The graphs at micro-batches
+    are the job's, each built once (the answer's included)."""
+    from functools import partial
+
+    import pipeline
+    import pipeline_search
+    from planner import _plain
+
+    batch = job.batch
+    if s.procs % (s.pp if isinstance(s.pp, int) else 1):
+        raise InputError(f"--pp {s.pp} does not divide the {s.procs} devices")
+    micro_values = None
+    if isinstance(s.microbatches, int):
+        if batch % s.microbatches:
+            raise InputError(f"--microbatches {s.microbatches} does not divide the batch of {batch}")
+        micro_values = [batch // s.microbatches]
+    auto = s.schedule == "auto" or s.schedule is None and s.pp == "auto"  # searched; else 1f1b unless given
+    schedules = None if auto else [pipeline.parse_schedule(s.schedule or "1f1b")]
+    pipe = failed = None
+    search = partial(pipeline_search.search, job.graph, job.model, job.procs, batch, micro_values=micro_values,
+                     schedules=schedules, memory_limit=job.memory_limit, threads=job.threads, progress=progress,
+                     beside_plain=with_plain)
+    try:  # beside the plan without stages, gradient accumulation (one stage) only where that plan is memory-bound
+        pipe = search(pp_values=[s.pp] if isinstance(s.pp, int) else [1] if s.pp is None else None,
+                      least_stages=2 if with_plain else 1)
+    except pipeline_search.PipelineDoesNotFit as e:
+        if not with_plain:
+            _nothing_fits(s, job.model, e)
+        failed = e
+    unsearched = None  # why the plan without stages could not be searched, where its search was too large
+    if with_plain:  # searched within what the pipeline found: given up where it cannot be faster
+        from search.elimination import SearchTooLarge
+
+        plain = missed = None
+        try:
+            plain, profile = _plain(job, progress, cutoff=None if pipe is None else pipe.step)
+        except MemoryError as e:
+            missed = e
+            if isinstance(e, SearchTooLarge):
+                unsearched = str(e)
+        if job.model.cluster.capacity is not None and (plain is None or _memory_bound(plain)):
+            # accumulated micro-batches keep fewer activations: where the whole batch is held back by the memory
+            # (or does not fit), they may be faster; where it is not, they cost at least as much
+            best = [x for x in (None if pipe is None else pipe.step,
+                                None if plain is None else plain.total_cost + plain.pooled) if x is not None]
+            try:
+                accumulated = search(pp_values=[1], incumbent=min(best) if best else None)
+            except pipeline_search.PipelineDoesNotFit as e:
+                accumulated, failed = None, failed or e
+            if accumulated is not None:
+                pipe, plain = accumulated, None
+        if plain is not None:
+            return plain, profile
+        if pipe is None:
+            _nothing_fits(s, job.model, failed, missed)
+    g = job.graph(pipe.micro)
+    pipe = pipeline_search.as_plan(g, job.model, job.procs, pipe)  # its blocks' collectives pooled
+    result = pipeline.as_result(g, pipe, job.model, job.procs, batch, "search")
+    if unsearched is not None:
+        result = replace(result, notes=result.notes + (
+            f"The plan without stages was not searched ({unsearched}); this is the best of the pipelines and "
+            "micro-batches searched (--algo 0, or a larger --mem-limit, may search it).",))
+    return result, None
+
+
+def _memory_bound(result) -> bool:
+    """Whether the device memory held the searched ``result`` back from
+    the unconstrained optimum."""
+    return result.bound is not None and result.bound.status != "unconstrained optimum fits"
+
+
+def _nothing_fits(s: Settings, model, *errors):
+    """Raise the one line saying that no plan fits: the least need any
+    search found, and what would change it."""
+    import pipeline_search
+    from planner.defaults import what_would_fit
+
+    errors = [x for x in errors if x is not None]  # no pipeline tried: the plan without stages' alone
+    needs = [x.least for x in errors if math.isfinite(getattr(x, "least", math.inf))]
+    if not needs or model.cluster.capacity is None:
+        raise errors[-1]
+    what = ("with or without pipeline stages" if len(errors) > 1 else "with the pipelines searched"
+            if isinstance(errors[0], pipeline_search.PipelineDoesNotFit) else "without pipeline stages")
+    raise MemoryError(f"no plan fits in {plain(model.cluster.capacity / 1e9, 4)} GB per device {what}: the smallest "
+                      f"needs at least {plain(min(needs) / 1e9, 4)} GB{what_would_fit(s, model.cluster, min(needs))}"
+                      ) from None
