@@ -71,6 +71,44 @@ def test_the_default_is_as_fast_as_the_plan_without_stages():
     assert any(float(t.cost.min()) < 0 for ts in costed.tables for t in ts)
 
 
+def _searched_settings(monkeypatch, *args):
+    """The plan of ``args`` and, for each pipeline search it ran, the
+    stage counts it was given (``None``: every one) and the least it took."""
+    import pipeline_search
+
+    calls, search = [], pipeline_search.search
+
+    def recording(*a, **k):
+        calls.append((k.get("pp_values"), k.get("least_stages", 1)))
+        return search(*a, **k)
+
+    monkeypatch.setattr(pipeline_search, "search", recording)
+    return _plan(*args), calls
+
+
+def test_accumulation_is_searched_only_where_the_memory_holds_the_whole_batch_back(monkeypatch):
+    """By default on a device, gradient accumulation (one stage) is searched
+    after the plan without stages, and only where that plan does not fit or
+    the memory held it back: GPT-2 at a batch of 64 on 8 H100s has memory to
+    spare (no search of accumulation, the whole batch's plan, as --pp auto
+    with accumulation among its settings finds no faster); at a batch of
+    2,048 on 2 devices of 6 GB nothing fits without accumulating, and the
+    default finds the same plan as --pp auto."""
+    gpt2 = ROOT / "tests" / "data" / "configs" / "gpt2"
+    spare = ("-g", gpt2, "-p", 8, "-b", 64, "--device", "h100")
+    r, calls = _searched_settings(monkeypatch, *spare)
+    assert calls == [(None, 2)] and r.result.pipeline is None and r.result.bound.status == \
+        "unconstrained optimum fits"
+    auto = _plan(*spare, "--pp", "auto").result
+    assert r.result.step_seconds <= auto.step_seconds * (1 + 1e-12)
+    tight = ("-g", gpt2, "-p", 2, "-b", 2048, "--device", "h100", "--device-memory", 6)
+    r, calls = _searched_settings(monkeypatch, *tight)
+    assert calls[0] == (None, 2) and calls[-1] == ([1], 1)
+    assert r.result.pipeline is not None and r.result.pipeline.pp == 1 and r.result.pipeline.m > 1
+    auto = _plan(*tight, "--pp", "auto").result
+    assert r.result.step_seconds == auto.step_seconds and r.result.pipeline.micro == auto.pipeline.micro
+
+
 def test_the_papers_setting_keeps_its_defaults():
     """No device preset, no cluster file: nothing is searched the flags do
     not ask for, a capacity from --device-memory included."""
