@@ -106,7 +106,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     else ``None``; with ``beside_plain`` (the plan without stages searched
     apart), without one stage of one micro-batch, which is that plan; with
     ``least_stages`` 2, without a single stage at all (gradient
-    accumulation, searched apart: see :func:`planner._pipeline`).  ``build(b)``
+    accumulation, searched apart: see :func:`planner.staged.pipelined`).  ``build(b)``
     makes the graph at a micro-batch of ``b`` samples; ``model`` the cost
     model (its cluster's capacity bounds every stage).  Its stages cost what
     their operators' own costs sum to, the currency of the bounds that rank

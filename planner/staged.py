@@ -1,7 +1,7 @@
 """The pipelines the planner searches (``--pp``, ``--microbatches``,
 ``--schedule``, and by default on a real device beside the plan without
 stages): :func:`pipelined` drives :mod:`pipeline_search` and, where no
-``--pp`` is given, the plain search (:func:`planner._plain`) beside it.
+``--pp`` is given, the plain search (:func:`planner.whole._plain`) beside it.
 
 Where the plan without stages is searched beside the pipelines, gradient
 accumulation (one stage, micro-batches one after the other) is searched
@@ -33,7 +33,7 @@ def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
 
     import pipeline
     import pipeline_search
-    from planner import _plain
+    from planner.whole import _plain
 
     batch = job.batch
     if s.procs % (s.pp if isinstance(s.pp, int) else 1):

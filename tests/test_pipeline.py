@@ -591,18 +591,18 @@ def test_the_plan_without_stages_is_not_searched_where_its_pieces_within_the_mem
     to the pipeline, so its search within the memory is never run; the
     answer is the one found when it is."""
     import dp_search
-    import planner
+    import planner.whole
     from cli.args import parse_args
     from planner import plan
 
     args = ["-g", str(ROOT / "tests/data/configs/llama3-70b"), "-p", "64", "-b", "64", "--seq", "4096", "--device",
             "h100"]
-    real = planner._search
+    real = planner.whole._search
     found = {}
     for name, bound in (("bounded", dp_search.pieces_within), ("unbounded", lambda *a, **kw: -math.inf)):
         searched = []  # the plan without stages searched within the memory, beside the pipelines' answer
         monkeypatch.setattr(dp_search, "pieces_within", bound)
-        monkeypatch.setattr(planner, "_search", lambda job, costed, progress, cutoff=None: searched.append(
+        monkeypatch.setattr(planner.whole, "_search", lambda job, costed, progress, cutoff=None: searched.append(
             cutoff is not None) or real(job, costed, progress, cutoff))
         r = plan(parse_args(args)).result
         found[name] = (sum(searched), r.total_cost, r.pipeline.pp, r.pipeline.m, r.strategy)
