@@ -67,21 +67,24 @@ def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
             missed = e
             if isinstance(e, SearchTooLarge):
                 unsearched = str(e)
+        accumulating = None  # why no accumulation fits, where it was searched and none did
         if job.model.cluster.capacity is not None and (plain is None or _memory_bound(plain)):
             # accumulated micro-batches keep fewer activations: where the whole batch is held back by the memory
-            # (or does not fit), they may be faster; where it is not, they cost at least as much
+            # (or does not fit), they may be faster; where it is not, they cost at least as much.  Searched without
+            # an incumbent: its bounds charge every micro-batch its share of the gradients' synchronisation, which
+            # the step hides under the last backward pass, so they could drop the fastest
+            try:
+                accumulated = search(pp_values=[1])
+            except pipeline_search.PipelineDoesNotFit as e:
+                accumulated, accumulating = None, e
             best = [x for x in (None if pipe is None else pipe.step,
                                 None if plain is None else plain.total_cost + plain.pooled) if x is not None]
-            try:
-                accumulated = search(pp_values=[1], incumbent=min(best) if best else None)
-            except pipeline_search.PipelineDoesNotFit as e:
-                accumulated, failed = None, failed or e
-            if accumulated is not None:
+            if accumulated is not None and (not best or accumulated.step < min(best)):
                 pipe, plain = accumulated, None
         if plain is not None:
             return plain, profile
         if pipe is None:
-            _nothing_fits(s, job.model, failed, missed)
+            _nothing_fits(s, job.model, failed, accumulating, missed)
     g = job.graph(pipe.micro)
     pipe = pipeline_search.as_plan(g, job.model, job.procs, pipe)  # its blocks' collectives pooled
     result = pipeline.as_result(g, pipe, job.model, job.procs, batch, "search")
