@@ -7,9 +7,8 @@ number of blocks whose blocks share out evenly enough, ``N / (pp
 ceil(N / pp)) >= 0.85``), the micro-batch size (for each ``pp``, about each
 power of two from an eighth of a stage's devices to all of them, dividing
 the batch, with at least ``pp`` micro-batches, tried from the smallest up
-while the ranking improves; one stage on up to half the batch), the
-schedule (1F1B, and interleaved with 2 chunks when every stage holds an
-even number of blocks; an interleaved
+while the ranking improves), the schedule (1F1B, and interleaved with 2
+chunks when every stage holds an even number of blocks; an interleaved
 ``--schedule`` asked for takes stages whose blocks split unevenly into its
 chunks too; GPipe runs as fast
 as 1F1B with more memory, so only when asked), and the cuts (blocks shared
@@ -58,9 +57,7 @@ def micro_candidates(batch: int, p: int, pp: int) -> list[int]:
     leaving at least ``pp`` micro-batches, about each power of two from an
     eighth of a stage's devices to all of them (a stage's devices taking
     from 8 down to 1 sample each, the rest of the split along other
-    dimensions), the largest divisor at or below each; for one stage
-    (gradient accumulation), on up to half the batch (two micro-batches),
-    as fewer, larger micro-batches may fit where the whole batch does not."""
+    dimensions), the largest divisor at or below each."""
     q = p // pp
     from config_space import divisors_upto
 
@@ -69,8 +66,7 @@ def micro_candidates(batch: int, p: int, pp: int) -> list[int]:
         return []
     out = set()
     t = max(1, q // 8)
-    top = max(q, batch // 2) if pp == 1 else q
-    while t <= top:
+    while t <= q:
         below = [d for d in divisors if d <= t]
         out.add(below[-1] if below else divisors[0])
         t *= 2

@@ -127,22 +127,6 @@ def test_accumulation_beside_a_pipeline_is_not_dropped_by_its_bounds():
         _plan(*args, "--device-memory", 3.2)
 
 
-def test_one_stage_tries_fewer_larger_micro_batches():
-    """Gradient accumulation tries micro-batches up to half the batch: GPT-2
-    at a batch of 64 on 8 devices of 5.5 GB runs fastest as two of 32
-    (16.8 ms; the whole batch, held back by the memory, 17.5 ms), beyond the
-    powers of two up to a stage's devices that pipelines of more stages try."""
-    from pipeline_search import micro_candidates
-
-    assert micro_candidates(64, 8, 1) == [1, 2, 4, 8, 16, 32] and micro_candidates(64, 8, 2) == [1, 2, 4]
-    r = _plan("-g", ROOT / "tests" / "data" / "configs" / "gpt2", "-p", 8, "-b", 64, "--device", "h100",
-              "--device-memory", 5.5).result
-    assert (r.pipeline.pp, r.pipeline.m, r.pipeline.micro) == (1, 2, 32) and round(r.step_seconds * 1e3, 1) == 16.8
-    whole = _plan("-g", ROOT / "tests" / "data" / "configs" / "gpt2", "-p", 8, "-b", 64, "--device", "h100",
-                  "--device-memory", 5.5, "--pp", 1).result
-    assert whole.pipeline is None and round(whole.step_seconds * 1e3, 1) == 17.5
-
-
 def test_the_papers_setting_keeps_its_defaults():
     """No device preset, no cluster file: nothing is searched the flags do
     not ask for, a capacity from --device-memory included."""
