@@ -51,13 +51,16 @@ DAG_STAGES = 8  # the most stages the search tries on a graph without repeated b
 BALANCE = 0.85  # the least share of its busiest stage's time the blocks keep busy (N / (pp ceil(N / pp)))
 
 
-def micro_candidates(batch: int, p: int, pp: int) -> list[int]:
+def micro_candidates(batch: int, p: int, pp: int, larger: bool = False) -> list[int]:
     """The micro-batch sizes (samples, over all the data-parallel groups of
     a stage) the search tries for ``pp`` stages: divisors of ``batch``
     leaving at least ``pp`` micro-batches, about each power of two from an
     eighth of a stage's devices to all of them (a stage's devices taking
     from 8 down to 1 sample each, the rest of the split along other
-    dimensions), the largest divisor at or below each."""
+    dimensions), the largest divisor at or below each; with ``larger``,
+    those above a stage's devices instead, about each power of two up to
+    half the batch (fewer, larger micro-batches, which one stage may run
+    faster where the whole batch is held back by the memory)."""
     q = p // pp
     from config_space import divisors_upto
 
@@ -65,12 +68,12 @@ def micro_candidates(batch: int, p: int, pp: int) -> list[int]:
     if not divisors:
         return []
     out = set()
-    t = max(1, q // 8)
-    while t <= q:
+    t = 2 * q if larger else max(1, q // 8)
+    while t <= (batch // 2 if larger else q):
         below = [d for d in divisors if d <= t]
         out.add(below[-1] if below else divisors[0])
         t *= 2
-    return sorted(out)
+    return sorted(x for x in out if x > q) if larger else sorted(out)
 
 
 class _Slower(Exception):

@@ -56,6 +56,10 @@ def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
         if not with_plain:
             _nothing_fits(s, job.model, e)
         failed = e
+    if not with_plain and s.pp in ("auto", 1, None) and micro_values is None and pipe is not None:
+        more, _ = _accumulated(search, job, None, (True,))  # one stage's larger micro-batches, searched apart
+        if more is not None and more.step < pipe.step:
+            pipe = more
     unsearched = None  # why the plan without stages could not be searched, where its search was too large
     if with_plain:  # searched within what the pipeline found: given up where it cannot be faster
         from search.elimination import SearchTooLarge
@@ -73,10 +77,7 @@ def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
             # (or does not fit), they may be faster; where it is not, they cost at least as much.  Searched without
             # an incumbent: its bounds charge every micro-batch its share of the gradients' synchronisation, which
             # the step hides under the last backward pass, so they could drop the fastest
-            try:
-                accumulated = search(pp_values=[1])
-            except pipeline_search.PipelineDoesNotFit as e:
-                accumulated, accumulating = None, e
+            accumulated, accumulating = _accumulated(search, job, micro_values, (False, True))
             best = [x for x in (None if pipe is None else pipe.step,
                                 None if plain is None else plain.total_cost + plain.pooled) if x is not None]
             if accumulated is not None and (not best or accumulated.step < min(best)):
@@ -93,6 +94,36 @@ def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
             f"The plan without stages was not searched ({unsearched}); this is the best of the pipelines and "
             "micro-batches searched (--algo 0, or a larger --mem-limit, may search it).",))
     return result, None
+
+
+def _accumulated(search, job: Job, micro_values, which: tuple):
+    """The fastest gradient accumulation (one stage) of ``search`` (a
+    :func:`pipeline_search.search` with the job's settings bound) and why
+    none fits, over the micro-batch sizes ``which`` names: ``False`` the
+    given ``micro_values`` or the sizes up to a stage's devices, ``True``
+    the fewer, larger ones above them, each set searched apart (ranked
+    together by their optima without the memory, the larger ones would
+    crowd out the smaller ones the memory favours).  Only where the
+    device has a memory: without one, the larger ones cost at least what
+    the whole batch does."""
+    import pipeline_search
+
+    best = failed = None
+    if job.model.cluster.capacity is None:
+        return None, None
+    for larger in which:
+        sizes = (pipeline_search.micro_candidates(job.batch, job.procs, 1, larger) if micro_values is None
+                 else None if larger else micro_values)
+        if not sizes:
+            continue
+        try:
+            found = search(pp_values=[1], micro_values=sizes)
+        except pipeline_search.PipelineDoesNotFit as e:
+            failed = failed or e
+            continue
+        if found is not None and (best is None or found.step < best.step):
+            best = found
+    return best, failed
 
 
 def _memory_bound(result) -> bool:
