@@ -103,13 +103,18 @@ def _cuts(g, chain, costed, pp: int) -> list:
 
 def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=None, schedules=None,
            memory_limit=None, threads=None, progress=None, incumbent: float | None = None,
-           beside_plain: bool = False, least_stages: int = 1) -> Pipeline | None:
+           beside_plain: bool = False, least_stages: int = 1, rivals: tuple = (),
+           estimates: list | None = None) -> Pipeline | None:
     """The fastest pipeline found (see the module docstring); with
     ``incumbent`` (the step of a plan found otherwise), only one faster,
     else ``None``; with ``beside_plain`` (the plan without stages searched
     apart), without one stage of one micro-batch, which is that plan; with
     ``least_stages`` 2, without a single stage at all (gradient
-    accumulation, searched apart: see :func:`planner.staged.pipelined`).  ``build(b)``
+    accumulation, searched apart: see :func:`planner.staged.pipelined`);
+    ``rivals``: the ranking figures of settings ranked in another search,
+    which drop candidates here as if ranked beside them (not searched
+    here); ``estimates``, a list this search adds its own ranking figures
+    to.  ``build(b)``
     makes the graph at a micro-batch of ``b`` samples; ``model`` the cost
     model (its cluster's capacity bounds every stage).  Its stages cost what
     their operators' own costs sum to, the currency of the bounds that rank
@@ -148,7 +153,8 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         neither faster than the incumbent nor among the settings searched."""
         if incumbent is not None and bound >= incumbent:
             return True
-        return len(ranked) >= SEARCHED and bound >= sorted(r[0] for r in ranked)[SEARCHED - 1]
+        figures = sorted([r[0] for r in ranked] + list(rivals))
+        return len(figures) >= SEARCHED and bound >= figures[SEARCHED - 1]
 
     for n_done, (pp, micro) in enumerate(pairs):
         if bar is not None:
@@ -213,7 +219,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         costed = with_edges(costed)
         # one stage is the whole plan, whose figure below costs what its search does: first its pieces' bound
         # (with room for rounding), where a bound can drop it
-        if pp == 1 and chain is not None and (incumbent is not None or len(ranked) >= SEARCHED) and loses(
+        if pp == 1 and chain is not None and (incumbent is not None or len(ranked) + len(rivals) >= SEARCHED) and loses(
                 m * pieces_bound(costed, threads=threads, memory_limit=memory_limit) / (1 + 1e-9)):
             continue
         costs[(micro, pp)] = (g, costed, stage_model)
@@ -250,6 +256,8 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         raise InputError(f"no pipeline of the batch of {batch} on {p} devices: at least as many micro-batches as "
                          "stages are needed")
     ranked.sort(key=lambda x: (x[0], x[2], x[1]))
+    if estimates is not None:
+        estimates.extend(r[0] for r in ranked)
     bar = progress("searching the best pipelines", "settings") if progress is not None else None
     try:
         return _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, threads, pps, smallest,

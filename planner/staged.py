@@ -46,18 +46,19 @@ def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
     auto = s.schedule == "auto" or s.schedule is None and s.pp == "auto"  # searched; else 1f1b unless given
     schedules = None if auto else [pipeline.parse_schedule(s.schedule or "1f1b")]
     pipe = failed = None
+    estimates: list = []  # the stage settings' ranking figures, against which one stage's are dropped as before
     search = partial(pipeline_search.search, job.graph, job.model, job.procs, batch, micro_values=micro_values,
                      schedules=schedules, memory_limit=job.memory_limit, threads=job.threads, progress=progress,
                      beside_plain=with_plain)
     try:  # beside the plan without stages, gradient accumulation (one stage) only where that plan is memory-bound
         pipe = search(pp_values=[s.pp] if isinstance(s.pp, int) else [1] if s.pp is None else None,
-                      least_stages=2 if with_plain else 1)
+                      least_stages=2 if with_plain else 1, estimates=estimates)
     except pipeline_search.PipelineDoesNotFit as e:
         if not with_plain:
             _nothing_fits(s, job.model, e)
         failed = e
     if not with_plain and s.pp in ("auto", 1, None) and micro_values is None and pipe is not None:
-        more, _ = _accumulated(search, job, None, (True,))  # one stage's larger micro-batches, searched apart
+        more, _ = _accumulated(search, job, None, (True,), estimates)  # one stage's larger micro-batches
         if more is not None and more.step < pipe.step:
             pipe = more
     unsearched = None  # why the plan without stages could not be searched, where its search was too large
@@ -74,10 +75,9 @@ def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
         accumulating = None  # why no accumulation fits, where it was searched and none did
         if job.model.cluster.capacity is not None and (plain is None or _memory_bound(plain)):
             # accumulated micro-batches keep fewer activations: where the whole batch is held back by the memory
-            # (or does not fit), they may be faster; where it is not, they cost at least as much.  Searched without
-            # an incumbent: its bounds charge every micro-batch its share of the gradients' synchronisation, which
-            # the step hides under the last backward pass, so they could drop the fastest
-            accumulated, accumulating = _accumulated(search, job, micro_values, (False, True))
+            # (or does not fit), they may be faster; where it is not, they cost at least as much.  Dropped against
+            # the stage settings' ranking figures, not the steps found (see _accumulated)
+            accumulated, accumulating = _accumulated(search, job, micro_values, (False, True), estimates)
             best = [x for x in (None if pipe is None else pipe.step,
                                 None if plain is None else plain.total_cost + plain.pooled) if x is not None]
             if accumulated is not None and (not best or accumulated.step < min(best)):
@@ -96,16 +96,21 @@ def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
     return result, None
 
 
-def _accumulated(search, job: Job, micro_values, which: tuple):
+def _accumulated(search, job: Job, micro_values, which: tuple, rivals: list):
     """The fastest gradient accumulation (one stage) of ``search`` (a
     :func:`pipeline_search.search` with the job's settings bound) and why
     none fits, over the micro-batch sizes ``which`` names: ``False`` the
     given ``micro_values`` or the sizes up to a stage's devices, ``True``
     the fewer, larger ones above them, each set searched apart (ranked
     together by their optima without the memory, the larger ones would
-    crowd out the smaller ones the memory favours).  Only where the
-    device has a memory: without one, the larger ones cost at least what
-    the whole batch does."""
+    crowd out the smaller ones the memory favours), each setting dropped
+    where its bound loses to the best few of ``rivals`` and its own (the
+    stage settings' ranking figures: the same currency, as when all were
+    ranked together; a pipeline's step is not, as the ranking charges
+    every micro-batch its share of the gradients' synchronisation, which
+    the step hides under the last backward pass).  Only where the device
+    has a memory: without one, the larger ones cost at least what the
+    whole batch does."""
     import pipeline_search
 
     best = failed = None
@@ -117,7 +122,7 @@ def _accumulated(search, job: Job, micro_values, which: tuple):
         if not sizes:
             continue
         try:
-            found = search(pp_values=[1], micro_values=sizes)
+            found = search(pp_values=[1], micro_values=sizes, rivals=tuple(rivals))
         except pipeline_search.PipelineDoesNotFit as e:
             failed = failed or e
             continue
