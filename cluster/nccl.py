@@ -141,8 +141,13 @@ def _digits(tok: str) -> bool:
     return tok.isascii() and tok.isdigit()
 
 
+def _sized(toks: list) -> bool:
+    """Whether ``toks`` begin as a size line's: a size above 0 and a count, in digits."""
+    return len(toks) >= 2 and _digits(toks[0]) and _digits(toks[1]) and int(toks[0]) > 0
+
+
 def _row(toks: list, header: list | None) -> Row | None:
-    if len(toks) < 6 or not _digits(toks[0]) or not _digits(toks[1]) or int(toks[0]) <= 0:
+    if len(toks) < 6 or not _sized(toks):
         return None
     j = _columns(header, toks)
     if j is None:
@@ -258,8 +263,7 @@ def runs(text: str, filename: str = "") -> list[Run]:
             if not run.rows:
                 run.first = no
             run.rows.append(row)
-        elif (len(toks) >= 3 and _digits(toks[0]) and int(toks[0]) > 0 and _digits(toks[1])
-              and toks[2].lower() in TYPE_BYTES):  # a size line whose figures do not read (nan, cut short)
+        elif _sized(toks) and len(toks) >= 3 and toks[2].lower() in TYPE_BYTES:  # its figures do not read
             if not run.rows and not run.unread:
                 run.first = no
             run.unread.append(no + 1)

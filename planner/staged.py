@@ -58,7 +58,7 @@ def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
             _nothing_fits(s, job.model, e)
         failed = e
     if not with_plain and s.pp in ("auto", 1, None) and micro_values is None and pipe is not None:
-        more, _ = _accumulated(search, job, None, (True,), estimates)  # one stage's larger micro-batches
+        more, _ = _accumulated(search, job, (True,), estimates)  # one stage's larger micro-batches
         if more is not None and more.step < pipe.step:
             pipe = more
     unsearched = None  # why the plan without stages could not be searched, where its search was too large
@@ -73,11 +73,11 @@ def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
             if isinstance(e, SearchTooLarge):
                 unsearched = str(e)
         accumulating = None  # why no accumulation fits, where it was searched and none did
-        if job.model.cluster.capacity is not None and (plain is None or _memory_bound(plain)):
+        if plain is None or _memory_bound(plain):
             # accumulated micro-batches keep fewer activations: where the whole batch is held back by the memory
             # (or does not fit), they may be faster; where it is not, they cost at least as much.  Dropped against
             # the stage settings' ranking figures, not the steps found (see _accumulated)
-            accumulated, accumulating = _accumulated(search, job, micro_values, (False, True), estimates)
+            accumulated, accumulating = _accumulated(search, job, (False, True), estimates)
             best = [x for x in (None if pipe is None else pipe.step,
                                 None if plain is None else plain.total_cost + plain.pooled) if x is not None]
             if accumulated is not None and (not best or accumulated.step < min(best)):
@@ -96,11 +96,11 @@ def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
     return result, None
 
 
-def _accumulated(search, job: Job, micro_values, which: tuple, rivals: list):
+def _accumulated(search, job: Job, which: tuple, rivals: list):
     """The fastest gradient accumulation (one stage) of ``search`` (a
     :func:`pipeline_search.search` with the job's settings bound) and why
     none fits, over the micro-batch sizes ``which`` names: ``False`` the
-    given ``micro_values`` or the sizes up to a stage's devices, ``True``
+    sizes up to a stage's devices, ``True``
     the fewer, larger ones above them, each set searched apart (ranked
     together by their optima without the memory, the larger ones would
     crowd out the smaller ones the memory favours), each setting dropped
@@ -117,8 +117,7 @@ def _accumulated(search, job: Job, micro_values, which: tuple, rivals: list):
     if job.model.cluster.capacity is None:
         return None, None
     for larger in which:
-        sizes = (pipeline_search.micro_candidates(job.batch, job.procs, 1, larger) if micro_values is None
-                 else None if larger else micro_values)
+        sizes = pipeline_search.micro_candidates(job.batch, job.procs, 1, larger)
         if not sizes:
             continue
         try:
