@@ -254,6 +254,7 @@ class Pipeline:
     sync: float
     bubble: float
     bound: str = ""  # how exact the search is, in words
+    replicas: int = 1  # data-parallel replicas sharing each micro-batch (a standard configuration's dp), as reported
 
     @property
     def peak_memory(self) -> float:

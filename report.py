@@ -91,6 +91,16 @@ def _memory_lines(r: Result) -> list[str]:
     return lines
 
 
+def _samples(pipe) -> str:
+    """A micro-batch's samples, over all its data-parallel replicas, and
+    each replica's share where a standard configuration names it (its
+    ``microbatch``): "8 samples (2 per data-parallel replica)"."""
+    text = f"{pipe.micro} sample{'s' * (pipe.micro > 1)}"
+    if pipe.replicas > 1:
+        text += f" ({pipe.micro // pipe.replicas} per data-parallel replica)"
+    return text
+
+
 def _pipeline_lines(r: Result) -> list[str]:
     """The stages of a pipelined plan: what each holds and costs."""
     pipe, cl = r.pipeline, r.cost_model.cluster
@@ -100,12 +110,11 @@ def _pipeline_lines(r: Result) -> list[str]:
         reduced = ("the gradients reduced once per step" if not some else
                    "each micro-batch's sharded gradients reduce-scattered under its backward pass"
                    + ("" if stage.sharded_gradients else ", the others' once per step"))
-        return [f"Gradient accumulation: {pipe.m} micro-batch{'es' * (pipe.m > 1)} of {pipe.micro} "
-                f"sample{'s' * (pipe.micro > 1)}, one "
+        return [f"Gradient accumulation: {pipe.m} micro-batch{'es' * (pipe.m > 1)} of {_samples(pipe)}, one "
                 f"after the other on all {pipe.stages[0].devices} devices, each "
                 f"{fmt_time(cl.seconds(pipe.stages[0].time))}; {reduced}"]
     lines = [f"Pipeline: {pipe.pp} stages of {pipe.stages[0].devices} devices, {pipe.m} "
-             f"micro-batch{'es' * (pipe.m > 1)} of {pipe.micro} sample{'s' * (pipe.micro > 1)}, {pipe.schedule}; "
+             f"micro-batch{'es' * (pipe.m > 1)} of {_samples(pipe)}, {pipe.schedule}; "
              f"bubble {100 * pipe.bubble:.1f}% of the slowest stage's busy time"
              + (f"; each stage's plan {pipe.bound}" if pipe.bound else "")]
     rows = [("stage", "operators", "devices", "per micro-batch", "sends", "in flight", "memory")]

@@ -262,7 +262,9 @@ def _title(result) -> tuple[str, str]:
     what = []
     if pipe is not None:
         what.append(f"{pipe.pp} stage{'s' * (pipe.pp > 1)} of {pipe.stages[0].devices} devices, {pipe.m} "
-                    f"micro-batches of {pipe.micro}, {pipe.schedule}, bubble {100 * pipe.bubble:.1f}%")
+                    f"micro-batches of {pipe.micro}" + (f" ({pipe.micro // pipe.replicas} per replica)"
+                                                         if pipe.replicas > 1 else "")
+                    + f", {pipe.schedule}, bubble {100 * pipe.bubble:.1f}%")
     else:
         what.append("no pipeline stages")
     memory = f"peak memory {fmt_bytes(result.memory_bytes)} per device"

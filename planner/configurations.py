@@ -121,6 +121,7 @@ def _standard_pipeline(job: Job, std, model):
     why = pipeline.chunking_error(counts, sched, ends)
     if why:
         raise InputError(f"--plan: {why}")
-    pipe = pipeline.evaluate(g, model, job.procs, std.pp, m, micro, sched, ranges, strategy(g, std))
+    pipe = replace(pipeline.evaluate(g, model, job.procs, std.pp, m, micro, sched, ranges, strategy(g, std)),
+                   replicas=std.dp)
     return pipeline.as_result(g, pipe, model, job.procs, batch, "evaluate",
                               label=f"standard configuration {std.describe()}")

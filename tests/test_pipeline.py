@@ -499,6 +499,22 @@ def test_micro_batches_without_stages_are_reported_as_gradient_accumulation(tmp_
     assert "Predicted step time:" in out and "gradient synchronisation" in out
 
 
+def test_a_standard_configurations_micro_batch_is_reported_per_replica_too(tmp_path):
+    """--plan's ``microbatch`` counts one data-parallel replica's samples
+    (Megatron-LM's --micro-batch-size), as the header says; the pipeline
+    and accumulation lines count a micro-batch over all the replicas and
+    say each replica's share, so that the two figures agree."""
+    staged = run_cli("-g", "transformer", "-p", 8, "-b", 64, "--plan", "dp=4,pp=2,microbatch=2", "-q",
+                     cwd=tmp_path).stdout
+    assert "dp=4, pp=2 (1f1b, micro-batch 2)" in staged.splitlines()[0]
+    assert "Pipeline: 2 stages of 4 devices, 8 micro-batches of 8 samples (2 per data-parallel replica), 1f1b" in staged
+    flat = run_cli("-g", "transformer", "-p", 8, "-b", 64, "--plan", "dp=8,microbatch=2", "-q", cwd=tmp_path).stdout
+    assert "Gradient accumulation: 4 micro-batches of 16 samples (2 per data-parallel replica), one after" in flat
+    searched = run_cli("-g", "transformer", "-p", 8, "-b", 64, "--pp", 2, "--microbatches", 8, "-q",
+                       cwd=tmp_path).stdout
+    assert "8 micro-batches of 8 samples, 1f1b" in searched and "per data-parallel replica" not in searched
+
+
 @pytest.mark.parametrize("settings", [dict(graph="transformer", procs=8, pp="auto"),
                                       dict(graph=str(ROOT / "tests/data/configs/llama3-8b/config.json"), procs=64,
                                            device="h100", batch=64, seq=1024, search="standard", compare=True)],
