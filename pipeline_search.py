@@ -12,8 +12,10 @@ chunks when every stage holds an even number of blocks; an interleaved
 ``--schedule`` asked for takes stages whose blocks split unevenly into its
 chunks too; GPipe runs as fast
 as 1F1B with more memory, so only when asked), and the cuts (blocks shared
-evenly, the first and the last stage taking up to two fewer or one more:
-Alpa's stage DP restricted to partitions of identical blocks).  Every
+evenly, the first and the last stage taking up to two fewer or one more,
+and the shares whose slowest stage is least by the stages' optima below,
+:func:`balanced_counts`: Alpa's stage DP restricted to partitions of
+identical blocks).  Every
 setting is ranked by its stages' unconstrained optima: for a stacked model
 each stage length's optimum comes from one short chain (three blocks'
 matrices, :func:`search.chain.stage_costs`); settings with a stage that
@@ -27,9 +29,10 @@ serves them all; under the interleaved schedule, each chunk's operators
 with their chunk's own count).  So each stage's plan is exact (or within its stated
 bound) for its cut, micro-batch and schedule; the choice of ``pp``,
 micro-batch, schedule and cuts is over the candidates above, bounded, not
-exhaustive.  A graph without repeated blocks is cut once per ``pp`` (up to
-8 stages) where the running sum of its operators' least costs reaches each
-stage's share, every stage searched on its own.  Zero-bubble schedules
+exhaustive.  A graph without repeated blocks, or whose longest run of
+them holds less than half its operators (:func:`main_chain`), is cut
+once per ``pp`` (up to 8 stages) where the running sum of its operators'
+least costs reaches each stage's share, every stage searched on its own.  Zero-bubble schedules
 (ZB-H1) are not modelled.
 """
 
@@ -40,7 +43,7 @@ from dataclasses import replace
 
 from errors import InputError, plain
 from pipeline import (Pipeline, Schedule, balanced_ranges, block_layers, chunk_share, chunking_error, cut_as_framework,
-                      evaluate, node_in_flight, partitions, stage_cost_model, stage_ranges)
+                      evaluate, node_in_flight, partitions, stage_cost_model, stage_ranges, unblocked_error)
 from pipeline_layout import _even
 
 __all__ = ["search", "micro_candidates", "PipelineDoesNotFit", "SEARCHED"]
@@ -49,6 +52,7 @@ SEARCHED = 4  # pipeline settings searched within the memory, the best ranked fi
 ABANDON = 1.02  # a candidate whose stage's bound times m passes the best step by this much is dropped
 DAG_STAGES = 8  # the most stages the search tries on a graph without repeated blocks
 BALANCE = 0.85  # the least share of its busiest stage's time the blocks keep busy (N / (pp ceil(N / pp)))
+MAIN_CHAIN = 0.5  # the least share of the operators a repeated chain's blocks hold for the stages to cut between them
 
 
 def micro_candidates(batch: int, p: int, pp: int, larger: bool = False) -> list[int]:
@@ -74,6 +78,61 @@ def micro_candidates(batch: int, p: int, pp: int, larger: bool = False) -> list[
         out.add(below[-1] if below else divisors[0])
         t *= 2
     return sorted(x for x in out if x > q) if larger else sorted(out)
+
+
+def main_chain(chains, n: int):
+    """The repeated chain a pipeline's stages cut between the blocks of
+    (the largest of ``chains`` in a graph of ``n`` operators), where its
+    blocks hold at least :data:`MAIN_CHAIN` of the operators; else
+    ``None``, and the stages cut the operator order where the work
+    balances: an encoder-decoder whose decoder layers are no chain, a
+    network of several short runs (Inception's), whose stages would
+    otherwise cut only the largest and leave the rest whole in the first
+    and the last stage."""
+    chain = max(chains, key=lambda c: c.count * c.size) if chains else None
+    return chain if chain is not None and chain.count * chain.size >= MAIN_CHAIN * n else None
+
+
+def balanced_counts(table, N: int, pp: int) -> tuple[int, ...] | None:
+    """The blocks per stage (``N`` blocks over ``pp`` stages, each at
+    least one) whose slowest stage is the fastest, by ``table`` (the
+    stages' least costs by their blocks: ``(first, middle, last, whole)``,
+    :func:`dp_search.stage_costs`): the first and the last stage take as
+    many blocks as what precedes and follows the chain leaves them room
+    for (a ResNet's early layers, a language model's head), the middle
+    ones share the rest evenly.  :func:`partitions` tries only shares
+    near the even ones; where the ends weigh more than a block or two,
+    this is the cut that balances."""
+    import numpy as np
+
+    if pp < 2 or N < pp:
+        return None
+    first, middle, last = (np.asarray(t, dtype=float) for t in table[:3])
+    f = np.arange(1, N + 1)[:, None]
+    l = np.arange(1, N + 1)[None, :]
+    rest = N - f - l
+    if pp == 2:
+        slowest = np.where(rest == 0, np.maximum(first[:, None], last[None, :]), np.inf)
+    else:
+        ok = rest >= pp - 2
+        most = np.where(ok, -(-rest // (pp - 2)), 1)  # the middle stages' largest share of the rest
+        slowest = np.where(ok, np.maximum(np.maximum(first[:, None], last[None, :]), middle[most - 1]), np.inf)
+    i, j = np.unravel_index(int(np.argmin(slowest)), slowest.shape)  # the first least: fewest blocks first
+    if not np.isfinite(slowest[i, j]):
+        return None
+    a, b = int(i) + 1, int(j) + 1
+    return (a,) + tuple(_even(N - a - b, pp - 2)) + (b,) if pp > 2 else (a, b)
+
+
+def _unchunkable(g, chains) -> str:
+    """Why the stages of ``g`` (its repeated ``chains``, none the main
+    one) cannot run the interleaved schedule."""
+    if not chains:
+        return unblocked_error(g.graph["name"])
+    c = max(chains, key=lambda c: c.count * c.size)
+    return (f"the interleaved schedule splits stages into chunks of blocks; {g.graph['name']}'s longest run of "
+            f"repeated blocks holds {c.count * c.size} of its {g.number_of_nodes()} operators, so its stages cut "
+            "the operator order where the work balances instead (1f1b and gpipe run them)")
 
 
 class _Slower(Exception):
@@ -127,7 +186,9 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     capacity = model.cluster.capacity
     g1 = build(micro_values[0] if micro_values else 1)
     chains = find_chains(g1)
-    chain = max(chains, key=lambda c: c.count * c.size) if chains else None
+    chain = main_chain(chains, g1.number_of_nodes())
+    if chain is None and any(sched.v > 1 for sched in schedules or ()):
+        raise InputError(_unchunkable(g1, chains))
     N = chain.count if chain is not None else g1.number_of_nodes()
     layers = block_layers(g1, chain) if chain is not None else 1  # of a block, as the framework's split counts them
     if chain is not None and pp_values and max(pp_values) > N:  # a stage holds whole blocks
@@ -201,19 +262,26 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         if schedules is None and chain is not None and pp > 1 and all(c % 2 == 0 for c in _even(N, pp)) \
                 and m % pp == 0:
             scheds = scheds + [Schedule("interleaved", 2)]
+        def runnable(cuts):
+            """The settings of ``cuts`` whose stages can run a schedule, and why the first other cannot."""
+            out, why_not = [], None
+            for counts, ranges in cuts:
+                for sched in scheds:
+                    if schedules is None and any(c % sched.chunks for c in counts):
+                        continue  # searched unasked: chunks of equal blocks only (see above)
+                    why = chunking_error(counts, sched, cut_as_framework(counts, sched.v, model.framework, layers))
+                    if why:
+                        why_not = why_not or why
+                    else:
+                        out.append((counts, ranges, sched))
+            return out, why_not
+
         # the settings whose stages can fit, before anything else is costed (edges, the stages' optima)
-        runnable = []
-        for counts, ranges in _cuts(g, chain, costed, pp):
-            for sched in scheds:
-                if schedules is None and any(c % sched.chunks for c in counts):
-                    continue  # searched unasked: chunks of equal blocks only (see above)
-                why = chunking_error(counts, sched, cut_as_framework(counts, sched.v, model.framework, layers))
-                if why:
-                    unchunked = unchunked or why
-                else:
-                    runnable.append((counts, ranges, sched))
-        chunked += len(runnable)
-        fitting = [(counts, ranges, sched) for counts, ranges, sched in runnable if not too_big(ranges, sched)]
+        cuts = _cuts(g, chain, costed, pp)
+        run, why = runnable(cuts)
+        unchunked = unchunked or why
+        chunked += len(run)
+        fitting = [(counts, ranges, sched) for counts, ranges, sched in run if not too_big(ranges, sched)]
         if not fitting:
             continue
         costed = with_edges(costed)
@@ -224,6 +292,10 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             continue
         costs[(micro, pp)] = (g, costed, stage_model)
         table = stage_costs(costed, threads=threads, memory_limit=memory_limit) if chain is not None else None
+        counts = balanced_counts(table, N, pp) if table is not None else None
+        if counts is not None and counts not in {c for c, _ in cuts}:  # the ends' work balanced, as the table tells
+            cuts.append((counts, stage_ranges(g.number_of_nodes(), chain, counts)))
+            fitting += [x for x in runnable(cuts[-1:])[0] if not too_big(x[1], x[2])]
         memo: dict = {}
 
         def stage_cost(lo, hi, i, c):
@@ -323,7 +395,8 @@ def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, t
             bar(tried, len(ranked))
         g, costed, stage_model = costs[(micro, pp)]
         m = batch // micro
-        ranges = dict(_cuts(g, chain, costed, pp))[counts]
+        ranges = stage_ranges(g.number_of_nodes(), chain, counts) if chain is not None else \
+            dict(_cuts(g, chain, costed, pp))[counts]
         bounds, plans = [], {}
         keys = [_kind(i, pp, c, lo, hi, chain) for i, ((lo, hi), c) in enumerate(zip(ranges, counts))]
         # each kind of stage once, the middle ones first (the most of them, likeliest to be the slowest); the
@@ -345,8 +418,10 @@ def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, t
                 plans[key], floor, gap = found[at]
                 if capacity is not None:
                     bounds.append(gap)
-                if m * floor >= ABANDON * min(best.step if best is not None else math.inf, to_beat):
-                    raise _Slower  # this stage alone makes it slower than the best
+                # this stage alone makes it slower than the best; not one stage (gradient accumulation), searched
+                # whole by now, whose bound charges every micro-batch the synchronisation its step hides
+                if pp > 1 and m * floor >= ABANDON * min(best.step if best is not None else math.inf, to_beat):
+                    raise _Slower
         except DoesNotFit as e:
             failed[0] = min(failed[0], e.least)
             continue
