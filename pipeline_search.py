@@ -108,9 +108,7 @@ def balanced_counts(table, N: int, pp: int) -> tuple[int, ...] | None:
     if pp < 2 or N < pp:
         return None
     first, middle, last = (np.asarray(t, dtype=float) for t in table[:3])
-    f = np.arange(1, N + 1)[:, None]
-    l = np.arange(1, N + 1)[None, :]
-    rest = N - f - l
+    rest = N - np.arange(1, N + 1)[:, None] - np.arange(1, N + 1)[None, :]  # the first's blocks down, the last's across
     if pp == 2:
         slowest = np.where(rest == 0, np.maximum(first[:, None], last[None, :]), np.inf)
     else:
