@@ -13,8 +13,9 @@ chunks when every stage holds an even number of blocks; an interleaved
 chunks too; GPipe runs as fast
 as 1F1B with more memory, so only when asked), and the cuts (blocks shared
 evenly, the first and the last stage taking up to two fewer or one more,
-and the shares whose slowest stage is least by the stages' optima below,
-:func:`balanced_counts`: Alpa's stage DP restricted to partitions of
+and the shares whose slowest stage is least, :func:`balanced_counts`, by
+the operators' least costs before anything is costed, and by the
+stages' optima below after: Alpa's stage DP restricted to partitions of
 identical blocks).  Every
 setting is ranked by its stages' unconstrained optima: for a stacked model
 each stage length's optimum comes from one short chain (three blocks'
@@ -29,10 +30,11 @@ serves them all; under the interleaved schedule, each chunk's operators
 with their chunk's own count).  So each stage's plan is exact (or within its stated
 bound) for its cut, micro-batch and schedule; the choice of ``pp``,
 micro-batch, schedule and cuts is over the candidates above, bounded, not
-exhaustive.  A graph without repeated blocks, or whose longest run of
-them holds less than half its operators (:func:`main_chain`), is cut
-once per ``pp`` (up to 8 stages) where the running sum of its operators'
-least costs reaches each stage's share, every stage searched on its own.  Zero-bubble schedules
+exhaustive.  A graph without repeated blocks is cut once per ``pp`` (up
+to 8 stages) where the running sum of its operators' least costs reaches
+each stage's share, every stage searched on its own; so is one whose
+longest run of them holds less than half its operators (:func:`covers`),
+that cut ranked beside those between the run's blocks.  Zero-bubble schedules
 (ZB-H1) are not modelled.
 """
 
@@ -40,13 +42,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import NamedTuple
 
 from errors import InputError, plain
 from pipeline import (Pipeline, Schedule, balanced_ranges, block_layers, chunk_share, chunking_error, cut_as_framework,
                       evaluate, node_in_flight, partitions, stage_cost_model, stage_ranges, unblocked_error)
 from pipeline_layout import _even
 
-__all__ = ["search", "micro_candidates", "PipelineDoesNotFit", "SEARCHED"]
+__all__ = ["search", "micro_candidates", "balanced_counts", "covers", "PipelineDoesNotFit", "SEARCHED"]
 
 SEARCHED = 4  # pipeline settings searched within the memory, the best ranked first
 ABANDON = 1.02  # a candidate whose stage's bound times m passes the best step by this much is dropped
@@ -80,57 +83,73 @@ def micro_candidates(batch: int, p: int, pp: int, larger: bool = False) -> list[
     return sorted(x for x in out if x > q) if larger else sorted(out)
 
 
-def main_chain(chains, n: int):
-    """The repeated chain a pipeline's stages cut between the blocks of
-    (the largest of ``chains`` in a graph of ``n`` operators), where its
-    blocks hold at least :data:`MAIN_CHAIN` of the operators; else
-    ``None``, and the stages cut the operator order where the work
-    balances: an encoder-decoder whose decoder layers are no chain, a
-    network of several short runs (Inception's), whose stages would
-    otherwise cut only the largest and leave the rest whole in the first
-    and the last stage."""
-    chain = max(chains, key=lambda c: c.count * c.size) if chains else None
-    return chain if chain is not None and chain.count * chain.size >= MAIN_CHAIN * n else None
+def covers(chain, n: int) -> bool:
+    """Whether the stages of a graph of ``n`` operators cut only between
+    the blocks of its longest repeated ``chain``: where its blocks hold at
+    least :data:`MAIN_CHAIN` of the operators (a stacked model's layers).
+    Where they do not (the built-in transformer, whose decoder layers read
+    the encoder's output and are no such chain; Inception's and
+    ShuffleNet's short runs), a cut of the operator order where the work
+    balances is tried beside the cuts between the blocks, which would
+    otherwise leave all else whole in the first and the last stage, and
+    the ranking chooses."""
+    return chain.count * chain.size >= MAIN_CHAIN * n
 
 
-def balanced_counts(table, N: int, pp: int) -> tuple[int, ...] | None:
+class Cut(NamedTuple):
+    """A cut of the operator order into stages: ``counts`` (the blocks of
+    each stage, or with ``blocks`` false its operators), ``ranges`` (each
+    stage's ``[lo, hi)``)."""
+
+    counts: tuple
+    ranges: tuple
+    blocks: bool
+
+
+def balanced_counts(table, N: int, pp: int, least: int = 1, step: int = 1) -> tuple[int, ...] | None:
     """The blocks per stage (``N`` blocks over ``pp`` stages, each at
-    least one) whose slowest stage is the fastest, by ``table`` (the
-    stages' least costs by their blocks: ``(first, middle, last, whole)``,
-    :func:`dp_search.stage_costs`): the first and the last stage take as
-    many blocks as what precedes and follows the chain leaves them room
-    for (a ResNet's early layers, a language model's head), the middle
-    ones share the rest evenly.  :func:`partitions` tries only shares
-    near the even ones; where the ends weigh more than a block or two,
-    this is the cut that balances."""
+    least ``least``, each a multiple of ``step``) whose slowest stage is
+    the fastest, by ``table`` (the stages' costs by their blocks:
+    ``(first, middle, last, ...)``, entry ``c - 1`` for ``c`` blocks, as
+    :func:`dp_search.stage_costs` gives them): the first and the last
+    stage take as many blocks as what precedes and follows the chain
+    leaves them room for (a ResNet's early layers, a language model's
+    head), the middle ones share the rest evenly.  :func:`partitions`
+    tries only shares near the even ones; where the ends weigh more than a
+    block or two, this is the cut that balances (``None``: none can)."""
     import numpy as np
 
-    if pp < 2 or N < pp:
+    if pp < 2 or N < pp * least:
         return None
     first, middle, last = (np.asarray(t, dtype=float) for t in table[:3])
-    rest = N - np.arange(1, N + 1)[:, None] - np.arange(1, N + 1)[None, :]  # the first's blocks down, the last's across
+    ends = np.arange(1, N + 1)
+    fine = (ends >= least) & (ends % step == 0)
+    rest = N - ends[:, None] - ends[None, :]  # the first's blocks down, the last's across
+    ok = fine[:, None] & fine[None, :]
     if pp == 2:
-        slowest = np.where(rest == 0, np.maximum(first[:, None], last[None, :]), np.inf)
+        slowest = np.where(ok & (rest == 0), np.maximum(first[:, None], last[None, :]), np.inf)
     else:
-        ok = rest >= pp - 2
-        most = np.where(ok, -(-rest // (pp - 2)), 1)  # the middle stages' largest share of the rest
+        k = pp - 2
+        ok &= (rest >= k * least) & (rest % step == 0)
+        most = np.where(ok, step * -(-(rest // step) // k), 1)  # the middle stages' largest share of the rest
         slowest = np.where(ok, np.maximum(np.maximum(first[:, None], last[None, :]), middle[most - 1]), np.inf)
     i, j = np.unravel_index(int(np.argmin(slowest)), slowest.shape)  # the first least: fewest blocks first
     if not np.isfinite(slowest[i, j]):
         return None
     a, b = int(i) + 1, int(j) + 1
-    return (a,) + tuple(_even(N - a - b, pp - 2)) + (b,) if pp > 2 else (a, b)
+    return (a,) + tuple(step * x for x in _even((N - a - b) // step, pp - 2)) + (b,) if pp > 2 else (a, b)
 
 
-def _unchunkable(g, chains) -> str:
-    """Why the stages of ``g`` (its repeated ``chains``, none the main
-    one) cannot run the interleaved schedule."""
-    if not chains:
-        return unblocked_error(g.graph["name"])
-    c = max(chains, key=lambda c: c.count * c.size)
-    return (f"the interleaved schedule splits stages into chunks of blocks; {g.graph['name']}'s longest run of "
-            f"repeated blocks holds {c.count * c.size} of its {g.number_of_nodes()} operators, so its stages cut "
-            "the operator order where the work balances instead (1f1b and gpipe run them)")
+def _least_table(costed, chain) -> tuple:
+    """A stage table (as :func:`balanced_counts` reads it) from the
+    operators' least costs alone, edges free: before the stages' optima
+    are worked out, what shares the ends' work with the blocks."""
+    import numpy as np
+
+    least = [float(c.min()) for c in costed.node_costs]
+    block = math.fsum(least[chain.start:chain.stop]) / chain.count
+    c = block * np.arange(1, chain.count + 1)
+    return math.fsum(least[:chain.start]) + c, c, math.fsum(least[chain.stop:]) + c
 
 
 class _Slower(Exception):
@@ -146,16 +165,27 @@ def _kind(i: int, pp: int, count: int, lo: int, hi: int, chain) -> tuple:
     return ("first" if i == 0 else "last" if i == pp - 1 else "middle", count, pp == 1)
 
 
-def _cuts(g, chain, costed, pp: int) -> list:
-    """The cuts the search tries: ``(counts, ranges)`` pairs, ``counts``
-    the blocks of each stage (:func:`partitions`), else (no repeated
-    blocks) one cut of the operator order balancing the operators' least
-    costs (``counts`` then the operators per stage)."""
+def _cuts(g, chain, costed, pp: int, dag: bool, shapes=((1, 1),)) -> list:
+    """The cuts the search tries (:class:`Cut`): with ``chain``, between
+    its blocks (:func:`partitions`, and for each ``(least, step)`` of
+    ``shapes`` the shares :func:`balanced_counts` finds by the operators'
+    least costs), where it has at least ``pp`` blocks; with ``dag``, one
+    cut of the operator order balancing the operators' least costs
+    (``counts`` then the operators per stage)."""
     n = g.number_of_nodes()
-    if chain is not None:
-        return [(counts, stage_ranges(n, chain, counts)) for counts in partitions(chain.count, pp) if min(counts) >= 1]
-    ranges = balanced_ranges([float(c.min()) for c in costed.node_costs], pp)
-    return [(tuple(hi - lo for lo, hi in ranges), ranges)]
+    out: list = []
+    if chain is not None and chain.count >= pp:
+        shares = [c for c in partitions(chain.count, pp) if min(c) >= 1]
+        if pp > 1:
+            table = _least_table(costed, chain)
+            shares += [c for c in (balanced_counts(table, chain.count, pp, *x) for x in shapes) if c is not None]
+        for counts in dict.fromkeys(shares):
+            out.append(Cut(counts, tuple(stage_ranges(n, chain, counts)), True))
+    if dag and pp <= n:
+        ranges = tuple(balanced_ranges([float(c.min()) for c in costed.node_costs], pp))
+        if all(cut.ranges != ranges for cut in out):
+            out.append(Cut(tuple(hi - lo for lo, hi in ranges), ranges, False))
+    return out
 
 
 def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=None, schedules=None,
@@ -184,15 +214,17 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     capacity = model.cluster.capacity
     g1 = build(micro_values[0] if micro_values else 1)
     chains = find_chains(g1)
-    chain = main_chain(chains, g1.number_of_nodes())
+    chain = max(chains, key=lambda c: c.count * c.size) if chains else None
+    n = g1.number_of_nodes()
+    dag = chain is None or not covers(chain, n)  # the operator order cut where the work balances, too
     if chain is None and any(sched.v > 1 for sched in schedules or ()):
-        raise InputError(_unchunkable(g1, chains))
-    N = chain.count if chain is not None else g1.number_of_nodes()
+        raise InputError(unblocked_error(g1.graph["name"]))
+    N = chain.count if chain is not None else n
     layers = block_layers(g1, chain) if chain is not None else 1  # of a block, as the framework's split counts them
-    if chain is not None and pp_values and max(pp_values) > N:  # a stage holds whole blocks
+    if not dag and pp_values and max(pp_values) > N:  # a stage holds whole blocks
         raise InputError(f"--pp {max(pp_values)} is more stages than the {N} blocks of {g1.graph['name']}")
-    most = N if chain is not None else min(N, DAG_STAGES)
-    pps = pp_values or [d for d in range(1, min(most, p) + 1) if p % d == 0 and N / (d * -(-N // d)) >= BALANCE]
+    pps = pp_values or [d for d in range(1, p + 1) if p % d == 0 and (
+        chain is not None and d <= N and N / (d * -(-N // d)) >= BALANCE or dag and d <= min(n, DAG_STAGES))]
     pps = [d for d in pps if d >= least_stages]
     ranked = []
     costs: dict = {}
@@ -236,12 +268,12 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         least: dict = {}  # in flight -> each operator's least memory (a lower bound of a stage's)
         arrays = memory_arrays(costed) if capacity is not None else None  # the operators' arrays, each once
 
-        def too_big(ranges, sched):
+        def too_big(cut, sched):
             if capacity is None:
                 return False
             need = 0.0
-            for i, (lo, hi) in enumerate(ranges):
-                f = node_in_flight(sched, i, pp, m, chain, lo, hi)
+            for i, (lo, hi) in enumerate(cut.ranges):
+                f = node_in_flight(sched, i, pp, m, chain if cut.blocks else None, lo, hi)
                 fs = f if isinstance(f, tuple) else (f,)  # each chunk's operators with its own count
                 for x in sorted(set(fs)):
                     if x not in least:
@@ -257,29 +289,39 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         # interleaved where every stage's blocks divide into its chunks: stages of unequal chunks, asked for, run
         # too, but searched beside the others they crowd out better settings the bounded search then never tries
         # (and micro-batches in groups of the stages, as Megatron-LM runs them)
-        if schedules is None and chain is not None and pp > 1 and all(c % 2 == 0 for c in _even(N, pp)) \
+        if schedules is None and chain is not None and 1 < pp <= N and all(c % 2 == 0 for c in _even(N, pp)) \
                 and m % pp == 0:
             scheds = scheds + [Schedule("interleaved", 2)]
+        # the shapes of the blocks' shares each schedule can run: at least its chunks in each stage, and searched
+        # unasked, a multiple of them
+        shapes = tuple(dict.fromkeys((x.v, x.v if schedules is None else 1) for x in scheds))
+
         def runnable(cuts):
             """The settings of ``cuts`` whose stages can run a schedule, and why the first other cannot."""
             out, why_not = [], None
-            for counts, ranges in cuts:
+            for cut in cuts:
                 for sched in scheds:
-                    if schedules is None and any(c % sched.chunks for c in counts):
+                    if not cut.blocks and sched.v > 1:  # the interleaved schedule's chunks are blocks
+                        if N < pp:
+                            why_not = why_not or (f"the interleaved schedule splits stages into chunks of blocks; "
+                                                  f"{g.graph['name']} has {N}, fewer than the {pp} stages")
+                        continue
+                    if schedules is None and any(c % sched.chunks for c in cut.counts):
                         continue  # searched unasked: chunks of equal blocks only (see above)
-                    why = chunking_error(counts, sched, cut_as_framework(counts, sched.v, model.framework, layers))
+                    ends = cut_as_framework(cut.counts, sched.v, model.framework, layers) if cut.blocks else False
+                    why = chunking_error(cut.counts, sched, ends)
                     if why:
                         why_not = why_not or why
                     else:
-                        out.append((counts, ranges, sched))
+                        out.append((cut, sched))
             return out, why_not
 
         # the settings whose stages can fit, before anything else is costed (edges, the stages' optima)
-        cuts = _cuts(g, chain, costed, pp)
+        cuts = _cuts(g, chain, costed, pp, dag, shapes)
         run, why = runnable(cuts)
         unchunked = unchunked or why
         chunked += len(run)
-        fitting = [(counts, ranges, sched) for counts, ranges, sched in run if not too_big(ranges, sched)]
+        fitting = [(cut, sched) for cut, sched in run if not too_big(cut, sched)]
         if not fitting:
             continue
         costed = with_edges(costed)
@@ -289,26 +331,30 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
                 m * pieces_bound(costed, threads=threads, memory_limit=memory_limit) / (1 + 1e-9)):
             continue
         costs[(micro, pp)] = (g, costed, stage_model)
-        table = stage_costs(costed, threads=threads, memory_limit=memory_limit) if chain is not None else None
-        counts = balanced_counts(table, N, pp) if table is not None else None
-        if counts is not None and counts not in {c for c, _ in cuts}:  # the ends' work balanced, as the table tells
-            cuts.append((counts, stage_ranges(g.number_of_nodes(), chain, counts)))
-            fitting += [x for x in runnable(cuts[-1:])[0] if not too_big(x[1], x[2])]
+        blocky = any(cut.blocks for cut in cuts)
+        table = stage_costs(costed, threads=threads, memory_limit=memory_limit) if blocky else None
+        if table is not None and pp > 1:  # the ends' work balanced as the stages' optima tell
+            known = {cut.counts for cut in cuts if cut.blocks}
+            for counts in dict.fromkeys(balanced_counts(table, N, pp, *x) for x in shapes):
+                if counts is not None and counts not in known:
+                    cut = Cut(counts, tuple(stage_ranges(g.number_of_nodes(), chain, counts)), True)
+                    fitting += [x for x in runnable([cut])[0] if not too_big(*x)]
         memo: dict = {}
 
-        def stage_cost(lo, hi, i, c):
-            if table is not None:
+        def stage_cost(cut, i):
+            (lo, hi), c = cut.ranges[i], cut.counts[i]
+            if table is not None and cut.blocks:
                 first, middle, last, whole = table
                 return whole if pp == 1 else (first if i == 0 else last if i == pp - 1 else middle)[c - 1]
-            key = _kind(i, pp, c, lo, hi, chain)
+            key = _kind(i, pp, c, lo, hi, None)
             if key not in memo:
                 memo[key] = plain_search(costed.restrict(range(lo, hi)), threads=threads).cost
             return memo[key]
 
-        for counts, ranges, sched in fitting:
-            times = [stage_cost(lo, hi, i, c) for i, ((lo, hi), c) in enumerate(zip(ranges, counts))]
-            ends = cut_as_framework(counts, sched.v, model.framework, layers)
-            ranked.append((sched.time(times, m, chunk_share(counts, sched.v, ends)), micro, pp, counts, sched))
+        for cut, sched in fitting:
+            times = [stage_cost(cut, i) for i in range(pp)]
+            ends = cut_as_framework(cut.counts, sched.v, model.framework, layers) if cut.blocks else False
+            ranked.append((sched.time(times, m, chunk_share(cut.counts, sched.v, ends)), micro, pp, cut, sched))
         mine = min((r[0] for r in ranked if r[1] == micro and r[2] == pp), default=math.inf)
         if last is not None and mine > last[1]:  # worse than the smaller micro-batch: stop growing it
             best_of[pp] = (None, None)
@@ -381,7 +427,7 @@ def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, t
     to_beat = math.inf if incumbent is None else incumbent
     failed = [math.inf]  # the least a stage searched within the memory needed, where none fitted
     found: dict = {}  # (micro, pp, kind of stage, in flight) -> (plan, bound, gap), or the DoesNotFit it raised
-    for est, micro, pp, counts, sched in ranked:
+    for est, micro, pp, cut, sched in ranked:
         if best is not None and (fitted >= SEARCHED or est >= best.step):
             break
         if est >= to_beat:
@@ -393,20 +439,19 @@ def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, t
             bar(tried, len(ranked))
         g, costed, stage_model = costs[(micro, pp)]
         m = batch // micro
-        ranges = stage_ranges(g.number_of_nodes(), chain, counts) if chain is not None else \
-            dict(_cuts(g, chain, costed, pp))[counts]
+        ranges, mine = cut.ranges, chain if cut.blocks else None
         bounds, plans = [], {}
-        keys = [_kind(i, pp, c, lo, hi, chain) for i, ((lo, hi), c) in enumerate(zip(ranges, counts))]
+        keys = [_kind(i, pp, c, lo, hi, mine) for i, ((lo, hi), c) in enumerate(zip(ranges, cut.counts))]
         # each kind of stage once, the middle ones first (the most of them, likeliest to be the slowest); the
         # first of a kind keeps the most micro-batches, so its plan serves every stage of its kind
-        order = sorted(range(pp), key=lambda i: (keys[i][0] != "middle" if chain is not None else False, i))
+        order = sorted(range(pp), key=lambda i: (keys[i][0] != "middle" if mine is not None else False, i))
         try:
             for i in order:
                 key = keys[i]
                 if key in plans:
                     continue
                 lo, hi = ranges[i]
-                fs = [node_in_flight(sched, j, pp, m, chain, *ranges[j]) for j in range(pp) if keys[j] == key]
+                fs = [node_in_flight(sched, j, pp, m, mine, *ranges[j]) for j in range(pp) if keys[j] == key]
                 f = tuple(map(max, zip(*fs))) if isinstance(fs[0], tuple) else max(fs)
                 at = (micro, pp, key, f)  # the same stage in another cut or schedule: searched once
                 if at not in found:
