@@ -5,6 +5,8 @@ the job's batch, as many of its micro-batches as that batch holds."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from errors import InputError
 from planner.job import Job
 
@@ -19,6 +21,7 @@ def recorded_pipeline(job: Job, file, path: str):
     rec = file.recorded["pipeline"]
     try:
         pp, m, micro = (_whole(rec, key) for key in ("pp", "m", "micro"))
+        replicas = _whole(rec, "replicas") if "replicas" in rec else 1  # a standard configuration's dp, as reported
         sched = pipeline.parse_schedule(rec["schedule"])
         ranges = [tuple(r) for r in rec["stages"]]
         if not all(type(x) is int for r in ranges for x in r):
@@ -57,6 +60,8 @@ def recorded_pipeline(job: Job, file, path: str):
         if why:
             raise InputError(f"--evaluate: {path}: {why}")
     pipe = pipeline.evaluate(gm, job.model, job.procs, pp, m, micro, sched, ranges, strategy)
+    if micro % replicas == 0:  # else a record edited by hand: its micro-batches reported whole
+        pipe = replace(pipe, replicas=replicas)
     return pipeline.as_result(gm, pipe, job.model, job.procs, job.batch, "evaluate", source=path)
 
 

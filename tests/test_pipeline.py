@@ -510,6 +510,11 @@ def test_a_standard_configurations_micro_batch_is_reported_per_replica_too(tmp_p
     assert "Pipeline: 2 stages of 4 devices, 8 micro-batches of 8 samples (2 per data-parallel replica), 1f1b" in staged
     flat = run_cli("-g", "transformer", "-p", 8, "-b", 64, "--plan", "dp=8,microbatch=2", "-q", cwd=tmp_path).stdout
     assert "Gradient accumulation: 4 micro-batches of 16 samples (2 per data-parallel replica), one after" in flat
+    run_cli("-g", "transformer", "-p", 8, "-b", 64, "--plan", "dp=4,pp=2,microbatch=2", "-q", "--output", "std.json",
+            cwd=tmp_path)
+    assert json.loads((tmp_path / "std.json").read_text())["pipeline"]["replicas"] == 4
+    again = run_cli("--evaluate", "std.json", "-q", cwd=tmp_path).stdout  # the plan file keeps it
+    assert "8 micro-batches of 8 samples (2 per data-parallel replica), 1f1b" in again
     searched = run_cli("-g", "transformer", "-p", 8, "-b", 64, "--pp", 2, "--microbatches", 8, "-q",
                        cwd=tmp_path).stdout
     assert "8 micro-batches of 8 samples, 1f1b" in searched and "per data-parallel replica" not in searched
