@@ -75,8 +75,8 @@ def model_record(r: Result) -> dict | None:
 def pipeline_record(pipe) -> dict:
     """A pipeline's stages as a plan file holds them: ``stages`` the node
     ranges ``[lo, hi)`` that ``--evaluate`` reads, the rest for the reader."""
-    return {"pp": pipe.pp, "m": pipe.m, "micro": pipe.micro, **({"replicas": pipe.replicas} if pipe.replicas > 1 else {}),
-            "schedule": str(pipe.schedule),
+    return {"pp": pipe.pp, "m": pipe.m, "micro": pipe.micro,
+            **({"replicas": pipe.replicas} if pipe.replicas > 1 else {}), "schedule": str(pipe.schedule),
             "stages": [[s.nodes[0], s.nodes[-1] + 1] for s in pipe.stages],
             "step": pipe.step, "sync": pipe.sync, "bubble": pipe.bubble, "bound": pipe.bound or None,
             "stage_figures": [{"stage": s.index, "first_device": s.first, "devices": s.devices, "time": s.time,
