@@ -68,7 +68,7 @@ __all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "node_in_flight", 
            # how the stages split the model (pipeline_layout), for the callers of this module
            "balanced_ranges", "block_layers", "chunk_ranges", "chunk_share", "chunk_sizes", "chunking_error",
            "counts_ends", "cut_as_framework", "partitions", "split_counts", "stage_blocks", "stage_chunk_sizes",
-           "stage_ranges", "unblocked_error"]
+           "stage_ranges", "unblocked_error", "stage_sends"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
@@ -312,6 +312,23 @@ def _crossing(g, lo: int, hi: int) -> float:
     return float(total)
 
 
+def stage_sends(cluster, whole, q: int, pp: int, i: int, schedule: Schedule, own: float, first: float) -> tuple:
+    """What stage ``i`` of ``pp`` (``q`` devices each) sends on per
+    micro-batch: ``(elements one device sends, their cost)`` (FLOP, the
+    activations forward and their gradients back, on the link the stages
+    meet on: ``cluster`` the stage's, ``whole`` the cluster all share);
+    ``own`` the elements the stage sends on, ``first`` the first stage's
+    (which the last stage's chunks but the last send on to under the
+    interleaved schedule)."""
+    if i < pp - 1:
+        sends, apart = own / q, _between_nodes(whole or cluster, q, i)
+    elif schedule.v > 1 and pp > 1:  # each chunk but the last sends on to the first stage's next chunk
+        sends, apart = first / q * (schedule.v - 1) / schedule.v, _wraps_between_nodes(whole or cluster, q, pp)
+    else:
+        return 0.0, 0.0
+    return sends, 2.0 * schedule.v * sends * (cluster.inter_word if apart else cluster.word)
+
+
 def _between_nodes(cluster, q: int, i: int) -> bool:
     """Whether stage ``i`` and stage ``i + 1`` (``q`` devices each, device
     ``j`` sending to ``j + q``) meet on the network between nodes: where
@@ -352,17 +369,9 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
     cluster = model.cluster
     stages, times = [], []
     for i, ((lo, hi), r) in enumerate(zip(ranges, results)):
-        if i < pp - 1:
-            sends = (crossing[i] if crossing is not None else _crossing(g, lo, hi)) / q
-            apart = _between_nodes(whole or cluster, q, i)
-        elif schedule.v > 1 and pp > 1:  # each chunk but the last sends on to the first stage's next chunk
-            sends = (crossing[0] if crossing is not None else _crossing(g, *ranges[0])) / q * (schedule.v - 1) \
-                / schedule.v
-            apart = _wraps_between_nodes(whole or cluster, q, pp)
-        else:
-            sends, apart = 0.0, False
-        word = cluster.inter_word if apart else cluster.word
-        p2p = 2.0 * schedule.v * sends * word  # activations forward, their gradients back
+        own = (crossing[i] if crossing is not None else _crossing(g, lo, hi)) if i < pp - 1 else 0.0
+        first = (crossing[0] if crossing is not None else _crossing(g, *ranges[0])) if i == pp - 1 else 0.0
+        sends, p2p = stage_sends(cluster, whole, q, pp, i, schedule, own, first)
         host = hosts[i] if hosts else 0.0
         busy = r.compute + r.communication - r.sync / m + host  # the synchronisation is the step's
         t = max(busy, p2p) if cluster.realistic else busy + p2p

@@ -5,13 +5,14 @@ operators begin and end.  :mod:`pipeline` costs the stages these cut."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from errors import InputError
 
-__all__ = ["stage_ranges", "unblocked_error", "chunking_error", "stage_blocks", "chunk_share", "chunk_sizes",
-           "stage_chunk_sizes", "chunk_ranges", "block_layers", "split_counts", "counts_ends", "cut_as_framework",
-           "partitions", "balanced_ranges"]
+__all__ = ["stage_ranges", "unblocked_error", "crossings", "sent_on", "bottleneck_ranges", "chunking_error",
+           "stage_blocks", "chunk_share", "chunk_sizes", "stage_chunk_sizes", "chunk_ranges", "block_layers",
+           "split_counts", "counts_ends", "cut_as_framework", "partitions", "balanced_ranges"]
 
 
 def stage_ranges(n_nodes: int, chain, counts) -> list[tuple[int, int]]:
@@ -193,6 +194,83 @@ def partitions(N: int, pp: int) -> list[tuple[int, ...]]:
                 continue
             out.add((first,) + tuple(_even(rest, pp - 2)) + (last,) if pp > 2 else (first, last))
     return sorted(out)
+
+
+def _read_last(g) -> dict:
+    """Each tensor an operator makes and a later one reads, ``(u, out)``:
+    ``(the last operator that reads it, its elements)``."""
+    last: dict = {}
+    for u, v, d in g.edges(data=True):
+        if v > u:
+            key = (u, d["out"])
+            last[key] = max(last.get(key, v), v)
+    return {key: (end, float(g.nodes[key[0]]["op"].outputs[key[1]].size)) for key, end in last.items()}
+
+
+def crossings(g) -> list[float]:
+    """For each place ``v`` (0 to the number of operators) a cut before
+    operator ``v`` could take, the elements of the tensors it would cut:
+    made before ``v`` and read at ``v`` or after (each tensor once, however
+    many read it)."""
+    n = g.number_of_nodes()
+    diff = [0.0] * (n + 2)
+    for (u, _), (end, size) in _read_last(g).items():
+        diff[u + 1] += size
+        diff[end + 1] -= size
+    return list(itertools.accumulate(diff[:n + 1]))
+
+
+def sent_on(g):
+    """``sends(lo, hi)``: the elements of the tensors the stage ``[lo, hi)``
+    of ``g`` makes and a later stage reads (as :func:`pipeline.evaluate`
+    counts a stage's sends), each range worked out once."""
+    made: dict = {}
+    for (u, _), (end, size) in _read_last(g).items():
+        made.setdefault(u, []).append((end, size))
+    done: dict = {}
+
+    def sends(lo: int, hi: int) -> float:
+        if (lo, hi) not in done:
+            done[(lo, hi)] = math.fsum(size for u in range(lo, hi) for end, size in made.get(u, ()) if end >= hi)
+        return done[(lo, hi)]
+
+    return sends
+
+
+def bottleneck_ranges(weights, crossing, prices, realistic: bool) -> list[tuple[int, int]]:
+    """The ``len(prices)`` contiguous non-empty ranges of the items whose
+    slowest is the fastest: a range's figure its ``weights``' sum and what
+    its sends cost, the elements crossing its end (``crossing``,
+    :func:`crossings`: what must pass there, each read beyond it, relayed
+    or not) at ``prices[k]`` each for the ``k``-th range (nothing for the
+    last), the larger of the two where sends overlap computation
+    (``realistic``), else their sum.  Exact over every cut (a dynamic
+    program over the cut places, a vector per stage): beside the cut of
+    :func:`balanced_ranges`, one that keeps a language model's logits
+    with its loss, say, rather than sending them on to a stage of its
+    own."""
+    import numpy as np
+
+    n, pp = len(weights), len(prices)
+    if pp > n:
+        raise InputError(f"{pp} stages need at least {pp} operators; the graph has {n}")
+    sums = np.concatenate(([0.0], np.cumsum(np.asarray(weights, dtype=float))))
+    cross = np.asarray(crossing, dtype=float)
+    work = sums[None, :] - sums[:, None]  # [start, end): the items' sum
+    later = np.arange(n + 1)[None, :] > np.arange(n + 1)[:, None]
+    best = np.where(np.arange(n + 1) == 0, 0.0, np.inf)  # the slowest of the ranges so far, ending at each place
+    choice = []
+    for k, price in enumerate(prices):
+        sends = cross * price if k < pp - 1 else np.zeros(n + 1)
+        figure = np.maximum(work, sends[None, :]) if realistic else work + sends[None, :]
+        total = np.where(later, np.maximum(best[:, None], figure), np.inf)
+        choice.append(np.argmin(total, axis=0))
+        best = total[choice[-1], np.arange(n + 1)]
+    bounds = [n]
+    for k in range(pp - 1, -1, -1):
+        bounds.append(int(choice[k][bounds[-1]]))
+    bounds.reverse()
+    return [(bounds[j], bounds[j + 1]) for j in range(pp)]
 
 
 def balanced_ranges(weights, pp: int) -> list[tuple[int, int]]:

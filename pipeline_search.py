@@ -30,11 +30,14 @@ serves them all; under the interleaved schedule, each chunk's operators
 with their chunk's own count).  So each stage's plan is exact (or within its stated
 bound) for its cut, micro-batch and schedule; the choice of ``pp``,
 micro-batch, schedule and cuts is over the candidates above, bounded, not
-exhaustive.  A graph without repeated blocks is cut once per ``pp`` (up
-to 8 stages) where the running sum of its operators' least costs reaches
-each stage's share, every stage searched on its own; so is one whose
-longest run of them holds less than half its operators (:func:`covers`),
-that cut ranked beside those between the run's blocks.  Zero-bubble schedules
+exhaustive.  A graph without repeated blocks is cut twice per ``pp`` (up
+to 8 stages): where the running sum of its operators' least costs
+reaches each stage's share, and where its slowest stage with its sends
+is the fastest (:func:`pipeline_layout.bottleneck_ranges`), every stage
+searched on its own; so is one whose longest run of them holds less
+than half its operators (:func:`covers`), those cuts ranked beside the
+ones between the run's blocks.  Every setting is ranked with what its
+stages send on, as :func:`pipeline.evaluate` prices it.  Zero-bubble schedules
 (ZB-H1) are not modelled.
 """
 
@@ -46,8 +49,9 @@ from typing import NamedTuple
 
 from errors import InputError, plain
 from pipeline import (Pipeline, Schedule, balanced_ranges, block_layers, chunk_share, chunking_error, cut_as_framework,
-                      evaluate, node_in_flight, partitions, stage_cost_model, stage_ranges, unblocked_error)
-from pipeline_layout import _even
+                      evaluate, node_in_flight, partitions, stage_cost_model, stage_ranges, stage_sends,
+                      unblocked_error)
+from pipeline_layout import _even, bottleneck_ranges, crossings, sent_on
 
 __all__ = ["search", "micro_candidates", "balanced_counts", "covers", "PipelineDoesNotFit", "SEARCHED"]
 
@@ -165,13 +169,16 @@ def _kind(i: int, pp: int, count: int, lo: int, hi: int, chain) -> tuple:
     return ("first" if i == 0 else "last" if i == pp - 1 else "middle", count, pp == 1)
 
 
-def _cuts(g, chain, costed, pp: int, dag: bool, shapes=((1, 1),)) -> list:
+def _cuts(g, chain, costed, pp: int, dag: bool, shapes=((1, 1),), prices=None) -> list:
     """The cuts the search tries (:class:`Cut`): with ``chain``, between
     its blocks (:func:`partitions`, and for each ``(least, step)`` of
     ``shapes`` the shares :func:`balanced_counts` finds by the operators'
-    least costs), where it has at least ``pp`` blocks; with ``dag``, one
-    cut of the operator order balancing the operators' least costs
-    (``counts`` then the operators per stage)."""
+    least costs), where it has at least ``pp`` blocks; with ``dag``, the cut
+    of the operator order balancing the operators' least costs and the one
+    whose slowest stage is the fastest by them and its sends at
+    ``prices`` (``(prices per element, realistic)``,
+    :func:`pipeline_layout.bottleneck_ranges`; ``counts`` then the
+    operators per stage)."""
     n = g.number_of_nodes()
     out: list = []
     if chain is not None and chain.count >= pp:
@@ -182,9 +189,12 @@ def _cuts(g, chain, costed, pp: int, dag: bool, shapes=((1, 1),)) -> list:
         for counts in dict.fromkeys(shares):
             out.append(Cut(counts, tuple(stage_ranges(n, chain, counts)), True))
     if dag and pp <= n:
-        ranges = tuple(balanced_ranges([float(c.min()) for c in costed.node_costs], pp))
-        if all(cut.ranges != ranges for cut in out):
-            out.append(Cut(tuple(hi - lo for lo, hi in ranges), ranges, False))
+        weights = [float(c.min()) for c in costed.node_costs]
+        even = balanced_ranges(weights, pp)
+        fastest = [tuple(bottleneck_ranges(weights, crossings(g), *prices))] if pp > 1 and prices else []
+        for ranges in dict.fromkeys([tuple(even)] + fastest):
+            if all(cut.ranges != ranges for cut in out):
+                out.append(Cut(tuple(hi - lo for lo, hi in ranges), ranges, False))
     return out
 
 
@@ -231,6 +241,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     graphs: dict = {}
     chains_of: dict = {}  # micro-batch -> its graph's chains, found once
     known_of: dict = {}  # and what costing its operators works out of it alone, whatever the stage's devices
+    sends_of: dict = {}  # and what each range of its operators sends on (pipeline_layout.sent_on)
     pairs = [(pp, micro) for pp in sorted(pps, reverse=True) if p % pp == 0  # small stages first: quick to cost
              for micro in (micro_values or micro_candidates(batch, p, pp)) if batch // micro >= pp
              and not (beside_plain and pp == 1 and micro == batch)]
@@ -317,7 +328,10 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             return out, why_not
 
         # the settings whose stages can fit, before anything else is costed (edges, the stages' optima)
-        cuts = _cuts(g, chain, costed, pp, dag, shapes)
+        one = Schedule("1f1b")  # what an element sent on costs from each stage
+        prices = ([stage_sends(stage_model.cluster, model.cluster, q, pp, i, one, 1.0, 0.0)[1] for i in range(pp)],
+                  stage_model.cluster.realistic)
+        cuts = _cuts(g, chain, costed, pp, dag, shapes, prices)
         run, why = runnable(cuts)
         unchunked = unchunked or why
         chunked += len(run)
@@ -351,8 +365,20 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
                 memo[key] = plain_search(costed.restrict(range(lo, hi)), threads=threads).cost
             return memo[key]
 
+        sends = sends_of.setdefault(micro, sent_on(g))
+        realistic = stage_model.cluster.realistic
+
+        def stage_time(cut, sched, i):
+            """A stage's figure per micro-batch: its cost and what it sends on (as :func:`pipeline.evaluate`
+            prices them: under its computation on a real device, after it in the paper's model)."""
+            own = sends(*cut.ranges[i]) if i < pp - 1 else 0.0
+            first = sends(*cut.ranges[0]) if i == pp - 1 and sched.v > 1 else 0.0
+            p2p = stage_sends(stage_model.cluster, model.cluster, q, pp, i, sched, own, first)[1]
+            cost = stage_cost(cut, i)
+            return max(cost, p2p) if realistic else cost + p2p
+
         for cut, sched in fitting:
-            times = [stage_cost(cut, i) for i in range(pp)]
+            times = [stage_time(cut, sched, i) for i in range(pp)]
             ends = cut_as_framework(cut.counts, sched.v, model.framework, layers) if cut.blocks else False
             ranked.append((sched.time(times, m, chunk_share(cut.counts, sched.v, ends)), micro, pp, cut, sched))
         mine = min((r[0] for r in ranked if r[1] == micro and r[2] == pp), default=math.inf)
