@@ -370,7 +370,8 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
     stages, times = [], []
     for i, ((lo, hi), r) in enumerate(zip(ranges, results)):
         own = (crossing[i] if crossing is not None else _crossing(g, lo, hi)) if i < pp - 1 else 0.0
-        first = (crossing[0] if crossing is not None else _crossing(g, *ranges[0])) if i == pp - 1 else 0.0
+        first = (crossing[0] if crossing is not None else _crossing(g, *ranges[0])) \
+            if i == pp - 1 and schedule.v > 1 else 0.0
         sends, p2p = stage_sends(cluster, whole, q, pp, i, schedule, own, first)
         host = hosts[i] if hosts else 0.0
         busy = r.compute + r.communication - r.sync / m + host  # the synchronisation is the step's

@@ -266,6 +266,8 @@ def bottleneck_ranges(weights, crossing, prices, realistic: bool) -> list[tuple[
         total = np.where(later, np.maximum(best[:, None], figure), np.inf)
         choice.append(np.argmin(total, axis=0))
         best = total[choice[-1], np.arange(n + 1)]
+    if not np.isfinite(best[n]):  # costs beyond any figure: the balanced cut
+        return balanced_ranges(weights, pp)
     bounds = [n]
     for k in range(pp - 1, -1, -1):
         bounds.append(int(choice[k][bounds[-1]]))

@@ -233,6 +233,8 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     layers = block_layers(g1, chain) if chain is not None else 1  # of a block, as the framework's split counts them
     if not dag and pp_values and max(pp_values) > N:  # a stage holds whole blocks
         raise InputError(f"--pp {max(pp_values)} is more stages than the {N} blocks of {g1.graph['name']}")
+    if dag and pp_values and max(pp_values) > n:  # and at least one operator
+        raise InputError(f"{max(pp_values)} stages need at least {max(pp_values)} operators; the graph has {n}")
     pps = pp_values or [d for d in range(1, p + 1) if p % d == 0 and (
         chain is not None and d <= N and N / (d * -(-N // d)) >= BALANCE or dag and d <= min(n, DAG_STAGES))]
     pps = [d for d in pps if d >= least_stages]
@@ -365,7 +367,9 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
                 memo[key] = plain_search(costed.restrict(range(lo, hi)), threads=threads).cost
             return memo[key]
 
-        sends = sends_of.setdefault(micro, sent_on(g))
+        if micro not in sends_of:
+            sends_of[micro] = sent_on(g)
+        sends = sends_of[micro]
         realistic = stage_model.cluster.realistic
 
         def stage_time(cut, sched, i):

@@ -696,6 +696,16 @@ def test_the_interleaved_schedule_runs_on_blocks_only():
     assert "Pipeline: 2 stages of 4 devices, 32 micro-batches of 4 samples, interleaved:2" in out
 
 
+@pytest.mark.parametrize("flags", [(), ("--device", "h100")])
+def test_more_stages_than_operators_says_so(flags):
+    """RNNLM's 4 operators cannot make 8 stages: said as such, not as a
+    want of micro-batches or of memory."""
+    from conftest import one_line_error
+
+    proc = run_cli("-g", "rnnlm", "-p", 8, "--pp", 8, *flags, ok=False)
+    assert proc.returncode == 2 and one_line_error(proc) == "8 stages need at least 8 operators; the graph has 4"
+
+
 def _pp_step(*args):
     from cli.args import parse_args
     from planner import plan
