@@ -43,6 +43,7 @@ stages send on, as :func:`pipeline.evaluate` prices it.  Zero-bubble schedules
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 from typing import NamedTuple
@@ -381,7 +382,26 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             cost = stage_cost(cut, i)
             return max(cost, p2p) if realistic else cost + p2p
 
+        floors = None  # the operators' least costs, summed over a range: a lower bound of its stage's optimum
+
+        def loses_anyway(cut, sched) -> bool:
+            """Whether a cut of the operator order loses at its operators' least costs, before its stages'
+            optima are searched (the cuts between blocks read theirs off the table)."""
+            nonlocal floors
+            if cut.blocks:
+                return False
+            if floors is None:
+                floors = list(itertools.accumulate(costed.least_costs(), initial=0.0))
+            times = []
+            for i, (lo, hi) in enumerate(cut.ranges):
+                own = sends(lo, hi) if i < pp - 1 else 0.0
+                p2p = stage_sends(stage_model.cluster, model.cluster, q, pp, i, sched, own, 0.0)[1]
+                times.append(max(floors[hi] - floors[lo], p2p) if realistic else floors[hi] - floors[lo] + p2p)
+            return loses(sched.time(times, m, None) / (1 + 1e-9))
+
         for cut, sched in fitting:
+            if loses_anyway(cut, sched):
+                continue
             times = [stage_time(cut, sched, i) for i in range(pp)]
             ends = cut_as_framework(cut.counts, sched.v, model.framework, layers) if cut.blocks else False
             ranked.append((sched.time(times, m, chunk_share(cut.counts, sched.v, ends)), micro, pp, cut, sched))

@@ -215,6 +215,11 @@ class CostedGraph:
         cheapest configuration, with each searched option's cheapest value
         there (an option may lower the cost: ZeRO's reduce-scatter of the
         gradients moves half an all-reduce's bytes)."""
+        return math.fsum(self.least_costs())
+
+    def least_costs(self) -> list[float]:
+        """Each operator's part of :attr:`least_cost`: a range of them sums
+        to a lower bound of what the range costs."""
         least, seen = [], {}
         for v, c in enumerate(self.node_costs):
             ts = self.tables[v] if self.tables else ()
@@ -223,7 +228,7 @@ class CostedGraph:
                 seen[key] = float((c + sum((t.cost.min(axis=1) for t in ts), np.zeros(len(c)))).min()) if ts \
                     else float(c.min())
             least.append(seen[key])
-        return math.fsum(least)
+        return least
 
     @property
     def n(self) -> int:
