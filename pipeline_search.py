@@ -384,12 +384,13 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
 
         floors = None  # the operators' least costs, summed over a range: a lower bound of its stage's optimum
 
-        def loses_anyway(cut, sched) -> bool:
-            """Whether a cut of the operator order loses at its operators' least costs, before its stages'
-            optima are searched (the cuts between blocks read theirs off the table)."""
+        def floor(cut, sched) -> float | None:
+            """A lower bound of a cut of the operator order's figure, its operators' least costs with its sends,
+            before its stages' optima are searched (``None`` for the cuts between blocks, which read theirs off
+            the table)."""
             nonlocal floors
             if cut.blocks:
-                return False
+                return None
             if floors is None:
                 floors = list(itertools.accumulate(costed.least_costs(), initial=0.0))
             times = []
@@ -397,16 +398,19 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
                 own = sends(lo, hi) if i < pp - 1 else 0.0
                 p2p = stage_sends(stage_model.cluster, model.cluster, q, pp, i, sched, own, 0.0)[1]
                 times.append(max(floors[hi] - floors[lo], p2p) if realistic else floors[hi] - floors[lo] + p2p)
-            return loses(sched.time(times, m, None) / (1 + 1e-9))
+            return sched.time(times, m, None) / (1 + 1e-9)
 
+        dropped = math.inf  # the least bound of the cuts dropped on it
         for cut, sched in fitting:
-            if loses_anyway(cut, sched):
+            bound = floor(cut, sched)
+            if bound is not None and loses(bound):
+                dropped = min(dropped, bound)
                 continue
             times = [stage_time(cut, sched, i) for i in range(pp)]
             ends = cut_as_framework(cut.counts, sched.v, model.framework, layers) if cut.blocks else False
             ranked.append((sched.time(times, m, chunk_share(cut.counts, sched.v, ends)), micro, pp, cut, sched))
         mine = min((r[0] for r in ranked if r[1] == micro and r[2] == pp), default=math.inf)
-        if last is not None and mine > last[1]:  # worse than the smaller micro-batch: stop growing it
+        if last is not None and min(mine, dropped) > last[1]:  # worse than the smaller micro-batch: stop growing it
             best_of[pp] = (None, None)
         elif mine < math.inf:
             best_of[pp] = (micro, mine)
