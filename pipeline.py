@@ -68,7 +68,7 @@ __all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "node_in_flight", 
            # how the stages split the model (pipeline_layout), for the callers of this module
            "balanced_ranges", "block_layers", "chunk_ranges", "chunk_share", "chunk_sizes", "chunking_error",
            "counts_ends", "cut_as_framework", "partitions", "split_counts", "stage_blocks", "stage_chunk_sizes",
-           "stage_ranges", "unblocked_error", "stage_sends"]
+           "stage_ranges", "unblocked_error", "stage_sends", "with_sends"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
@@ -329,6 +329,14 @@ def stage_sends(cluster, whole, q: int, pp: int, i: int, schedule: Schedule, own
     return sends, 2.0 * schedule.v * sends * (cluster.inter_word if apart else cluster.word)
 
 
+def with_sends(busy: float, p2p: float, realistic: bool) -> float:
+    """A stage's time per micro-batch from its work (``busy``) and what it
+    sends on (``p2p``): on a real device the sends overlap the
+    computation (the larger of the two), in the paper's model they follow
+    it (their sum)."""
+    return max(busy, p2p) if realistic else busy + p2p
+
+
 def _between_nodes(cluster, q: int, i: int) -> bool:
     """Whether stage ``i`` and stage ``i + 1`` (``q`` devices each, device
     ``j`` sending to ``j + q``) meet on the network between nodes: where
@@ -375,7 +383,7 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
         sends, p2p = stage_sends(cluster, whole, q, pp, i, schedule, own, first)
         host = hosts[i] if hosts else 0.0
         busy = r.compute + r.communication - r.sync / m + host  # the synchronisation is the step's
-        t = max(busy, p2p) if cluster.realistic else busy + p2p
+        t = with_sends(busy, p2p, cluster.realistic)
         f = schedule.in_flight(i, pp, m)
         if chunks is not None and schedule.v > 1:  # each chunk's activations for the micro-batches it holds
             acts = chunks[i]

@@ -51,7 +51,7 @@ from typing import NamedTuple
 from errors import InputError, plain
 from pipeline import (Pipeline, Schedule, balanced_ranges, block_layers, chunk_share, chunking_error, cut_as_framework,
                       evaluate, node_in_flight, partitions, stage_cost_model, stage_ranges, stage_sends,
-                      unblocked_error)
+                      unblocked_error, with_sends)
 from pipeline_layout import _even, bottleneck_ranges, crossings, sent_on
 
 __all__ = ["search", "micro_candidates", "balanced_counts", "covers", "PipelineDoesNotFit", "SEARCHED"]
@@ -145,13 +145,13 @@ def balanced_counts(table, N: int, pp: int, least: int = 1, step: int = 1) -> tu
     return (a,) + tuple(step * x for x in _even((N - a - b) // step, pp - 2)) + (b,) if pp > 2 else (a, b)
 
 
-def _least_table(costed, chain) -> tuple:
+def _least_table(least, chain) -> tuple:
     """A stage table (as :func:`balanced_counts` reads it) from the
-    operators' least costs alone, edges free: before the stages' optima
-    are worked out, what shares the ends' work with the blocks."""
+    operators' least costs alone (``least``), edges free: before the
+    stages' optima are worked out, what shares the ends' work with the
+    blocks."""
     import numpy as np
 
-    least = [float(c.min()) for c in costed.node_costs]
     block = math.fsum(least[chain.start:chain.stop]) / chain.count
     c = block * np.arange(1, chain.count + 1)
     return math.fsum(least[:chain.start]) + c, c, math.fsum(least[chain.stop:]) + c
@@ -170,29 +170,29 @@ def _kind(i: int, pp: int, count: int, lo: int, hi: int, chain) -> tuple:
     return ("first" if i == 0 else "last" if i == pp - 1 else "middle", count, pp == 1)
 
 
-def _cuts(g, chain, costed, pp: int, dag: bool, shapes=((1, 1),), prices=None) -> list:
+def _cuts(g, chain, costed, pp: int, dag: bool, shapes=((1, 1),), sends=None) -> list:
     """The cuts the search tries (:class:`Cut`): with ``chain``, between
     its blocks (:func:`partitions`, and for each ``(least, step)`` of
     ``shapes`` the shares :func:`balanced_counts` finds by the operators'
     least costs), where it has at least ``pp`` blocks; with ``dag``, the cut
     of the operator order balancing the operators' least costs and the one
-    whose slowest stage is the fastest by them and its sends at
-    ``prices`` (``(prices per element, realistic)``,
-    :func:`pipeline_layout.bottleneck_ranges`; ``counts`` then the
-    operators per stage)."""
+    whose slowest stage is the fastest by them and its sends (``sends``:
+    ``(the elements crossing each cut place, the prices per element,
+    realistic)``, :func:`pipeline_layout.bottleneck_ranges`; ``counts``
+    then the operators per stage)."""
     n = g.number_of_nodes()
     out: list = []
+    weights = [float(c.min()) for c in costed.node_costs]
     if chain is not None and chain.count >= pp:
         shares = [c for c in partitions(chain.count, pp) if min(c) >= 1]
         if pp > 1:
-            table = _least_table(costed, chain)
+            table = _least_table(weights, chain)
             shares += [c for c in (balanced_counts(table, chain.count, pp, *x) for x in shapes) if c is not None]
         for counts in dict.fromkeys(shares):
             out.append(Cut(counts, tuple(stage_ranges(n, chain, counts)), True))
     if dag and pp <= n:
-        weights = [float(c.min()) for c in costed.node_costs]
         even = balanced_ranges(weights, pp)
-        fastest = [tuple(bottleneck_ranges(weights, crossings(g), *prices))] if pp > 1 and prices else []
+        fastest = [tuple(bottleneck_ranges(weights, *sends))] if pp > 1 and sends else []
         for ranges in dict.fromkeys([tuple(even)] + fastest):
             if all(cut.ranges != ranges for cut in out):
                 out.append(Cut(tuple(hi - lo for lo, hi in ranges), ranges, False))
@@ -245,6 +245,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     chains_of: dict = {}  # micro-batch -> its graph's chains, found once
     known_of: dict = {}  # and what costing its operators works out of it alone, whatever the stage's devices
     sends_of: dict = {}  # and what each range of its operators sends on (pipeline_layout.sent_on)
+    crossing_of: dict = {}  # and what each place a cut could take would cut (pipeline_layout.crossings)
     pairs = [(pp, micro) for pp in sorted(pps, reverse=True) if p % pp == 0  # small stages first: quick to cost
              for micro in (micro_values or micro_candidates(batch, p, pp)) if batch // micro >= pp
              and not (beside_plain and pp == 1 and micro == batch)]
@@ -331,10 +332,14 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             return out, why_not
 
         # the settings whose stages can fit, before anything else is costed (edges, the stages' optima)
-        one = Schedule("1f1b")  # what an element sent on costs from each stage
-        prices = ([stage_sends(stage_model.cluster, model.cluster, q, pp, i, one, 1.0, 0.0)[1] for i in range(pp)],
-                  stage_model.cluster.realistic)
-        cuts = _cuts(g, chain, costed, pp, dag, shapes, prices)
+        flows = None
+        if dag and pp > 1:  # what crosses each place a cut could take, and what an element sent on costs
+            if micro not in crossing_of:
+                crossing_of[micro] = crossings(g)
+            one = Schedule("1f1b")
+            flows = (crossing_of[micro], [stage_sends(stage_model.cluster, model.cluster, q, pp, i, one, 1.0, 0.0)[1]
+                                          for i in range(pp)], stage_model.cluster.realistic)
+        cuts = _cuts(g, chain, costed, pp, dag, shapes, flows)
         run, why = runnable(cuts)
         unchunked = unchunked or why
         chunked += len(run)
@@ -373,14 +378,13 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         sends = sends_of[micro]
         realistic = stage_model.cluster.realistic
 
-        def stage_time(cut, sched, i):
-            """A stage's figure per micro-batch: its cost and what it sends on (as :func:`pipeline.evaluate`
-            prices them: under its computation on a real device, after it in the paper's model)."""
+        def stage_time(cut, sched, i, cost):
+            """Stage ``i``'s figure per micro-batch: its ``cost`` and what it sends on, as
+            :func:`pipeline.evaluate` prices them (:func:`pipeline.with_sends`)."""
             own = sends(*cut.ranges[i]) if i < pp - 1 else 0.0
             first = sends(*cut.ranges[0]) if i == pp - 1 and sched.v > 1 else 0.0
-            p2p = stage_sends(stage_model.cluster, model.cluster, q, pp, i, sched, own, first)[1]
-            cost = stage_cost(cut, i)
-            return max(cost, p2p) if realistic else cost + p2p
+            return with_sends(cost, stage_sends(stage_model.cluster, model.cluster, q, pp, i, sched, own, first)[1],
+                              realistic)
 
         floors = None  # the operators' least costs, summed over a range: a lower bound of its stage's optimum
 
@@ -393,11 +397,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
                 return None
             if floors is None:
                 floors = list(itertools.accumulate(costed.least_costs(), initial=0.0))
-            times = []
-            for i, (lo, hi) in enumerate(cut.ranges):
-                own = sends(lo, hi) if i < pp - 1 else 0.0
-                p2p = stage_sends(stage_model.cluster, model.cluster, q, pp, i, sched, own, 0.0)[1]
-                times.append(max(floors[hi] - floors[lo], p2p) if realistic else floors[hi] - floors[lo] + p2p)
+            times = [stage_time(cut, sched, i, floors[hi] - floors[lo]) for i, (lo, hi) in enumerate(cut.ranges)]
             return sched.time(times, m, None) / (1 + 1e-9)
 
         dropped = math.inf  # the least bound of the cuts dropped on it
@@ -406,7 +406,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             if bound is not None and loses(bound):
                 dropped = min(dropped, bound)
                 continue
-            times = [stage_time(cut, sched, i) for i in range(pp)]
+            times = [stage_time(cut, sched, i, stage_cost(cut, i)) for i in range(pp)]
             ends = cut_as_framework(cut.counts, sched.v, model.framework, layers) if cut.blocks else False
             ranked.append((sched.time(times, m, chunk_share(cut.counts, sched.v, ends)), micro, pp, cut, sched))
         mine = min((r[0] for r in ranked if r[1] == micro and r[2] == pp), default=math.inf)
@@ -493,19 +493,19 @@ def _search_ranked(ranked, costs, chain, model, p, batch, capacity, incumbent, t
             bar(tried, len(ranked))
         g, costed, stage_model = costs[(micro, pp)]
         m = batch // micro
-        ranges, mine = cut.ranges, chain if cut.blocks else None
+        ranges, blocks = cut.ranges, chain if cut.blocks else None  # the chain its stages cut between, if any
         bounds, plans = [], {}
-        keys = [_kind(i, pp, c, lo, hi, mine) for i, ((lo, hi), c) in enumerate(zip(ranges, cut.counts))]
+        keys = [_kind(i, pp, c, lo, hi, blocks) for i, ((lo, hi), c) in enumerate(zip(ranges, cut.counts))]
         # each kind of stage once, the middle ones first (the most of them, likeliest to be the slowest); the
         # first of a kind keeps the most micro-batches, so its plan serves every stage of its kind
-        order = sorted(range(pp), key=lambda i: (keys[i][0] != "middle" if mine is not None else False, i))
+        order = sorted(range(pp), key=lambda i: (keys[i][0] != "middle" if blocks is not None else False, i))
         try:
             for i in order:
                 key = keys[i]
                 if key in plans:
                     continue
                 lo, hi = ranges[i]
-                fs = [node_in_flight(sched, j, pp, m, mine, *ranges[j]) for j in range(pp) if keys[j] == key]
+                fs = [node_in_flight(sched, j, pp, m, blocks, *ranges[j]) for j in range(pp) if keys[j] == key]
                 f = tuple(map(max, zip(*fs))) if isinstance(fs[0], tuple) else max(fs)
                 at = (micro, pp, key, f)  # the same stage in another cut or schedule: searched once
                 if at not in found:
