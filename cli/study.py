@@ -164,7 +164,7 @@ def _check(s: Settings, reads=None) -> None:
         from studies.plot import x_axis
 
         try:
-            x_axis([axis for axis, _ in s.sweep])
+            x_axis([axis for axis, _ in s.sweep], dict(s.sweep))
         except ValueError as e:
             raise UsageError(f"--plot: {e}") from None
     if s.plans is not None:

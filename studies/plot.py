@@ -16,12 +16,21 @@ METRICS = {"speedup": ("speedup", "predicted speedup over data parallel"),
 NUMERIC = {s.name: s.label for s in DECLARED if s.sweep and s.label}
 
 
-def x_axis(swept: list[str]) -> str:
-    """The first swept numeric axis (in the sweep's axis order)."""
+def x_axis(swept: list[str], values: dict | None = None) -> str:
+    """The first swept numeric axis (in the sweep's axis order) whose
+    ``values`` (axis -> its swept values, where known) are all numbers:
+    ``--pp 1,2,auto`` has no place on one."""
+    def numbers(axis):
+        return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (values or {}).get(axis, ()))
+
     for axis in swept:
-        if axis in NUMERIC:
+        if axis in NUMERIC and numbers(axis):
             return axis
-    raise InputError("a plot needs a swept numeric setting (-p, -b, -m, --seq, --flops, --bw, ...) for its x axis")
+    mixed = [a for a in swept if a in NUMERIC and not numbers(a)]
+    flag = next((s.flags[-1] for s in DECLARED if mixed and s.name == mixed[0]), "")
+    why = f"; {flag} takes values that are not numbers (auto has no place on an axis)" if mixed else ""
+    raise InputError("a plot needs a swept numeric setting (-p, -b, -m, --seq, --flops, --bw, ...) for its x axis"
+                     + why)
 
 
 def plot(df, path: str, metric: str, swept: list[str], fixed: str = "") -> int:
@@ -35,7 +44,7 @@ def plot(df, path: str, metric: str, swept: list[str], fixed: str = "") -> int:
     import matplotlib.pyplot as plt
 
     column, ylabel = METRICS[metric]
-    x = x_axis(swept)
+    x = x_axis(swept, {a: list(df[a]) for a in swept if a in df})
     others = [a for a in swept if a != x]
     ok = df[df["error"].isna()] if "error" in df else df
     fig, ax = plt.subplots(figsize=(6.4, 4.2))

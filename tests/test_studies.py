@@ -147,6 +147,17 @@ def test_the_plot_has_a_line_per_series(tmp_path):
     assert "devices p" in shown and "-b 128" in shown
 
 
+def test_a_swept_auto_is_a_series_not_an_axis(tmp_path):
+    # --pp 1,auto -p 4,8: the pipeline stages' "auto" cannot be placed on an axis, so -p is the x axis and each
+    # value of --pp a line
+    df = pd.DataFrame([{"pp": pp, "procs": p, "step_seconds": 1.0 / p, "speedup": 1.0, "total_cost": 1.0}
+                       for pp in (1, "auto") for p in (4, 8)])
+    path = tmp_path / "t.svg"
+    assert plot(df, str(path), "time", ["pp", "procs"]) == 2
+    shown = re.findall(r"<!-- (.*?) -->", path.read_text())
+    assert "pp 1" in shown and "pp auto" in shown and "devices p" in shown
+
+
 def test_breakdown_sums_are_the_report_totals():
     r = plan(parse_args(["-g", "resnet101", "-p", "8"]), baselines=("data_parallel",)).result
     df = layers_frame(r)
@@ -174,6 +185,7 @@ def test_breakdown_sums_are_the_report_totals():
     (["-p", "4,8", "--output", "s.txt"], "a sweep's table is written as .csv, .json or .md"),
     (["-p", "4,8", "--evaluate", "x.json"], "--evaluate runs one setting; it cannot be used with a sweep"),
     (["-g", "alexnet,rnnlm", "--plot", "x.png"], "--plot: a plot needs a swept numeric setting"),
+    (["-p", "4", "--pp", "1,auto", "--plot", "x.png"], "--pp takes values that are not numbers"),
 ])
 def test_bad_lists(tmp_path, args, message):
     proc = run(*args, cwd=tmp_path)
