@@ -130,7 +130,9 @@ def structures(g, p: int, batch: int, node: int, blocks: int, framework=None):
               default=0)
     experts = max((op.space[op.dims.index(expert)] for op in operators(g) if expert and expert in op.dims),
                   default=0)
-    chunkings = {pp: _chunkings(blocks, pp, framework, layers) for pp in _divisors(p) if 1 < pp <= blocks}
+    interleaved = framework is None or "interleaved" in framework.schedules  # DeepSpeed's engine runs 1F1B only
+    chunkings = {pp: _chunkings(blocks, pp, framework, layers) if interleaved else ()
+                 for pp in _divisors(p) if 1 < pp <= blocks}
     for tp in _divisors(p):
         if tp > node:
             break
@@ -210,6 +212,9 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
     def admit(shape, index: int, depth: int) -> None:
         """Bound the structure ``shape`` (at its micro-batch) and queue it."""
         pairs = grid_of(shape)
+        if not pairs:  # nothing of it the framework runs
+            tally["invalid"] += 1
+            return
         if capacity is not None:
             states = costing.least_states(shape, max(z for z, _ in pairs))
             if states > capacity:  # no option makes it fit

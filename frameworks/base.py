@@ -149,6 +149,10 @@ class Framework:
     (``""``: none; ``--tp-overlap`` turns it on, :func:`cost.tables.tp_room`),
     and ``tp_overlap_compiled`` whether that needs ``torch.compile``.
 
+    Pipelines: ``schedules`` the pipeline schedules the framework runs
+    (``gpipe``, ``1f1b``, ``interleaved``: what ``--search standard`` and
+    ``--schedule auto`` try).
+
     ZeRO: ``zero_stages`` the stages the framework runs (what ``--search
     standard`` tries), ``pipeline_zero_stages`` those it runs beside
     pipeline stages; ``sharded_every_micro_batch``: where gradients are
@@ -237,6 +241,7 @@ class Framework:
     sharded_overlap: float | None = None
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     pipeline_zero_stages: tuple[int, ...] = (0, 1)
+    schedules: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
     sharded_every_micro_batch: bool = False
     fitted: tuple[str, ...] = ()  # the published rows its fitted constants come from ("source: row")
     compiled: bool = False
@@ -262,9 +267,12 @@ class Framework:
         """Why the framework does not run the standard configuration
         ``std`` (of a model with ``experts`` or without) as it is costed:
         a ZeRO stage it does not run (beside pipeline stages, its
-        ``pipeline_zero_stages``), or experts parallelised against its
-        rule; ``""`` where it runs it (what ``--search standard`` tries)."""
+        ``pipeline_zero_stages``), a pipeline schedule it does not run, or
+        experts parallelised against its rule; ``""`` where it runs it
+        (what ``--search standard`` tries)."""
         staged = std.pp > 1
+        if staged and self.refuses_schedule(std.schedule):
+            return self.refuses_schedule(std.schedule)
         zeros = self.pipeline_zero_stages if staged else self.zero_stages
         if std.zero not in zeros:
             return (f"{self.title} runs ZeRO {_either(zeros)}{' beside pipeline stages' if staged else ''}, "
@@ -272,6 +280,12 @@ class Framework:
         if experts and not self.runs_experts(std, std.zero):
             return f"{self.title} does not parallelise the experts so: {EXPERT_RULE_TEXT[self.experts]}"
         return ""
+
+    def refuses_schedule(self, name: str) -> str:
+        """Why the framework does not run a pipeline of the schedule
+        ``name`` (``gpipe``, ``1f1b``, ``interleaved``); ``""`` where it
+        does."""
+        return "" if name in self.schedules else f"{self.title} runs {_either(self.schedules)} pipelines, not {name}"
 
     def overlap_of(self, overlap: float, sharded: bool) -> float:
         """The share of gradient collectives and weight gathers that runs
@@ -296,6 +310,8 @@ class Framework:
         if not set(self.zero_stages) | set(self.pipeline_zero_stages) <= {0, 1, 2, 3} or not self.zero_stages \
                 or not self.pipeline_zero_stages:
             raise ValueError(f"{self.name}: zero_stages and pipeline_zero_stages name some of 0, 1, 2, 3")
+        if not self.schedules or any(x not in ("gpipe", "1f1b", "interleaved") for x in self.schedules):
+            raise ValueError(f"{self.name}: schedules must name some of 'gpipe', '1f1b', 'interleaved'")
         if any(arch not in ARCHITECTURES for arch, _ in self.overhead_by_arch):
             raise ValueError(f"{self.name}: overhead_by_arch must name some of {', '.join(ARCHITECTURES)}")
         if not self.moe_host_ms >= 0.0:

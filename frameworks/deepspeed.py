@@ -44,6 +44,9 @@ DEEPSPEED = register(Framework(
     # stages 2 and 3 reduce each micro-batch's gradients into their partitions (deepspeed/runtime/engine.py,
     # allreduce_gradients: "ZeRO stage >= 2 communicates during non gradient accumulation boundaries as well")
     sharded_every_micro_batch=True,
+    # its pipeline engine runs one training schedule (deepspeed/runtime/pipe/schedule.py, TrainSchedule: each
+    # stage's forward and backward passes alternating after its warm-up, 1F1B), no interleaved model chunks
+    schedules=("1f1b",),
     kernels="eager",  # a PyTorch model run eagerly, unless compiled (deepspeed's compile option)
     loss_passes=(18.0, 26.0),  # PyTorch's cross_entropy of fp32 logits, as torchtitan's
     # DeepSpeed's FusedAdam (multi_tensor_adam) over the fp32 partition: reads gradient, parameter, moments

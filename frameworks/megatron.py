@@ -98,6 +98,9 @@ MEGATRON = register(Framework(
     # (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split; Megatron Bridge's Llama 3.1
     # 405B recipes set both: its 126 layers and the two make 8 stages of 16)
     pipeline_split="embedding_loss",
+    # megatron/core/pipeline_parallel/schedules.py: forward_backward_pipelining_without_interleaving (1F1B) and
+    # forward_backward_pipelining_with_interleaving; no schedule runs all forward passes before the backward ones
+    schedules=("1f1b", "interleaved"),
     # a mixture of experts with tensor parallelism needs sequence parallelism (megatron/core/transformer/moe/
     # moe_layer.py refuses it without); the experts' own tensor-parallel degree is free (parallel folding)
     experts="megatron",

@@ -46,8 +46,8 @@ def with_defaults(s: Settings, cluster) -> Settings:
     if not real_device(s, cluster) or s.plan is not None or s.evaluate is not None or s.search is not None:
         return s
     searched = SEARCHED_ON_A_DEVICE
-    if s.profile or s.measure:  # they time one search per operator: no stages unless asked for
-        searched = tuple(k for k in searched if k != "pp")
+    if s.profile or s.measure or isinstance(s.microbatches, int):  # they time one search per operator; and
+        searched = tuple(k for k in searched if k != "pp")  # --microbatches M without --pp accumulates them
     return replace(s, **{k: "auto" for k in searched if getattr(s, k) is None})
 
 

@@ -89,6 +89,11 @@ def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
     g = job.graph(pipe.micro)
     pipe = pipeline_search.as_plan(g, job.model, job.procs, pipe)  # its blocks' collectives pooled
     result = pipeline.as_result(g, pipe, job.model, job.procs, batch, "search")
+    fw = job.model.framework
+    if fw is not None and pipe.pp > 1 and fw.refuses_schedule(pipe.schedule.name):  # asked for with --schedule
+        result = replace(result, notes=result.notes + (
+            f"{fw.refuses_schedule(pipe.schedule.name)}: costed as asked, though the framework would not run it "
+            "(--schedule auto tries only what it runs).",))
     if unsearched is not None:
         result = replace(result, notes=result.notes + (
             f"The plan without stages was not searched ({unsearched}); this is the best of the pipelines and "

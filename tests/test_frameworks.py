@@ -1212,3 +1212,31 @@ def test_megatron_weights_the_experts_in_their_activation():
     assert mg["layer0/mlp/down"] == pytest.approx(ds["layer0/mlp/down"], rel=1e-9)
     full, _ = kept("megatron", "full")
     assert full["layer0/mlp/combine"] == 0.0
+
+
+def test_each_framework_runs_its_own_pipeline_schedules(tmp_path):
+    """Megatron-LM runs 1F1B and interleaved pipelines, DeepSpeed's engine
+    1F1B only, torchtitan (torch.distributed.pipelining) all three: the
+    standard search tries only those, and one asked for otherwise is
+    costed with a note."""
+    from frameworks import FRAMEWORKS
+    from standard import Standard
+
+    runs = {name: [s for s in ("gpipe", "1f1b", "interleaved")
+                   if not FRAMEWORKS[name].refuses(Standard(pp=2, zero=0, schedule=s), False)]
+            for name in ("megatron", "deepspeed", "torchtitan")}
+    assert runs == {"megatron": ["1f1b", "interleaved"], "deepspeed": ["1f1b"],
+                    "torchtitan": ["gpipe", "1f1b", "interleaved"]}
+    llama70 = ("-g", ROOT / "tests/data/configs/llama3-70b", "-p", 64, "--device", "h100", "-b", 64, "--seq", 4096,
+               "-q")
+    # the grid's best under DeepSpeed was interleaved:5 when it tried every schedule
+    out = run_cli(*llama70, "--search", "standard", "--framework", "deepspeed", cwd=tmp_path).stdout
+    assert "Best standard configuration" in out and "interleaved" not in out
+    out = run_cli(*llama70, "--plan", "tp=8,pp=4,dp=2,schedule=interleaved", "--framework", "deepspeed",
+                  cwd=tmp_path).stdout
+    assert "DeepSpeed runs 1f1b pipelines, not interleaved: costed as given" in out
+    gpt2 = ("-g", ROOT / "tests/data/configs/gpt2", "-p", 8, "--device", "h100", "-b", 16, "--seq", 512, "-q")
+    out = run_cli(*gpt2, "--pp", 2, "--schedule", "interleaved", "--framework", "deepspeed", cwd=tmp_path).stdout
+    assert "interleaved:2" in out and "DeepSpeed runs 1f1b pipelines, not interleaved: costed as asked" in out
+    out = run_cli(*gpt2, "--pp", 2, "--framework", "deepspeed", cwd=tmp_path).stdout  # --schedule auto
+    assert "Pipeline: 2 stages" in out and "interleaved" not in out

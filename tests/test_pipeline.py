@@ -793,3 +793,29 @@ def test_the_balanced_shares_are_tried_where_the_even_ones_do_not_fit():
     assert r.memory_bytes <= 0.52e9 and round(r.step_seconds, 3) == 0.545
     r = _pp_step("-g", "resnet101", "-p", 8, "--pp", 4, "--schedule", "interleaved")
     assert str(r.pipeline.schedule) == "interleaved:2" and round(r.step_seconds, 3) == 0.142
+
+
+@pytest.mark.parametrize("args", [
+    ("-g", "alexnet", "-p", 8, "--pp", "auto"),  # its stages (20.2 ms at 4) lose to none
+    ("-g", "alexnet", "-p", 4, "--microbatches", "auto"),  # accumulating 128 micro-batches took 43.1 ms
+    ("-g", ROOT / "tests/data/configs/gpt2", "-p", 8, "--device", "h100", "-b", 16, "--seq", 512, "--pp", "auto"),
+])
+def test_auto_is_never_slower_than_the_whole_batch_at_once(tmp_path, args):
+    """--pp auto and --microbatches auto try one stage with the whole
+    batch: never slower than --pp 1 (the plan without stages), and said so."""
+    def step(out):
+        return re.search(r"Predicted step time: ([\d.]+ m?s)", out).group(1)
+
+    auto = run_cli(*args, "-q", "--output", "auto.json", cwd=tmp_path).stdout
+    flag = args.index("--pp") if "--pp" in args else args.index("--microbatches")
+    whole = run_cli(*args[:flag], *args[flag + 2:], "--pp", 1, "-q", cwd=tmp_path).stdout
+    assert step(auto) == step(whole)
+    assert re.search(r"One stage, one micro-batch: the whole batch of \d+ samples at once on all \d+ devices", auto)
+    again = run_cli("--evaluate", "auto.json", "-q", cwd=tmp_path).stdout  # its plan file reads back as it was
+    assert step(again) == step(auto) and "One stage, one micro-batch" in again
+
+
+def test_given_micro_batches_without_stages_accumulate_on_a_real_device_too():
+    out = run_cli("-g", ROOT / "tests/data/configs/gpt2", "-p", 8, "--device", "h100", "-b", 16, "--seq", 512,
+                  "--microbatches", 4, "-q").stdout
+    assert "Gradient accumulation: 4 micro-batches of 4 samples" in out and "Pipeline:" not in out
