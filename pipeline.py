@@ -203,8 +203,8 @@ def order(name: str, i: int, pp: int, m: int, v: int = 1) -> list[tuple[str, int
 
 def parse_schedule(text: str) -> Schedule:
     """``gpipe``, ``1f1b``, ``interleaved`` (2 chunks) or ``interleaved:V``."""
-    name, _, chunks = str(text).strip().lower().partition(":")
-    if name not in SCHEDULES or (chunks and name != "interleaved"):
+    name, colon, chunks = str(text).strip().lower().partition(":")
+    if name not in SCHEDULES or (colon and name != "interleaved") or (colon and not chunks):
         raise InputError(f"schedule must be gpipe, 1f1b, interleaved or interleaved:V, got {text!r}")
     if chunks and (not (chunks.isascii() and chunks.isdigit()) or not 2 <= int(chunks) <= 64):
         raise InputError(f"interleaved:V needs V from 2 to 64 chunks, got {chunks!r}")

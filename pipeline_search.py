@@ -249,7 +249,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     whole = micro_values is None and not beside_plain  # one stage tries the whole batch at once too, last
     pairs = [(pp, micro) for pp in sorted(pps, reverse=True) if p % pp == 0  # small stages first: quick to cost
              for micro in (micro_values or micro_candidates(batch, p, pp) + ([batch] if whole and pp == 1 else []))
-             if batch // micro >= pp and not (beside_plain and pp == 1 and micro == batch)]
+             if (batch // micro >= pp or micro_values) and not (beside_plain and pp == 1 and micro == batch)]
     pairs = list(dict.fromkeys(pairs))
     smallest = [math.inf]  # the least memory a device of any pipeline tried needs (its stages' bound)
     chunked, unchunked = 0, None  # settings whose stages can run the schedule; why the first other cannot
@@ -318,6 +318,10 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             out, why_not = [], None
             for cut in cuts:
                 for sched in scheds:
+                    if sched.v > 1 and m < pp:  # fewer micro-batches than stages, given: 1F1B and GPipe run them
+                        why_not = why_not or (f"the interleaved schedule needs at least as many micro-batches as "
+                                              f"the {pp} stages, not {m}")
+                        continue
                     if not cut.blocks and sched.v > 1:  # the interleaved schedule's chunks are blocks
                         if N < pp:
                             why_not = why_not or (f"the interleaved schedule splits stages into chunks of blocks; "

@@ -101,12 +101,17 @@ def _samples(pipe) -> str:
     return text
 
 
+def _all(devices: int) -> str:
+    """"all 8 devices", or "the one device"."""
+    return f"all {devices} devices" if devices > 1 else "the one device"
+
+
 def _pipeline_lines(r: Result) -> list[str]:
     """The stages of a pipelined plan: what each holds and costs."""
     pipe, cl = r.pipeline, r.cost_model.cluster
     if pipe.pp == 1 and pipe.m == 1:  # one stage, one micro-batch: the plan without stages, as searched with them
-        return [f"One stage, one micro-batch: the whole batch of {_samples(pipe)} at once on all "
-                f"{pipe.stages[0].devices} devices, the fastest setting searched"]
+        return [f"One stage, one micro-batch: the whole batch of {_samples(pipe)} at once on "
+                f"{_all(pipe.stages[0].devices)}, the fastest setting searched"]
     if pipe.pp == 1:  # one stage: the batch's micro-batches one after the other, gradients accumulated
         fw, stage = r.cost_model.framework, pipe.stages[0].result
         some = fw is not None and fw.sharded_every_micro_batch and stage.some_sharded_gradients
@@ -114,9 +119,10 @@ def _pipeline_lines(r: Result) -> list[str]:
                    "each micro-batch's sharded gradients reduce-scattered under its backward pass"
                    + ("" if stage.sharded_gradients else ", the others' once per step"))
         return [f"Gradient accumulation: {pipe.m} micro-batch{'es' * (pipe.m > 1)} of {_samples(pipe)}, one "
-                f"after the other on all {pipe.stages[0].devices} devices, each "
+                f"after the other on {_all(pipe.stages[0].devices)}, each "
                 f"{fmt_time(cl.seconds(pipe.stages[0].time))}; {reduced}"]
-    lines = [f"Pipeline: {pipe.pp} stages of {pipe.stages[0].devices} devices, {pipe.m} "
+    q = pipe.stages[0].devices
+    lines = [f"Pipeline: {pipe.pp} stages of {q} device{'s' * (q > 1)}, {pipe.m} "
              f"micro-batch{'es' * (pipe.m > 1)} of {_samples(pipe)}, {pipe.schedule}; "
              f"bubble {100 * pipe.bubble:.1f}% of the slowest stage's busy time"
              + (f"; each stage's plan {pipe.bound}" if pipe.bound else "")]
@@ -124,7 +130,8 @@ def _pipeline_lines(r: Result) -> list[str]:
     names = {layer.id: layer.name for layer in r.layers}
     for s in pipe.stages:
         rows.append((str(s.index), f"{names[s.nodes[0]]} .. {names[s.nodes[-1]]} ({len(s.nodes)})",
-                     f"{s.first}-{s.first + s.devices - 1}", fmt_time(cl.seconds(s.time)),
+                     f"{s.first}-{s.first + s.devices - 1}" if s.devices > 1 else str(s.first),
+                     fmt_time(cl.seconds(s.time)),
                      fmt_bytes(s.sends * cl.word_bytes), f"{round(s.in_flight, 2):g}",
                      fmt_bytes(s.memory) + ("!" if r.capacity is not None and s.memory > r.capacity else "")))
     return lines + ["  " + line for line in _align(rows, right={0, 3, 4, 5, 6}, sep="  ")]

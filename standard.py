@@ -166,8 +166,8 @@ def parse(spec: str) -> Standard:
             except InputError as e:
                 raise InputError(f"--plan: {e}") from None
         elif key == "schedule":
-            name, _, chunks = text.lower().partition(":")
-            if name not in SCHEDULES or (chunks and name != "interleaved"):
+            name, colon, chunks = text.lower().partition(":")
+            if name not in SCHEDULES or (colon and name != "interleaved") or (colon and not chunks):
                 raise InputError(f"--plan: schedule must be gpipe, 1f1b, interleaved or interleaved:V, got {text!r}")
             values["schedule"] = name
             values["chunks"] = _int("schedule's chunks", chunks, 2) if chunks else (2 if name == "interleaved" else 1)
@@ -183,6 +183,9 @@ def parse(spec: str) -> Standard:
             values["sp"] = int(text)
         else:
             values[key] = _int(key, text)
+    if "schedule" in values and values.get("pp", 1) == 1:  # what --schedule without --pp is told too
+        name = values["schedule"]
+        raise InputError(f"--plan: a{'n' * (name == 'interleaved')} {name} schedule needs pp > 1")
     return Standard(**values)
 
 
@@ -219,6 +222,11 @@ def complete(std: Standard, p: int, batch: int) -> Standard:
                          f"data-parallel group")
     if std.schedule == "interleaved" and std.pp == 1:
         raise InputError("--plan: an interleaved schedule needs pp > 1")
+    m = batch // (dp * micro)
+    if std.schedule == "interleaved" and m < std.pp:  # its chunks take the micro-batches in groups of the stages
+        raise InputError(f"--plan: an interleaved schedule needs at least as many micro-batches as its {std.pp} "
+                         f"stages; a micro-batch of {micro} leaves {m} of the {batch // dp} samples of a "
+                         "data-parallel group")
     return replace(std, dp=dp, microbatch=micro)
 
 

@@ -122,19 +122,6 @@ def _find_model(model: dict, path: str) -> str:
                      f"{model.get('path') or model['source']}; give the model with -g")
 
 
-def _check_model(g, recorded: dict, path: str) -> None:
-    """Refuse a plan file written for another model than ``g``."""
-    source = g.graph.get("source")
-    mine = f"{source['file']} (sha256 {source['sha256'][:12]})" if source else g.graph["name"]
-    model = recorded.get("model")
-    if model is not None:
-        if source is None or source["sha256"] != model["sha256"]:
-            raise InputError(f"--evaluate: {path} is a strategy for {model['source']} "
-                             f"(sha256 {model['sha256'][:12]}), not for {mine}")
-    elif "graph" in recorded and (source is not None or recorded["graph"] != g.graph["name"]):
-        raise InputError(f"--evaluate: {path} is a strategy for {recorded['graph']}, not for {mine}")
-
-
 def _cluster_file(s: Settings) -> dict:
     """The cluster file's fields (and framework keys), or none."""
     from cluster.config import read_cluster_file
@@ -286,7 +273,9 @@ def plan(s: Settings, *, baselines=None, progress=None, graphs: dict | None = No
 
         result, profile = pipelined(s, job, progress, with_plain)
     elif file is not None:
-        _check_model(g, recorded, s.evaluate)
+        from planner.recorded import check_model
+
+        check_model(g, recorded, s.evaluate)
         try:
             strategy = decisions(g, file, s.procs)
         except InputError as e:

@@ -10,7 +10,20 @@ from dataclasses import replace
 from errors import InputError
 from planner.job import Job
 
-__all__ = ["recorded_pipeline"]
+__all__ = ["recorded_pipeline", "check_model"]
+
+
+def check_model(g, recorded: dict, path: str) -> None:
+    """Refuse a plan file written for another model than ``g``."""
+    source = g.graph.get("source")
+    mine = f"{source['file']} (sha256 {source['sha256'][:12]})" if source else g.graph["name"]
+    model = recorded.get("model")
+    if model is not None:
+        if source is None or source["sha256"] != model["sha256"]:
+            raise InputError(f"--evaluate: {path} is a strategy for {model['source']} "
+                             f"(sha256 {model['sha256'][:12]}), not for {mine}")
+    elif "graph" in recorded and (source is not None or recorded["graph"] != g.graph["name"]):
+        raise InputError(f"--evaluate: {path} is a strategy for {recorded['graph']}, not for {mine}")
 
 
 def recorded_pipeline(job: Job, file, path: str):
@@ -45,6 +58,7 @@ def recorded_pipeline(job: Job, file, path: str):
                          f"({path})")
     m = job.batch // micro
     gm = job.graph(micro)
+    check_model(gm, file.recorded, path)  # before its operators are read: another model's would not fit them
     try:
         strategy = decisions(gm, file, job.procs // pp)
     except InputError as e:

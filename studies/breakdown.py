@@ -25,15 +25,25 @@ FORMATS = {**{c: (lambda x: f"{x:.4e}") for c in (*PARTS, "total", "cost", "cost
 
 
 def layers_frame(result) -> pd.DataFrame:
-    """One row per layer: its kind, group, configuration and cost parts."""
+    """One row per layer: its kind, group, configuration and cost parts
+    per step (a pipeline's, or accumulated micro-batches', for all its
+    micro-batches, each layer on its own stage's devices)."""
     edges = {}
     for _, v, c in result.edges:
         edges.setdefault(v, []).append(c)
+    m = per_step(result)
     return pd.DataFrame([{
         "id": layer.id, "name": layer.name, "kind": layer.kind, "group": layer.name.split("/")[0].split(".")[0],
-        "config": layer.config, "compute": layer.compute, "communication": layer.communication,
-        "edges": math.fsum(edges.get(layer.id, ())),
+        "config": layer.config, "compute": m * layer.compute, "communication": m * layer.communication,
+        "edges": m * math.fsum(edges.get(layer.id, ())),
     } for layer in result.layers])
+
+
+def per_step(result) -> int:
+    """How many times a step runs each of ``result``'s layers: a
+    pipeline's (or accumulated micro-batches') layers are costed per
+    micro-batch, and run for each of its micro-batches."""
+    return result.pipeline.m if result.pipeline is not None else 1
 
 
 def grouped(df: pd.DataFrame, by: str) -> pd.DataFrame:
@@ -79,9 +89,13 @@ def table(df: pd.DataFrame, index: str | None = None, rename: dict | None = None
 def render(result, baseline=None) -> str:
     """The breakdown as text; with ``baseline``, the layers that differ most."""
     df = layers_frame(result)
-    lines = ["", "Where the cost goes (FLOP; re-distribution charged to the layer that reads the tensor):", "",
-             table(grouped(df, "kind"), "kind"), "", table(grouped(df, "group"), "group")]
-    pipe = result.pipeline  # no operator's: the expert layers' wait on the host's launches (frameworks.host)
+    pipe = result.pipeline
+    lines = ["", "Where the cost goes (FLOP per step; re-distribution charged to the layer that reads the tensor"
+             + ("" if pipe is None else
+                f"; each layer for all {pipe.m} micro-batches on its own stage's devices, so that the stages, "
+                "running at once, add up to more than the step" if pipe.pp > 1 else
+                f"; each layer for all {pipe.m} micro-batches") + "):", "",
+             table(grouped(df, "kind"), "kind"), "", table(grouped(df, "group"), "group")]  # no operator's: the expert layers' wait on the host's launches (frameworks.host)
     if pipe is None and result.host > 0:
         total = math.fsum([*(x.compute + x.communication for x in result.layers), *(c for *_, c in result.edges)])
         lines += ["", f"Beyond the layers: the expert layers wait {result.host:.4e} on the host's launches (the "

@@ -56,7 +56,10 @@ def row(result, swept: dict, error: str | None = None) -> dict:
     if r.capacity is not None:  # within a device's memory: whether each baseline fits it (a speedup it cannot run)
         for b in r.baselines:
             out[f"{b.key}_fits"] = b.fits
-    out.update(compute=r.compute, communication=r.communication, memory_gb=r.memory_bytes / 1e9)
+    from report import step_parts
+
+    parts = dict(step_parts(r))  # the step's, on its critical path (a pipeline's slowest stage), as its report says
+    out.update(compute=parts["compute"], communication=parts["exposed communication"], memory_gb=r.memory_bytes / 1e9)
     if r.search is not None:
         out.update(search_seconds=r.search.seconds, largest_K=r.search.largest_K)
     if r.bound is not None:

@@ -179,3 +179,22 @@ def test_help_names_the_model_files():
     out = " ".join(run("--help").stdout.split())
     assert ("an ONNX file, a Hugging Face config.json (llama, qwen3, deepseek_v3, gpt_oss ...: docs/models.md lists the "
             "families), or a directory") in out
+
+
+@pytest.mark.parametrize("layers", [2, 3])  # the same operators, then more of them
+def test_evaluate_refuses_a_pipeline_for_a_changed_config(tmp_path, layers):
+    """A pipelined plan file is a strategy for its model's file as it was:
+    edited (the same operators, or more of them), the file is refused by
+    its sha256, as per-operator and standard plans are, not costed on the
+    new model or refused for an operator it lacks."""
+    folder = tmp_path / "tiny-moe"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TINY))
+    plan = tmp_path / "plan.json"
+    run("-g", folder, "-p", 4, "-b", 8, "--seq", 32, "--pp", 2, "--output", plan)
+    data = json.loads(plan.read_text())
+    assert data["pipeline"]["pp"] == 2
+    (folder / "config.json").write_text(json.dumps(dict(TINY, intermediate_size=128, num_hidden_layers=layers)))
+    one_line_error(run("--evaluate", plan, ok=False),
+                   f"is a strategy for config.json (sha256 {data['model']['sha256'][:12]}), not for config.json "
+                   "(sha256 ")

@@ -451,6 +451,14 @@ def test_a_sweep_takes_pp(tmp_path):
     (("-g", "alexnet", "-p", 8, "--plan", "pp=2,schedule=interleaved"), "no repeated blocks"),
     ((("-g", Path(__file__).parent / "data" / "configs" / "gpt2" / "config.json", "-p", 8, "--plan", "tp=2")),
      "give the model a vocabulary of 50432"),
+    (("-g", "transformer", "-p", 8, "--plan", "tp=4,schedule=gpipe"), "--plan: a gpipe schedule needs pp > 1"),
+    (("-g", "transformer", "-p", 8, "--plan", "tp=4,pp=1,schedule=1f1b"), "--plan: a 1f1b schedule needs pp > 1"),
+    (("-g", "transformer", "-p", 8, "--plan", "pp=2,schedule=interleaved:"), "schedule must be gpipe, 1f1b"),
+    (("-g", "transformer", "-p", 8, "--pp", 2, "--schedule", "interleaved:"), "schedule must be gpipe, 1f1b"),
+    (("-g", "transformer", "-p", 8, "--plan", "pp=4,microbatch=64,schedule=interleaved"),
+     "an interleaved schedule needs at least as many micro-batches as its 4 stages; a micro-batch of 64 leaves 1"),
+    (("-g", "transformer", "-p", 8, "--pp", 4, "--microbatches", 2, "--schedule", "interleaved"),
+     "the interleaved schedule needs at least as many micro-batches as the 4 stages, not 2"),
 ])
 def test_bad_pipeline_input(args, message):
     proc = run_cli(*args, ok=False)
@@ -819,3 +827,20 @@ def test_given_micro_batches_without_stages_accumulate_on_a_real_device_too():
     out = run_cli("-g", ROOT / "tests/data/configs/gpt2", "-p", 8, "--device", "h100", "-b", 16, "--seq", 512,
                   "--microbatches", 4, "-q").stdout
     assert "Gradient accumulation: 4 micro-batches of 4 samples" in out and "Pipeline:" not in out
+
+
+def test_given_micro_batches_fewer_than_the_stages_run_1f1b():
+    """--search standard may take fewer micro-batches than stages (each
+    runs every stage in turn); --pp N --microbatches M costs them too, as
+    asked, where the search of micro-batch sizes keeps at least N."""
+    qwen = ("-g", ROOT / "tests/data/configs/qwen2-0.5b", "--device", "h100", "-p", 7, "-b", 8, "--seq", 128, "-q")
+    std = run_cli(*qwen, "--search", "standard").stdout
+    assert "pp=7 (1f1b, micro-batch 4)" in std  # 2 micro-batches on 7 stages
+    given = run_cli(*qwen, "--pp", 7, "--microbatches", 2).stdout
+    assert "Pipeline: 7 stages of 1 device, 2 micro-batches of 4 samples, 1f1b" in given
+    assert re.search(r"\n +0 +embed \.\. \S+ \(\d+\) +0 +\d", given)  # one device: its number, not 0-0
+
+    def step(out):
+        return float(re.search(r"Predicted step time: ([\d.]+) ms", out).group(1))
+
+    assert step(given) <= step(std)  # each stage's own plan, searched

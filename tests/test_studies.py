@@ -175,6 +175,30 @@ def test_breakdown_sums_are_the_report_totals():
     assert "Where the cost goes" in out and "Layers where the plan and data parallel differ most" in out
 
 
+def test_a_pipelines_breakdown_and_sweep_columns_are_per_step():
+    """A pipeline's layers are costed per micro-batch: the breakdown counts
+    each for all the micro-batches (so that --compare sets it beside data
+    parallel's per step), and a sweep's compute and communication are the
+    step's on its critical path, as the report's step line gives them."""
+    from report import step_parts
+    from studies.sweep import row
+
+    r = plan(parse_args(["-g", "transformer", "-p", "8", "--pp", "2"]), baselines=("data_parallel",)).result
+    m = r.pipeline.m
+    assert r.pipeline.pp == 2 and m == 32
+    df = layers_frame(r)
+    g = grouped(df, "kind")
+    assert g.loc["total", "compute"] == pytest.approx(m * r.compute, rel=1e-12)
+    assert g.loc["total", "total"] == pytest.approx(m * (r.compute + r.operators_comm + r.edges_cost), rel=1e-12)
+    dp = layers_frame(r.baseline("data_parallel")).set_index("name")
+    ffn = df.set_index("name").loc["enc0/ffn/in"]  # half the devices, every sample: more per step than data parallel
+    assert ffn["compute"] == pytest.approx(2 * dp.loc["enc0/ffn/in", "compute"], rel=0.05)
+    parts = dict(step_parts(r))
+    out = row(r, {"pp": 2})
+    assert out["compute"] == parts["compute"] and out["communication"] == parts["exposed communication"]
+    assert out["compute"] < r.step_seconds / r.cost_model.cluster.seconds(1.0)  # the critical path's, within the step
+
+
 @pytest.mark.parametrize("args, message", [
     (["-p", "8,,16"], "'8,,16' has an empty item"),
     (["-p", "8,x"], "'x' is not an integer"),
