@@ -95,7 +95,8 @@ def render(result, baseline=None) -> str:
                 f"; each layer for all {pipe.m} micro-batches on its own stage's devices, so that the stages, "
                 "running at once, add up to more than the step" if pipe.pp > 1 else
                 f"; each layer for all {pipe.m} micro-batches") + "):", "",
-             table(grouped(df, "kind"), "kind"), "", table(grouped(df, "group"), "group")]  # no operator's: the expert layers' wait on the host's launches (frameworks.host)
+             table(grouped(df, "kind"), "kind"), "", table(grouped(df, "group"), "group")]
+    # no operator's: the expert layers' wait on the host's launches (frameworks.host)
     if pipe is None and result.host > 0:
         total = math.fsum([*(x.compute + x.communication for x in result.layers), *(c for *_, c in result.edges)])
         lines += ["", f"Beyond the layers: the expert layers wait {result.host:.4e} on the host's launches (the "
