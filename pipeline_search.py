@@ -416,7 +416,9 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             ends = cut_as_framework(cut.counts, sched.v, model.framework, layers) if cut.blocks else False
             ranked.append((sched.time(times, m, chunk_share(cut.counts, sched.v, ends)), micro, pp, cut, sched))
         mine = min((r[0] for r in ranked if r[1] == micro and r[2] == pp), default=math.inf)
-        if last is not None and min(mine, dropped) > last[1]:  # worse than the smaller micro-batch: stop growing it
+        if last is not None and last[1] is None:  # the whole batch after the growth stopped: it stays stopped
+            pass
+        elif last is not None and min(mine, dropped) > last[1]:  # worse than the smaller micro-batch: stop growing it
             best_of[pp] = (None, None)
         elif mine < math.inf:
             best_of[pp] = (micro, mine)

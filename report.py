@@ -111,7 +111,7 @@ def _pipeline_lines(r: Result) -> list[str]:
     pipe, cl = r.pipeline, r.cost_model.cluster
     if pipe.pp == 1 and pipe.m == 1:  # one stage, one micro-batch: the plan without stages, as searched with them
         return [f"One stage, one micro-batch: the whole batch of {_samples(pipe)} at once on "
-                f"{_all(pipe.stages[0].devices)}, the fastest setting searched"]
+                f"{_all(pipe.stages[0].devices)}"]
     if pipe.pp == 1:  # one stage: the batch's micro-batches one after the other, gradients accumulated
         fw, stage = r.cost_model.framework, pipe.stages[0].result
         some = fw is not None and fw.sharded_every_micro_batch and stage.some_sharded_gradients

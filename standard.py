@@ -225,7 +225,7 @@ def complete(std: Standard, p: int, batch: int) -> Standard:
     m = batch // (dp * micro)
     if std.schedule == "interleaved" and m < std.pp:  # its chunks take the micro-batches in groups of the stages
         raise InputError(f"--plan: an interleaved schedule needs at least as many micro-batches as its {std.pp} "
-                         f"stages; a micro-batch of {micro} leaves {m} of the {batch // dp} samples of a "
+                         f"stages; micro-batches of {micro} make {m} of the {batch // dp} samples of a "
                          "data-parallel group")
     return replace(std, dp=dp, microbatch=micro)
 

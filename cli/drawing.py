@@ -53,6 +53,6 @@ def write_drawing(planned, path: str, fmt: str) -> str:
 
     write_atomic(path, draw(planned, fmt))
     pipe = planned.result.pipeline
-    what = (f"{pipe.pp} stage{'s' * (pipe.pp > 1)}, {pipe.schedule}, {pipe.m} micro-batches" if pipe is not None
-            else "no stages")
+    what = (f"{pipe.pp} stage{'s' * (pipe.pp > 1)}, {pipe.schedule}, {pipe.m} micro-batch{'es' * (pipe.m > 1)}"
+            if pipe is not None else "no stages")
     return f"Drew the plan ({what}) to {path}"

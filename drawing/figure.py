@@ -261,10 +261,11 @@ def _title(result) -> tuple[str, str]:
     pipe = result.pipeline
     what = []
     if pipe is not None:
-        what.append(f"{pipe.pp} stage{'s' * (pipe.pp > 1)} of {pipe.stages[0].devices} devices, {pipe.m} "
-                    f"micro-batches of {pipe.micro}" + (f" ({pipe.micro // pipe.replicas} per replica)"
-                                                         if pipe.replicas > 1 else "")
-                    + f", {pipe.schedule}, bubble {100 * pipe.bubble:.1f}%")
+        q = pipe.stages[0].devices
+        share = f" ({pipe.micro // pipe.replicas} per replica)" if pipe.replicas > 1 else ""
+        what.append(f"{pipe.pp} stage{'s' * (pipe.pp > 1)} of {q} device{'s' * (q > 1)}, {pipe.m} "
+                    f"micro-batch{'es' * (pipe.m > 1)} of {pipe.micro}{share}, {pipe.schedule}, "
+                    f"bubble {100 * pipe.bubble:.1f}%")
     else:
         what.append("no pipeline stages")
     memory = f"peak memory {fmt_bytes(result.memory_bytes)} per device"

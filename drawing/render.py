@@ -105,8 +105,9 @@ def _timeline(ax, tl, scale: float, unit: str, span: float) -> list:
     ax.tick_params(axis="x", labelsize=8)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
-    what = (f"{tl.schedule}, {tl.micro_batches} micro-batches; bubble {100 * tl.bubble:.1f}% of the slowest stage's "
-            f"(stage {tl.slowest}) busy time" if tl.schedule else "one step, no stages")
+    what = (f"{tl.schedule}, {tl.micro_batches} micro-batch{'es' * (tl.micro_batches > 1)}; bubble "
+            f"{100 * tl.bubble:.1f}% of the slowest stage's (stage {tl.slowest}) busy time" if tl.schedule
+            else "one step, no stages")
     ax.set_title(f"Schedule of the {tl.name}: {what}", fontsize=9.5, loc="left")
     handles = [Patch(facecolor=COLOURS["forward"], label="forward"),
                Patch(facecolor=COLOURS["backward"], label="backward")]

@@ -57,6 +57,9 @@ def recorded_pipeline(job: Job, file, path: str):
         raise InputError(f"-b {job.batch} is not a whole number of the pipeline's micro-batches of {micro} samples "
                          f"({path})")
     m = job.batch // micro
+    if sched.v > 1 and m < pp:  # as --pp and --plan refuse it
+        raise InputError(f"-b {job.batch} makes {m} of the pipeline's micro-batches of {micro} samples; its "
+                         f"interleaved schedule needs at least as many as its {pp} stages ({path})")
     gm = job.graph(micro)
     check_model(gm, file.recorded, path)  # before its operators are read: another model's would not fit them
     try:

@@ -94,7 +94,7 @@ def render(result, baseline=None) -> str:
              + ("" if pipe is None else
                 f"; each layer for all {pipe.m} micro-batches on its own stage's devices, so that the stages, "
                 "running at once, add up to more than the step" if pipe.pp > 1 else
-                f"; each layer for all {pipe.m} micro-batches") + "):", "",
+                f"; each layer for all {pipe.m} micro-batches" if pipe.m > 1 else "") + "):", "",
              table(grouped(df, "kind"), "kind"), "", table(grouped(df, "group"), "group")]
     # no operator's: the expert layers' wait on the host's launches (frameworks.host)
     if pipe is None and result.host > 0:

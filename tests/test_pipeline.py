@@ -456,7 +456,7 @@ def test_a_sweep_takes_pp(tmp_path):
     (("-g", "transformer", "-p", 8, "--plan", "pp=2,schedule=interleaved:"), "schedule must be gpipe, 1f1b"),
     (("-g", "transformer", "-p", 8, "--pp", 2, "--schedule", "interleaved:"), "schedule must be gpipe, 1f1b"),
     (("-g", "transformer", "-p", 8, "--plan", "pp=4,microbatch=64,schedule=interleaved"),
-     "an interleaved schedule needs at least as many micro-batches as its 4 stages; a micro-batch of 64 leaves 1"),
+     "an interleaved schedule needs at least as many micro-batches as its 4 stages; micro-batches of 64 make 1 of the 64"),
     (("-g", "transformer", "-p", 8, "--pp", 4, "--microbatches", 2, "--schedule", "interleaved"),
      "the interleaved schedule needs at least as many micro-batches as the 4 stages, not 2"),
 ])
@@ -806,21 +806,24 @@ def test_the_balanced_shares_are_tried_where_the_even_ones_do_not_fit():
 @pytest.mark.parametrize("args", [
     ("-g", "alexnet", "-p", 8, "--pp", "auto"),  # its stages (20.2 ms at 4) lose to none
     ("-g", "alexnet", "-p", 4, "--microbatches", "auto"),  # accumulating 128 micro-batches took 43.1 ms
+    ("-g", "resnet101", "-p", 8, "--microbatches", "auto"),  # its micro-batches' growth stops before the whole
     ("-g", ROOT / "tests/data/configs/gpt2", "-p", 8, "--device", "h100", "-b", 16, "--seq", 512, "--pp", "auto"),
 ])
 def test_auto_is_never_slower_than_the_whole_batch_at_once(tmp_path, args):
     """--pp auto and --microbatches auto try one stage with the whole
-    batch: never slower than --pp 1 (the plan without stages), and said so."""
+    batch: where it wins, the answer is --pp 1's plan, said so."""
     def step(out):
         return re.search(r"Predicted step time: ([\d.]+ m?s)", out).group(1)
 
     auto = run_cli(*args, "-q", "--output", "auto.json", cwd=tmp_path).stdout
     flag = args.index("--pp") if "--pp" in args else args.index("--microbatches")
-    whole = run_cli(*args[:flag], *args[flag + 2:], "--pp", 1, "-q", cwd=tmp_path).stdout
-    assert step(auto) == step(whole)
-    assert re.search(r"One stage, one micro-batch: the whole batch of \d+ samples at once on all \d+ devices", auto)
-    again = run_cli("--evaluate", "auto.json", "-q", cwd=tmp_path).stdout  # its plan file reads back as it was
-    assert step(again) == step(auto) and "One stage, one micro-batch" in again
+    whole = run_cli(*args[:flag], *args[flag + 2:], "--pp", 1, "-q", "--output", "whole.json", cwd=tmp_path).stdout
+    assert step(auto) == step(whole) and "Pipeline:" not in auto and "Gradient accumulation" not in auto
+    assert f"{args[flag]} auto searched " in auto and "none was faster than the whole batch at once" in auto
+    saved, plain = (json.loads((tmp_path / f).read_text()) for f in ("auto.json", "whole.json"))
+    assert "pipeline" not in saved and saved["layers"] == plain["layers"]  # the plan without stages, as --pp 1's
+    again = run_cli("--evaluate", "auto.json", "-q", "-b", 64, cwd=tmp_path).stdout  # so it follows -b
+    assert "batch 64" in again
 
 
 def test_given_micro_batches_without_stages_accumulate_on_a_real_device_too():
@@ -844,3 +847,13 @@ def test_given_micro_batches_fewer_than_the_stages_run_1f1b():
         return float(re.search(r"Predicted step time: ([\d.]+) ms", out).group(1))
 
     assert step(given) <= step(std)  # each stage's own plan, searched
+
+
+def test_evaluate_refuses_an_interleaved_record_at_a_batch_of_fewer_micro_batches_than_stages(tmp_path):
+    run_cli("-g", "transformer", "-p", 8, "--pp", 2, "--schedule", "interleaved", "-q", "--output", "ti.json",
+            cwd=tmp_path)
+    proc = run_cli("--evaluate", "ti.json", "-b", 4, cwd=tmp_path, ok=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "-b 4 makes 1 of the pipeline's micro-batches of 4 samples; its interleaved schedule needs at least as " \
+           "many as its 2 stages (ti.json)" in proc.stderr
+    assert "interleaved:2" in run_cli("--evaluate", "ti.json", "-b", 8, "-q", cwd=tmp_path).stdout  # 2: enough
