@@ -53,9 +53,8 @@ def measure(label: str, arg: str, pp: str, p: int) -> list[str]:
     pipe = r.pipeline
     if pipe is None:
         return [label, pp, fmt_time(r.step_seconds), "no stages", "", "", f"{seconds:.2f}"]
-    if pipe.pp == 1:  # one stage: the whole batch at once, or accumulated micro-batches
-        return [label, pp, fmt_time(r.step_seconds), "none, the whole batch" if pipe.m == 1 else
-                f"none, {pipe.m} micro-batches", "", "", f"{seconds:.2f}"]
+    if pipe.pp == 1:  # one stage: accumulated micro-batches
+        return [label, pp, fmt_time(r.step_seconds), f"none, {pipe.m} micro-batches", "", "", f"{seconds:.2f}"]
     cl = r.cost_model.cluster
     times = [s.time for s in pipe.stages]
     return [label, pp, fmt_time(r.step_seconds), f"{pipe.pp} x {pipe.stages[0].devices}, {pipe.schedule}",
