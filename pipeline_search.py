@@ -7,7 +7,7 @@ number of blocks whose blocks share out evenly enough, ``N / (pp
 ceil(N / pp)) >= 0.85``), the micro-batch size (for each ``pp``, about each
 power of two from an eighth of a stage's devices to all of them, dividing
 the batch, with at least ``pp`` micro-batches, tried from the smallest up
-while the ranking improves; one stage tries the whole batch too), the schedule (1F1B, and interleaved with 2
+while the ranking improves), the schedule (1F1B, and interleaved with 2
 chunks when every stage holds an even number of blocks; an interleaved
 ``--schedule`` asked for takes stages whose blocks split unevenly into its
 chunks too; GPipe runs as fast
@@ -246,11 +246,9 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
     known_of: dict = {}  # and what costing its operators works out of it alone, whatever the stage's devices
     sends_of: dict = {}  # and what each range of its operators sends on (pipeline_layout.sent_on)
     crossing_of: dict = {}  # and what each place a cut could take would cut (pipeline_layout.crossings)
-    whole = micro_values is None and not beside_plain  # one stage tries the whole batch at once too, last
     pairs = [(pp, micro) for pp in sorted(pps, reverse=True) if p % pp == 0  # small stages first: quick to cost
-             for micro in (micro_values or micro_candidates(batch, p, pp) + ([batch] if whole and pp == 1 else []))
+             for micro in (micro_values or micro_candidates(batch, p, pp))
              if (batch // micro >= pp or micro_values) and not (beside_plain and pp == 1 and micro == batch)]
-    pairs = list(dict.fromkeys(pairs))
     smallest = [math.inf]  # the least memory a device of any pipeline tried needs (its stages' bound)
     chunked, unchunked = 0, None  # settings whose stages can run the schedule; why the first other cannot
     bar = progress("ranking pipelines", "settings") if progress is not None else None
@@ -268,7 +266,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         if bar is not None:
             bar(n_done + 1, len(pairs))
         last = best_of.get(pp)
-        if last is not None and last[0] != micro and last[1] is None and not (whole and pp == 1 and micro == batch):
+        if last is not None and last[0] != micro and last[1] is None:
             continue  # a larger micro-batch for this pp after one that ranked worse than the one before it
         q, m = p // pp, batch // micro
         if micro not in graphs:
@@ -416,9 +414,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
             ends = cut_as_framework(cut.counts, sched.v, model.framework, layers) if cut.blocks else False
             ranked.append((sched.time(times, m, chunk_share(cut.counts, sched.v, ends)), micro, pp, cut, sched))
         mine = min((r[0] for r in ranked if r[1] == micro and r[2] == pp), default=math.inf)
-        if last is not None and last[1] is None:  # the whole batch after the growth stopped: it stays stopped
-            pass
-        elif last is not None and min(mine, dropped) > last[1]:  # worse than the smaller micro-batch: stop growing it
+        if last is not None and min(mine, dropped) > last[1]:  # worse than the smaller micro-batch: stop growing it
             best_of[pp] = (None, None)
         elif mine < math.inf:
             best_of[pp] = (micro, mine)

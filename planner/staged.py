@@ -61,6 +61,18 @@ def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
         more, _ = _accumulated(search, job, (True,), estimates)  # one stage's larger micro-batches
         if more is not None and more.step < pipe.step:
             pipe = more
+        # and the whole batch at once (--pp 1's plan), given up where it cannot be faster, as beside stages searched
+        # by default: where it wins, the answer is that plan, its report and plan file (which follows -b) --pp 1's
+        try:
+            whole, profile = _plain(job, progress, cutoff=pipe.step)
+        except MemoryError:
+            whole = None
+        if whole is not None:
+            asked = " and ".join(f"--{k} auto" for k in ("pp", "microbatches") if getattr(s, k) == "auto")
+            what = "pipeline stages and accumulated micro-batches" if s.pp == "auto" else "accumulated micro-batches"
+            return replace(whole, notes=whole.notes + (
+                f"{asked} searched {what}: none was faster than the whole batch at once, whose plan this is (as "
+                "--pp 1 plans it).",)), profile
     unsearched = None  # why the plan without stages could not be searched, where its search was too large
     if with_plain:  # searched within what the pipeline found: given up where it cannot be faster
         from search.elimination import SearchTooLarge
@@ -86,17 +98,6 @@ def pipelined(s: Settings, job: Job, progress=None, with_plain: bool = False):
             return plain, profile
         if pipe is None:
             _nothing_fits(s, job.model, failed, accumulating, missed)
-    if pipe.pp == 1 and pipe.m == 1 and micro_values is None:  # the whole batch won: the plan without stages, as
-        try:  # --pp 1 searches it (its report, and a plan file that follows -b), said so
-            whole, profile = _plain(job, progress)
-        except MemoryError:  # the search within the memory found what the stage's did not: the stage's, then
-            whole = None
-        if whole is not None:
-            asked = " and ".join(f"--{k} auto" for k in ("pp", "microbatches") if getattr(s, k) == "auto")
-            what = "pipeline stages and accumulated micro-batches" if s.pp == "auto" else "accumulated micro-batches"
-            return replace(whole, notes=whole.notes + (
-                f"{asked} searched {what}: none was faster than the whole batch at once, whose plan this is (as "
-                "--pp 1 plans it).",)), profile
     g = job.graph(pipe.micro)
     pipe = pipeline_search.as_plan(g, job.model, job.procs, pipe)  # its blocks' collectives pooled
     result = pipeline.as_result(g, pipe, job.model, job.procs, batch, "search")
