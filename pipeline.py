@@ -61,8 +61,8 @@ from dataclasses import dataclass, replace
 
 from errors import InputError
 from pipeline_layout import (balanced_ranges, block_layers, chunk_ranges, chunk_share, chunk_sizes, chunking_error,
-                             counts_ends, cut_as_framework, partitions, split_counts, stage_blocks, stage_chunk_sizes,
-                             stage_ranges, unblocked_error)
+                             counts_ends, cut_as_framework, partitions, sent_on, split_counts, stage_blocks,
+                             stage_chunk_sizes, stage_ranges, unblocked_error)
 
 __all__ = ["Schedule", "Stage", "Pipeline", "parse_schedule", "node_in_flight", "order", "evaluate", "SCHEDULES",
            # how the stages split the model (pipeline_layout), for the callers of this module
@@ -302,16 +302,6 @@ def stage_cluster(cluster, q: int):
     return replace(cluster, gpus_per_node=G if G is not None and q > G else None)
 
 
-def _crossing(g, lo: int, hi: int) -> float:
-    """Elements of the tensors the stage ``[lo, hi)`` sends to later stages."""
-    seen, total = set(), 0
-    for u, v, d in g.edges(data=True):
-        if lo <= u < hi and v >= hi and (u, d["out"]) not in seen:
-            seen.add((u, d["out"]))
-            total += g.nodes[u]["op"].outputs[d["out"]].size
-    return float(total)
-
-
 def stage_sends(cluster, whole, q: int, pp: int, i: int, schedule: Schedule, own: float, first: float) -> tuple:
     """What stage ``i`` of ``pp`` (``q`` devices each) sends on per
     micro-batch: ``(elements one device sends, their cost)`` (FLOP, the
@@ -376,10 +366,12 @@ def assemble(g, model, p: int, pp: int, m: int, micro: int, schedule: Schedule, 
     q = p // pp
     cluster = model.cluster
     stages, times = [], []
+    if crossing is None:
+        sent = sent_on(g)
+        crossing = [sent(lo, hi) for lo, hi in ranges]
     for i, ((lo, hi), r) in enumerate(zip(ranges, results)):
-        own = (crossing[i] if crossing is not None else _crossing(g, lo, hi)) if i < pp - 1 else 0.0
-        first = (crossing[0] if crossing is not None else _crossing(g, *ranges[0])) \
-            if i == pp - 1 and schedule.v > 1 else 0.0
+        own = crossing[i] if i < pp - 1 else 0.0
+        first = crossing[0] if i == pp - 1 and schedule.v > 1 else 0.0
         sends, p2p = stage_sends(cluster, whole, q, pp, i, schedule, own, first)
         host = hosts[i] if hosts else 0.0
         busy = r.compute + r.communication - r.sync / m + host  # the synchronisation is the step's

@@ -305,7 +305,7 @@ def search(build, model, p: int, batch: int, *, pp_values=None, micro_values=Non
         # too, but searched beside the others they crowd out better settings the bounded search then never tries
         # (and micro-batches in groups of the stages, as Megatron-LM runs them)
         if schedules is None and chain is not None and 1 < pp <= N and all(c % 2 == 0 for c in _even(N, pp)) \
-                and m % pp == 0 and (model.framework is None or "interleaved" in model.framework.schedules):
+                and m % pp == 0 and (model.framework is None or not model.framework.refuses_schedule("interleaved")):
             scheds = scheds + [Schedule("interleaved", 2)]
         # the shapes of the blocks' shares each schedule can run: at least its chunks in each stage, and searched
         # unasked, a multiple of them

@@ -130,9 +130,7 @@ def structures(g, p: int, batch: int, node: int, blocks: int, framework=None):
               default=0)
     experts = max((op.space[op.dims.index(expert)] for op in operators(g) if expert and expert in op.dims),
                   default=0)
-    interleaved = framework is None or "interleaved" in framework.schedules  # DeepSpeed's engine runs 1F1B only
-    chunkings = {pp: _chunkings(blocks, pp, framework, layers) if interleaved else ()
-                 for pp in _divisors(p) if 1 < pp <= blocks}
+    chunkings = {pp: _chunkings(blocks, pp, framework, layers) for pp in _divisors(p) if 1 < pp <= blocks}
     for tp in _divisors(p):
         if tp > node:
             break
@@ -199,7 +197,7 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
     import heapq
 
     fw = costing.model.framework
-    shapes = list(structures(g, p, batch, node, blocks, fw))
+    shapes = [x for x in structures(g, p, batch, node, blocks, fw) if grid(x, fw)]  # what the framework runs
 
     def grid_of(shape):
         return grid(shape, fw)
@@ -212,9 +210,6 @@ def search(g, p: int, batch: int, node: int, blocks: int, costing, capacity: flo
     def admit(shape, index: int, depth: int) -> None:
         """Bound the structure ``shape`` (at its micro-batch) and queue it."""
         pairs = grid_of(shape)
-        if not pairs:  # nothing of it the framework runs
-            tally["invalid"] += 1
-            return
         if capacity is not None:
             states = costing.least_states(shape, max(z for z, _ in pairs))
             if states > capacity:  # no option makes it fit

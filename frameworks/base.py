@@ -271,8 +271,8 @@ class Framework:
         experts parallelised against its rule; ``""`` where it runs it
         (what ``--search standard`` tries)."""
         staged = std.pp > 1
-        if staged and self.refuses_schedule(std.schedule):
-            return self.refuses_schedule(std.schedule)
+        if staged and (why := self.refuses_schedule(std.schedule)):
+            return why
         zeros = self.pipeline_zero_stages if staged else self.zero_stages
         if std.zero not in zeros:
             return (f"{self.title} runs ZeRO {_either(zeros)}{' beside pipeline stages' if staged else ''}, "

@@ -165,12 +165,13 @@ def test_balanced_ranges_without_blocks():
 
 def test_a_cut_sends_every_tensor_that_crosses_it():
     from models import build_graph
+    from pipeline_layout import sent_on
 
     g = build_graph("inception3", batch=4)
     lo, hi = 0, 40
     # every tensor from a node before the cut read by one after it, once per tensor
     want = {(u, d["out"]) for u, v, d in g.edges(data=True) if u < hi <= v}
-    assert pipeline._crossing(g, lo, hi) == sum(g.nodes[u]["op"].outputs[o].size for u, o in want)
+    assert sent_on(g)(lo, hi) == sum(g.nodes[u]["op"].outputs[o].size for u, o in want)
     assert len(want) > 1  # the inception modules' branches: more than one tensor crosses
 
 
@@ -456,7 +457,8 @@ def test_a_sweep_takes_pp(tmp_path):
     (("-g", "transformer", "-p", 8, "--plan", "pp=2,schedule=interleaved:"), "schedule must be gpipe, 1f1b"),
     (("-g", "transformer", "-p", 8, "--pp", 2, "--schedule", "interleaved:"), "schedule must be gpipe, 1f1b"),
     (("-g", "transformer", "-p", 8, "--plan", "pp=4,microbatch=64,schedule=interleaved"),
-     "an interleaved schedule needs at least as many micro-batches as its 4 stages; micro-batches of 64 make 1 of the 64"),
+     "an interleaved schedule needs at least as many micro-batches as its 4 stages; micro-batches of 64 make 1 "
+     "of the 64"),
     (("-g", "transformer", "-p", 8, "--pp", 4, "--microbatches", 2, "--schedule", "interleaved"),
      "the interleaved schedule needs at least as many micro-batches as the 4 stages, not 2"),
 ])
